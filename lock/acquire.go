@@ -1,0 +1,164 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Acquire blocks until it holds key for ttl or ctx ends.
+//
+// On a backend that implements Waiter it subscribes to the key's releases
+// before the first attempt and sleeps until a release is announced; the
+// remaining ttl that a failed attempt reports bounds the sleep, so a key
+// whose holder crashed is retried as soon as its grant expires. Without a
+// Waiter it retries with jittered exponential backoff (WithBackoff), never
+// sleeping past the reported remaining ttl. Errors that say the backend is
+// unavailable are retried with backoff too; invalid input is returned at
+// once. When ctx ends, the error is ctx's cause.
+func Acquire(ctx context.Context, l Lock, key string, ttl time.Duration, opts ...Option) (Handle, error) {
+	cfg, err := NewConfig(nil, opts)
+	if err != nil {
+		return nil, err
+	}
+	return acquire(ctx, cfg, l, key, ttl)
+}
+
+func acquire(ctx context.Context, cfg *Config, l Lock, key string, ttl time.Duration) (Handle, error) {
+	if l == nil {
+		return nil, fmt.Errorf("%w: nil Lock", ErrInvalidArgument)
+	}
+	if err := Validate(ctx, key, ttl, 0); err != nil {
+		return nil, err
+	}
+	return AcquireWith(ctx, cfg, l, []string{key}, func(ctx context.Context) (Handle, error) {
+		return l.TryAcquire(ctx, key, ttl)
+	})
+}
+
+// AcquireWith is the waiting loop behind Acquire, exported for the packages
+// built on lock (the semaphore waits on all its slots with it). try makes
+// one attempt over keys; AcquireWith subscribes to keys' releases when l is
+// a Waiter and retries try until it succeeds, fails with an error other
+// than ErrNotAcquired or ErrUnavailable, or ctx ends.
+func AcquireWith(ctx context.Context, cfg *Config, l Lock, keys []string, try func(context.Context) (Handle, error)) (h Handle, err error) {
+	tel := cfg.Telemetry()
+	start := time.Now()
+	ctx, span := tel.Tracer.Start(ctx, "leasehold.lock.Acquire",
+		trace.WithAttributes(attribute.StringSlice("leasehold.keys", keys)))
+	defer func() {
+		outcome := "acquired"
+		switch {
+		case err == nil:
+			span.SetAttributes(attribute.Int64("leasehold.token", int64(h.Token())))
+		case ctx.Err() != nil:
+			outcome = "cancelled"
+		default:
+			outcome = "error"
+		}
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, outcome)
+		}
+		span.End()
+		tel.wait.Record(context.WithoutCancel(ctx), time.Since(start).Seconds(), tel.waitOutcome[outcome]...)
+	}()
+
+	var sub Subscription
+	if w, ok := l.(Waiter); ok {
+		sub, err = w.Subscribe(ctx, keys...)
+		if err != nil {
+			if errors.Is(err, ErrInvalidArgument) || ctx.Err() != nil {
+				return nil, err
+			}
+			// No notifications: fall back to backoff, which is still correct.
+			cfg.Logger.Debug("leasehold: release notifications unavailable, polling", "keys", keys, "err", err)
+			sub = nil
+		} else {
+			defer sub.Close()
+		}
+	}
+
+	b := backoff{min: cfg.MinBackoff, max: cfg.MaxBackoff}
+	for {
+		h, err := try(ctx)
+		if err == nil {
+			return h, nil
+		}
+		if ctx.Err() != nil {
+			return nil, errors.Join(context.Cause(ctx), err)
+		}
+		notAcquired := errors.Is(err, ErrNotAcquired)
+		if !notAcquired && !errors.Is(err, ErrUnavailable) {
+			return nil, err
+		}
+		hint := RemainingTTL(err)
+		var werr error
+		switch {
+		case sub != nil && notAcquired:
+			// A release notification is the fast path; the hint covers a
+			// holder that crashed and will never release.
+			wait := cfg.MaxBackoff
+			if hint > 0 {
+				wait = hint + jitter(hint)
+			}
+			werr = sub.Wait(ctx, wait)
+		default:
+			if !notAcquired {
+				cfg.Logger.Debug("leasehold: acquire attempt failed, retrying", "keys", keys, "err", err)
+			}
+			d := b.next()
+			if notAcquired && hint > 0 && hint < d {
+				d = hint + jitter(hint)
+			}
+			werr = sleep(ctx, d)
+		}
+		if werr != nil {
+			if ctx.Err() != nil {
+				return nil, errors.Join(context.Cause(ctx), err)
+			}
+			return nil, werr
+		}
+	}
+}
+
+// jitter spreads the wake-ups of waiters that got the same hint: up to a
+// twentieth of it, at most 20 ms, at least 1 ms.
+func jitter(hint time.Duration) time.Duration {
+	j := min(hint/20, 20*time.Millisecond)
+	if j < time.Millisecond {
+		return time.Millisecond
+	}
+	return time.Millisecond + rand.N(j)
+}
+
+type backoff struct {
+	min, max, cur time.Duration
+}
+
+// next returns a delay in [cur/2, cur] and doubles cur up to max.
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.min
+	}
+	d := b.cur/2 + rand.N(b.cur/2+1)
+	b.cur = min(b.cur*2, b.max)
+	return d
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}

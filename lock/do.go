@@ -1,0 +1,65 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Do runs fn while holding key: Acquire (blocking), Keep, fn, Release.
+//
+// fn's context carries the grant's fencing token (TokenFrom) and is
+// cancelled, with a cause matching ErrLost, when the grant can no longer be
+// trusted; fn should stop then. Do returns fn's error; if the grant was lost
+// while fn ran, the returned error also matches ErrLost, even if fn returned
+// nil, because fn's work may have overlapped another holder's (that is what
+// fencing tokens are for). The lease ttl is WithTTL (default 30 s).
+func Do(ctx context.Context, l Lock, key string, fn func(ctx context.Context) error, opts ...Option) error {
+	cfg, err := NewConfig(nil, opts)
+	if err != nil {
+		return err
+	}
+	if fn == nil {
+		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
+	}
+	h, err := acquire(ctx, cfg, l, key, cfg.TTL)
+	if err != nil {
+		return err
+	}
+	lease, err := keep(ctx, cfg, h, cfg.TTL)
+	if err != nil {
+		_ = h.Release(context.WithoutCancel(ctx))
+		return err
+	}
+	fnErr := fn(lease.Context())
+	lostErr := lease.Err()
+
+	// Release even when ctx has ended: the grant should not linger for a
+	// whole ttl. Bound it by the time the grant is valid anyway.
+	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), lease.ValidUntil().Add(time.Second))
+	defer cancel()
+	relErr := lease.Release(rctx)
+	switch {
+	case lostErr != nil:
+		return errors.Join(fnErr, lostErr)
+	case relErr != nil && fnErr == nil:
+		return fmt.Errorf("lock: releasing %q: %w", key, relErr)
+	}
+	return fnErr
+}
+
+// HealthCheck acquires and releases a probe key and reports how long the
+// round trips took: the building block for readiness endpoints.
+func HealthCheck(ctx context.Context, l Lock) (time.Duration, error) {
+	if l == nil {
+		return 0, fmt.Errorf("%w: nil Lock", ErrInvalidArgument)
+	}
+	start := time.Now()
+	h, err := l.TryAcquire(ctx, "leasehold/health/"+NewOwner(), 5*time.Second)
+	if err != nil {
+		return time.Since(start), err
+	}
+	err = h.Release(ctx)
+	return time.Since(start), err
+}

@@ -1,0 +1,170 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Lease keeps a Handle alive in the background and tells its holder the
+// moment it can no longer trust the grant. Create it with Keep; end it with
+// Release.
+type Lease struct {
+	h      Handle
+	ttl    time.Duration
+	every  time.Duration
+	cfg    *Config
+	tel    *Telemetry
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	stop     chan struct{} // closed by Release: stop renewing
+	done     chan struct{} // closed when the renewal loop has returned
+	stopOnce sync.Once
+
+	mu         sync.Mutex
+	validUntil time.Time
+}
+
+// Keep renews h every ttl/3 (WithRenewInterval) until Release, and returns
+// a Lease whose Context is a child of ctx that carries h's fencing token
+// (TokenFrom) and is cancelled, with a cause that matches ErrLost, as soon
+// as the grant can no longer be trusted:
+//
+//   - an Extend returns ErrLost (renewed / lost / unknown: an unknown
+//     outcome is retried until ValidUntil);
+//   - ValidUntil passes without a successful renewal;
+//   - the handle's backend reports the loss by itself (LossNotifier).
+//
+// Renewal goes on after ctx ends, until Release: work that is told to stop
+// keeps its grant while it winds down, so no successor overlaps it. Always
+// call Release (Do does it for you).
+func Keep(ctx context.Context, h Handle, ttl time.Duration, opts ...Option) (*Lease, error) {
+	cfg, err := NewConfig(nil, opts)
+	if err != nil {
+		return nil, err
+	}
+	return keep(ctx, cfg, h, ttl)
+}
+
+func keep(ctx context.Context, cfg *Config, h Handle, ttl time.Duration) (*Lease, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("%w: nil context", ErrInvalidArgument)
+	}
+	if h == nil {
+		return nil, fmt.Errorf("%w: nil Handle", ErrInvalidArgument)
+	}
+	if err := CheckTTL(ttl, 0); err != nil {
+		return nil, err
+	}
+	every := cfg.RenewInterval
+	if every == 0 {
+		every = ttl / 3
+	}
+	l := &Lease{
+		h: h, ttl: ttl, every: every, cfg: cfg, tel: cfg.Telemetry(),
+		stop: make(chan struct{}), done: make(chan struct{}),
+		validUntil: h.ValidUntil(),
+	}
+	l.ctx, l.cancel = context.WithCancelCause(ContextWithToken(ctx, h.Token()))
+	l.tel.active.Add(context.Background(), 1)
+	go l.renew()
+	return l, nil
+}
+
+// Context is cancelled when the lease is lost (cause matches ErrLost), when
+// the parent context ends, or after Release.
+func (l *Lease) Context() context.Context { return l.ctx }
+
+// Handle is the grant being kept.
+func (l *Lease) Handle() Handle { return l.h }
+
+// Token is the grant's fencing token.
+func (l *Lease) Token() uint64 { return l.h.Token() }
+
+// ValidUntil is the deadline of the last successful renewal.
+func (l *Lease) ValidUntil() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.validUntil
+}
+
+// Err returns the loss (matching ErrLost) if the lease was lost, else nil.
+func (l *Lease) Err() error {
+	if c := context.Cause(l.ctx); errors.Is(c, ErrLost) {
+		return c
+	}
+	return nil
+}
+
+// Release stops the renewal, waits until no renewal is in flight, and only
+// then releases the grant. It returns the handle's Release error: ErrLost
+// when the grant was already gone. Calling it again returns ErrLost.
+func (l *Lease) Release(ctx context.Context) error {
+	first := false
+	l.stopOnce.Do(func() { close(l.stop); first = true })
+	<-l.done
+	err := l.h.Release(ctx)
+	if first {
+		l.cancel(context.Canceled)
+		l.tel.active.Add(context.Background(), -1)
+	}
+	return err
+}
+
+func (l *Lease) renew() {
+	defer close(l.done)
+	var lost <-chan struct{}
+	if n, ok := l.h.(LossNotifier); ok {
+		lost = n.Lost()
+	}
+	next := time.NewTimer(l.every)
+	defer next.Stop()
+	deadline := time.NewTimer(time.Until(l.ValidUntil()))
+	defer deadline.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-lost:
+			l.lose("backend", Lost("the backend reported the grant gone"))
+			return
+		case <-deadline.C:
+			l.lose("deadline", Lost("validity ended without a successful renewal"))
+			return
+		case <-next.C:
+		}
+		until := l.ValidUntil()
+		ectx, cancel := context.WithDeadline(context.Background(), until)
+		err := l.h.Extend(ectx, l.ttl)
+		cancel()
+		switch {
+		case err == nil:
+			until = l.h.ValidUntil()
+			l.mu.Lock()
+			l.validUntil = until
+			l.mu.Unlock()
+			l.tel.renewals.Add(context.Background(), 1, l.tel.renewOutcome.add("renewed")...)
+			deadline.Reset(time.Until(until))
+			next.Reset(l.every)
+		case errors.Is(err, ErrLost):
+			l.tel.renewals.Add(context.Background(), 1, l.tel.renewOutcome.add("lost")...)
+			l.lose("renewal", fmt.Errorf("%w (renewal: %w)", Lost("the backend no longer has the grant"), err))
+			return
+		default:
+			// Unknown: the grant may still be ours until ValidUntil. Try
+			// again soon; the deadline timer ends it if nothing succeeds.
+			l.tel.renewals.Add(context.Background(), 1, l.tel.renewOutcome.add("unknown")...)
+			l.cfg.Logger.Debug("leasehold: renewal failed, retrying", "key", l.h.Key(), "valid_until", until, "err", err)
+			next.Reset(max(l.every/4, 10*time.Millisecond))
+		}
+	}
+}
+
+func (l *Lease) lose(reason string, cause error) {
+	l.tel.losses.Add(context.Background(), 1, l.tel.lossReason.add(reason)...)
+	l.cfg.Logger.Warn("leasehold: lease lost", "key", l.h.Key(), "token", l.h.Token(), "reason", cause)
+	l.cancel(cause)
+}

@@ -1,0 +1,93 @@
+package lock
+
+import (
+	"context"
+	"time"
+)
+
+// Lock grants time-bounded, fenced ownership of keys. Implementations are
+// safe for concurrent use.
+type Lock interface {
+	// TryAcquire takes key for ttl if no one holds it, and returns
+	// ErrNotAcquired (a *NotAcquiredError) if someone does. It never waits
+	// for the key; use Acquire for that.
+	TryAcquire(ctx context.Context, key string, ttl time.Duration) (Handle, error)
+}
+
+// Handle is one grant of one key.
+type Handle interface {
+	// Key is the key as the caller passed it.
+	Key() string
+	// Token is this grant's fencing token: strictly greater than the token
+	// of every earlier grant of the same key, never reused.
+	Token() uint64
+	// ValidUntil is a conservative local deadline: the monotonic clock
+	// reading taken before the last successful acquire or extend request
+	// was sent, plus its ttl, minus the backend's drift allowance. Until
+	// then no other grant of the key can exist, process pauses and server
+	// clock jumps aside.
+	ValidUntil() time.Time
+	// Extend renews the grant for ttl from now. It returns nil (renewed),
+	// ErrLost (the grant is gone; it is never re-acquired), or another
+	// error (unknown: treat the grant as valid until ValidUntil).
+	Extend(ctx context.Context, ttl time.Duration) error
+	// Release gives the key up. It acts only on this grant: if the grant is
+	// gone it returns ErrLost and leaves any newer holder alone. A second
+	// Release returns ErrLost.
+	Release(ctx context.Context) error
+}
+
+// Waiter is implemented by backends that can announce releases (pub/sub,
+// LISTEN/NOTIFY, a watch, a channel). Acquire uses it so that a blocked
+// caller wakes when the key is released instead of polling.
+type Waiter interface {
+	// Subscribe starts listening for releases of keys. Subscribe first,
+	// then try the keys: a release that happens after Subscribe returns is
+	// never missed.
+	Subscribe(ctx context.Context, keys ...string) (Subscription, error)
+}
+
+// Subscription is a live interest in the release of some keys.
+type Subscription interface {
+	// Wait returns nil when one of the keys was released since Subscribe
+	// or since the previous Wait returned, or when hint has elapsed
+	// (a hint ≤ 0 waits for a notification only); it returns the context's
+	// error when ctx ends first.
+	Wait(ctx context.Context, hint time.Duration) error
+	// Close ends the subscription. It is safe to call more than once.
+	Close() error
+}
+
+// MultiLock is implemented by backends that can grant the first free key of
+// a set in one round trip. The semaphore uses it.
+type MultiLock interface {
+	// TryAcquireAny takes one free key among keys for ttl, or returns
+	// ErrNotAcquired when all are held. Backends start at a random offset
+	// so that contenders spread over the keys.
+	TryAcquireAny(ctx context.Context, keys []string, ttl time.Duration) (Handle, error)
+}
+
+// Grant describes a current grant, as an Inspector reports it.
+type Grant struct {
+	Key       string
+	Owner     string
+	Token     uint64
+	Remaining time.Duration // remaining ttl as the backend saw it
+}
+
+// Inspector is implemented by backends that can say who holds what.
+type Inspector interface {
+	// Inspect reports the current grant of key; ok is false when the key
+	// is free.
+	Inspect(ctx context.Context, key string) (g Grant, ok bool, err error)
+	// List reports the current grants of the keys that start with prefix,
+	// sorted by key.
+	List(ctx context.Context, prefix string) ([]Grant, error)
+}
+
+// LossNotifier is implemented by handles whose backend learns of a loss by
+// itself (a dropped session, a revoked lease, a takeover). The channel is
+// closed when the grant is known to be gone.
+type LossNotifier interface {
+	Lost() <-chan struct{}
+}

@@ -1,0 +1,158 @@
+package locktest_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/locktest"
+	"github.com/leasehold-go/leasehold/lock/memlock"
+)
+
+// The suite must be able to fail. Each broken backend below breaks one
+// promise; TestSuiteCatchesBrokenBackends runs the suite against it in a
+// child process and checks that the subtests guarding that promise fail.
+
+const brokenEnv = "LOCKTEST_BROKEN"
+
+var brokenBackends = map[string]struct {
+	wrap     func(*memlock.Lock) lock.Lock
+	mustFail []string // subtests that must report the breakage
+}{
+	// Release of a lost grant deletes whoever holds the key now.
+	"release-ignores-ownership": {
+		wrap:     func(l *memlock.Lock) lock.Lock { return &ignoresOwnership{l} },
+		mustFail: []string{"ExpiryAndOwnership"},
+	},
+	// Tokens repeat: every grant of a key reuses the first token.
+	"tokens-repeat": {
+		wrap:     func(l *memlock.Lock) lock.Lock { return &repeatsTokens{l} },
+		mustFail: []string{"Basics", "Contention"},
+	},
+	// Every other busy attempt is granted anyway.
+	"grants-twice": {
+		wrap:     func(l *memlock.Lock) lock.Lock { return &grantsTwice{Lock: l} },
+		mustFail: []string{"Basics", "Contention"},
+	},
+}
+
+// TestBrokenBackendChild is the child side: it runs the suite against the
+// broken backend named in LOCKTEST_BROKEN, and does nothing otherwise.
+func TestBrokenBackendChild(t *testing.T) {
+	name := os.Getenv(brokenEnv)
+	if name == "" {
+		return
+	}
+	b := brokenBackends[name]
+	shared := memlock.New()
+	locktest.Run(t, func(testing.TB) lock.Lock { return b.wrap(shared.Share()) })
+}
+
+func TestSuiteCatchesBrokenBackends(t *testing.T) {
+	if os.Getenv(brokenEnv) != "" {
+		return
+	}
+	for name, b := range brokenBackends {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestBrokenBackendChild$", "-test.v", "-test.count=1")
+			cmd.Env = append(os.Environ(), brokenEnv+"="+name)
+			out, err := cmd.CombinedOutput()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) {
+				t.Fatalf("the suite passed (or did not run) against a backend that %s: %v\n%s", name, err, out)
+			}
+			t.Logf("failed subtests: %s", strings.Join(failedSubtests(string(out)), ", "))
+			for _, sub := range b.mustFail {
+				if !strings.Contains(string(out), "--- FAIL: TestBrokenBackendChild/"+sub+" ") {
+					t.Errorf("subtest %s did not report the breakage %q; output:\n%s", sub, name, out)
+				}
+			}
+		})
+	}
+}
+
+type ignoresOwnership struct{ *memlock.Lock }
+
+func (l *ignoresOwnership) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
+	h, err := l.Lock.TryAcquire(ctx, key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return &forcefulRelease{h, l.Lock}, nil
+}
+
+type forcefulRelease struct {
+	lock.Handle
+	l *memlock.Lock
+}
+
+func (h *forcefulRelease) Release(ctx context.Context) error {
+	if err := h.Handle.Release(ctx); errors.Is(err, lock.ErrLost) {
+		_, _ = h.l.ForceRelease(ctx, h.Key()) // the bug: deletes the successor's grant
+	}
+	return nil
+}
+
+type repeatsTokens struct{ *memlock.Lock }
+
+var firstTokens sync.Map // key -> the first token granted for it
+
+func (l *repeatsTokens) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
+	h, err := l.Lock.TryAcquire(ctx, key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	first, _ := firstTokens.LoadOrStore(key, h.Token())
+	return &fixedToken{h, first.(uint64)}, nil
+}
+
+type fixedToken struct {
+	lock.Handle
+	token uint64
+}
+
+func (h *fixedToken) Token() uint64 { return h.token }
+
+type grantsTwice struct {
+	*memlock.Lock
+	n atomic.Int64
+}
+
+func (l *grantsTwice) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
+	h, err := l.Lock.TryAcquire(ctx, key, ttl)
+	if errors.Is(err, lock.ErrNotAcquired) && l.n.Add(1)%2 == 1 {
+		// The bug: a second grant, with a fresh token from a shadow key.
+		shadow, serr := l.Lock.TryAcquire(ctx, key+"#shadow"+time.Now().String(), ttl)
+		if serr == nil {
+			return &renamed{shadow, key}, nil
+		}
+	}
+	return h, err
+}
+
+type renamed struct {
+	lock.Handle
+	key string
+}
+
+func (h *renamed) Key() string { return h.key }
+
+func failedSubtests(out string) []string {
+	var names []string
+	for _, line := range strings.Split(out, "\n") {
+		if _, rest, ok := strings.Cut(line, "--- FAIL: TestBrokenBackendChild/"); ok {
+			names = append(names, strings.Fields(rest)[0])
+		}
+	}
+	return names
+}

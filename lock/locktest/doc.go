@@ -1,0 +1,39 @@
+// Package locktest is the conformance suite of the lock contract. Every
+// backend of leasehold runs it, and so should a third-party backend:
+//
+//	func TestConformance(t *testing.T) {
+//		locktest.Run(t, func(t testing.TB) lock.Lock { return mybackend.New(client(t)) })
+//	}
+//
+// The factory returns a new, independent instance of the backend (its own
+// owner identity, and its own client where that is cheap) talking to the
+// same server as every other instance it returns: each instance stands for
+// one process of a fleet.
+//
+// What Run checks, promise by promise (package lock lists them):
+//
+//  1. Grant safety: 32 goroutines over 4 instances contend for one key over
+//     many rounds; an occupancy counter must never exceed one, and an
+//     expired grant's successor must not be granted before the expired
+//     grant's ValidUntil.
+//  2. Fencing: every grant's token is greater than every earlier grant's,
+//     checked in grant order and through a fenced resource.
+//  3. Conservative validity: ValidUntil is at most the send time plus ttl,
+//     after acquire and after extend.
+//  4. Ownership: Extend and Release of an expired or released grant return
+//     ErrLost, never re-acquire, never touch the successor's grant.
+//  5. No leaks: cancel storms leave no goroutine and no grant behind longer
+//     than the ttl.
+//  6. Liveness: an abandoned grant's key is acquirable within ttl + slack.
+//  7. Input: a table of bad inputs, each answered with a clear error that
+//     matches lock.ErrInvalidArgument (or ErrLost for use after Release),
+//     with no panic and no hang.
+//
+// and Keep's loss signal (by deadline and by a renewal that reports loss),
+// and, when the backend has them, Waiter (no lost wake-up, handoff without
+// waiting for the ttl), MultiLock and Inspector.
+//
+// The suite can fail: its own tests run it against deliberately broken
+// wrappers of memlock (a Release that ignores ownership, tokens that repeat,
+// a backend that grants twice) and check that it reports each one.
+package locktest

@@ -1,0 +1,417 @@
+package locktest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold-go/leasehold/lock"
+)
+
+// Factory returns a new instance of the backend under test; see the package
+// documentation.
+type Factory func(t testing.TB) lock.Lock
+
+// Run runs the conformance suite as subtests of t.
+func Run(t *testing.T, newLock Factory, opts ...Option) {
+	c := defaults()
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.minTTL > c.ttl {
+		c.ttl = c.minTTL
+	}
+	s := &suite{cfg: c, newLock: newLock, prefix: "locktest/" + randomID() + "/"}
+
+	// The leak checks count goroutines, so they run first and alone: the
+	// parallel subtests below start only once these have finished.
+	t.Run("CancelStorm", s.cancelStorm)
+
+	for _, tc := range []struct {
+		name string
+		fn   func(*testing.T)
+	}{
+		{"Basics", s.basics},
+		{"BadInput", s.badInput},
+		{"Validity", s.validity},
+		{"Contention", s.contention},
+		{"ExpiryAndOwnership", s.expiry},
+		{"ReleaseTwice", s.releaseTwice},
+		{"ExtendNeverReacquires", s.extendNeverReacquires},
+		{"KeepRenews", s.keepRenews},
+		{"KeepLosesAtDeadline", s.keepDeadline},
+		{"KeepLosesOnRenewal", s.keepRenewalLoss},
+		{"Waiter", s.waiter},
+		{"MultiLock", s.multiLock},
+		{"Inspector", s.inspector},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t)
+		})
+	}
+}
+
+type suite struct {
+	cfg     config
+	newLock Factory
+	prefix  string
+}
+
+func randomID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// key returns a key unique to this test (and call).
+func (s *suite) key(t testing.TB, suffix string) string {
+	return s.prefix + strings.ReplaceAll(t.Name(), "/", ".") + "/" + suffix
+}
+
+// ctx returns a context bounded so that a hung backend fails the test
+// instead of the whole run.
+func ctxFor(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func (s *suite) mustAcquire(t testing.TB, l lock.Lock, key string, ttl time.Duration) lock.Handle {
+	t.Helper()
+	h, err := l.TryAcquire(ctxFor(t, s.cfg.waitBound), key, ttl)
+	if err != nil {
+		t.Fatalf("TryAcquire(%q, %v): %v", key, ttl, err)
+	}
+	if h == nil {
+		t.Fatalf("TryAcquire(%q) returned a nil handle and no error", key)
+	}
+	return h
+}
+
+func expectNotAcquired(t testing.TB, l lock.Lock, key string, ttl time.Duration, why string) {
+	t.Helper()
+	h, err := l.TryAcquire(ctxFor(t, 10*time.Second), key, ttl)
+	if err == nil {
+		_ = h.Release(context.Background())
+		t.Fatalf("%s: TryAcquire(%q) succeeded (token %d) while another grant must be live", why, key, h.Token())
+	}
+	if !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("%s: TryAcquire(%q): want ErrNotAcquired, got %v", why, key, err)
+	}
+}
+
+func expectLost(t testing.TB, err error, what string) {
+	t.Helper()
+	if !errors.Is(err, lock.ErrLost) {
+		t.Fatalf("%s: want ErrLost, got %v", what, err)
+	}
+}
+
+// acquireWithin blocks in lock.Acquire for at most d.
+func acquireWithin(t testing.TB, l lock.Lock, key string, ttl, d time.Duration, what string) lock.Handle {
+	t.Helper()
+	start := time.Now()
+	h, err := lock.Acquire(ctxFor(t, d), l, key, ttl)
+	if err != nil {
+		t.Fatalf("%s: Acquire(%q) did not succeed within %v (waited %v): %v", what, key, d, time.Since(start).Round(time.Millisecond), err)
+	}
+	return h
+}
+
+func (s *suite) basics(t *testing.T) {
+	a, b := s.newLock(t), s.newLock(t)
+	key := s.key(t, "k")
+	ttl := s.cfg.longTTL
+	h := s.mustAcquire(t, a, key, ttl)
+	if h.Key() != key {
+		t.Fatalf("Key() = %q, want %q", h.Key(), key)
+	}
+	if h.Token() == 0 {
+		t.Fatalf("Token() = 0; tokens start above zero so that a zero token means none")
+	}
+	expectNotAcquired(t, b, key, ttl, "another instance")
+	expectNotAcquired(t, a, key, ttl, "the same instance (locks are not reentrant)")
+	_, err := b.TryAcquire(ctxFor(t, 10*time.Second), key, ttl)
+	if r := lock.RemainingTTL(err); r < 0 || r > ttl {
+		t.Fatalf("RemainingTTL = %v, want within (0, %v]", r, ttl)
+	}
+	if err := h.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	h2 := s.mustAcquire(t, b, key, ttl)
+	defer h2.Release(context.Background())
+	if h2.Token() <= h.Token() {
+		t.Fatalf("token after re-acquire %d, want > %d", h2.Token(), h.Token())
+	}
+	// Independent keys do not interfere.
+	h3 := s.mustAcquire(t, a, s.key(t, "other"), ttl)
+	if err := h3.Release(context.Background()); err != nil {
+		t.Fatalf("Release of an independent key: %v", err)
+	}
+}
+
+func (s *suite) validity(t *testing.T) {
+	l := s.newLock(t)
+	key := s.key(t, "k")
+	ttl := s.cfg.longTTL
+	before := time.Now()
+	h := s.mustAcquire(t, l, key, ttl)
+	after := time.Now()
+	defer h.Release(context.Background())
+	checkValidity(t, "after TryAcquire", h.ValidUntil(), before, after, ttl)
+
+	before = time.Now()
+	if err := h.Extend(ctxFor(t, 10*time.Second), ttl); err != nil {
+		t.Fatalf("Extend: %v", err)
+	}
+	after = time.Now()
+	checkValidity(t, "after Extend", h.ValidUntil(), before, after, ttl)
+
+	// A shorter ttl on Extend is honoured too.
+	short := max(s.cfg.ttl, ttl/10)
+	before = time.Now()
+	if err := h.Extend(ctxFor(t, 10*time.Second), short); err != nil {
+		t.Fatalf("Extend(%v): %v", short, err)
+	}
+	checkValidity(t, "after a shorter Extend", h.ValidUntil(), before, time.Now(), short)
+}
+
+// checkValidity: ValidUntil must not be later than the call's return plus
+// ttl, and should not be absurdly early either. (That it is conservative
+// enough is checked where it matters: ExpiryAndOwnership makes sure no
+// successor is granted before it.)
+func checkValidity(t testing.TB, what string, vu, before, after time.Time, ttl time.Duration) {
+	t.Helper()
+	if vu.After(after.Add(ttl)) {
+		t.Fatalf("%s: ValidUntil is %v past the reply time + ttl (sent at -%v): it must count from the send time", what, vu.Sub(after.Add(ttl)), after.Sub(before))
+	}
+	if vu.Before(after.Add(ttl / 2)) {
+		t.Fatalf("%s: ValidUntil leaves less than half the ttl (%v of %v)", what, vu.Sub(after), ttl)
+	}
+}
+
+// contention: 32 goroutines over 4 instances take one key many times.
+func (s *suite) contention(t *testing.T) {
+	const instances, perInstance = 4, 8
+	key := s.key(t, "k")
+	var (
+		holders   atomic.Int32
+		overlap   atomic.Int32
+		fence     lock.Fence
+		mu        sync.Mutex
+		lastToken uint64
+		order     []string
+		grants    int
+		wg        sync.WaitGroup
+		errs      = make(chan error, instances*perInstance)
+	)
+	ctx := ctxFor(t, 2*time.Minute)
+	for i := range instances {
+		l := s.newLock(t)
+		for g := range perInstance {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for r := range s.cfg.rounds {
+					h, err := lock.Acquire(ctx, l, key, s.cfg.longTTL)
+					if err != nil {
+						errs <- fmt.Errorf("instance %d goroutine %d round %d: Acquire: %w", i, g, r, err)
+						return
+					}
+					if n := holders.Add(1); n != 1 {
+						overlap.Add(1)
+					}
+					mu.Lock()
+					if h.Token() <= lastToken {
+						order = append(order, fmt.Sprintf("token %d granted after %d", h.Token(), lastToken))
+					}
+					lastToken = max(lastToken, h.Token())
+					grants++
+					if err := fence.Do(h.Token(), nil); err != nil {
+						order = append(order, err.Error())
+					}
+					mu.Unlock()
+					runtime.Gosched()
+					holders.Add(-1)
+					if err := h.Release(ctx); err != nil {
+						errs <- fmt.Errorf("instance %d goroutine %d round %d: Release: %w", i, g, r, err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if n := overlap.Load(); n > 0 {
+		t.Errorf("grant safety violated: %d times a second goroutine held the key at once", n)
+	}
+	if len(order) > 0 {
+		t.Errorf("fencing violated %d times, first: %s", len(order), order[0])
+	}
+	if want := instances * perInstance * s.cfg.rounds; grants != want && !t.Failed() {
+		t.Errorf("%d grants, want %d", grants, want)
+	}
+}
+
+// expiry: an abandoned grant frees within ttl + slack, its successor gets a
+// larger token and is not granted before the old ValidUntil; the old
+// handle's Extend and Release return ErrLost and leave the successor alone.
+func (s *suite) expiry(t *testing.T) {
+	a, b, c := s.newLock(t), s.newLock(t), s.newLock(t)
+	key := s.key(t, "k")
+	ha := s.mustAcquire(t, a, key, s.cfg.ttl)
+	hb := acquireWithin(t, b, key, s.cfg.longTTL, s.cfg.ttl+s.cfg.slack, "an abandoned key must free within ttl + slack")
+	if now := time.Now(); now.Before(ha.ValidUntil()) {
+		t.Fatalf("second grant exists %v before the first grant's ValidUntil", ha.ValidUntil().Sub(now))
+	}
+	if hb.Token() <= ha.Token() {
+		t.Fatalf("successor token %d, want > %d", hb.Token(), ha.Token())
+	}
+	expectLost(t, ha.Extend(ctxFor(t, 10*time.Second), s.cfg.ttl), "Extend of an expired, taken-over grant")
+	expectLost(t, ha.Release(ctxFor(t, 10*time.Second)), "Release of an expired, taken-over grant")
+	expectNotAcquired(t, c, key, s.cfg.ttl, "the successor must still hold the key after the old holder's Extend and Release")
+	if err := hb.Extend(ctxFor(t, 10*time.Second), s.cfg.longTTL); err != nil {
+		t.Fatalf("successor's Extend after the old holder's Release: %v", err)
+	}
+	if err := hb.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatalf("successor's Release: %v", err)
+	}
+}
+
+func (s *suite) releaseTwice(t *testing.T) {
+	a, b := s.newLock(t), s.newLock(t)
+	key := s.key(t, "k")
+	h := s.mustAcquire(t, a, key, s.cfg.longTTL)
+	if err := h.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	expectLost(t, h.Release(ctxFor(t, 10*time.Second)), "second Release")
+	expectLost(t, h.Extend(ctxFor(t, 10*time.Second), s.cfg.longTTL), "Extend after Release")
+	h2 := s.mustAcquire(t, b, key, s.cfg.longTTL) // Extend did not re-acquire
+	expectLost(t, h.Release(ctxFor(t, 10*time.Second)), "third Release, with a new holder")
+	if err := h2.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatalf("the new holder's Release after the old handle's: %v", err)
+	}
+}
+
+func (s *suite) extendNeverReacquires(t *testing.T) {
+	a, b, c := s.newLock(t), s.newLock(t), s.newLock(t)
+	key := s.key(t, "k")
+	h := s.mustAcquire(t, a, key, s.cfg.ttl)
+	// Let the grant expire: b's blocking Acquire returns once it has.
+	hb := acquireWithin(t, b, key, s.cfg.longTTL, s.cfg.ttl+s.cfg.slack, "expiry")
+	if err := hb.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	// The key is free now; the expired handle must not take it back.
+	expectLost(t, h.Extend(ctxFor(t, 10*time.Second), s.cfg.longTTL), "Extend of an expired grant on a free key")
+	hc := s.mustAcquire(t, c, key, s.cfg.longTTL)
+	defer hc.Release(context.Background())
+}
+
+func (s *suite) keepRenews(t *testing.T) {
+	a, b := s.newLock(t), s.newLock(t)
+	key := s.key(t, "k")
+	ttl := s.cfg.ttl
+	h := s.mustAcquire(t, a, key, ttl)
+	lease, err := lock.Keep(context.Background(), h, ttl)
+	if err != nil {
+		t.Fatalf("Keep: %v", err)
+	}
+	if tok, ok := lock.TokenFrom(lease.Context()); !ok || tok != h.Token() {
+		t.Fatalf("TokenFrom(lease context) = %d, %v; want %d", tok, ok, h.Token())
+	}
+	first := lease.ValidUntil()
+	// Three ttls later the grant must still be ours.
+	select {
+	case <-lease.Context().Done():
+		t.Fatalf("lease lost while renewing: %v", context.Cause(lease.Context()))
+	case <-time.After(3 * ttl):
+	}
+	expectNotAcquired(t, b, key, ttl, "a kept lease")
+	if !lease.ValidUntil().After(first) {
+		t.Fatalf("ValidUntil did not advance: %v then %v", first, lease.ValidUntil())
+	}
+	if err := lease.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatalf("lease Release: %v", err)
+	}
+	if lease.Context().Err() == nil {
+		t.Fatalf("lease context not done after Release")
+	}
+	if lease.Err() != nil {
+		t.Fatalf("lease.Err() after a clean Release = %v, want nil", lease.Err())
+	}
+	hb := s.mustAcquire(t, b, key, ttl) // released at once, not left to expire
+	defer hb.Release(context.Background())
+	expectLost(t, lease.Release(ctxFor(t, 10*time.Second)), "second lease Release")
+}
+
+func (s *suite) keepDeadline(t *testing.T) {
+	a := s.newLock(t)
+	key := s.key(t, "k")
+	ttl := s.cfg.ttl
+	h := s.mustAcquire(t, a, key, ttl)
+	// Renewing only after ten ttls: ValidUntil passes first.
+	lease, err := lock.Keep(context.Background(), h, ttl, lock.WithRenewInterval(10*ttl))
+	if err != nil {
+		t.Fatalf("Keep: %v", err)
+	}
+	select {
+	case <-lease.Context().Done():
+	case <-time.After(ttl + s.cfg.slack):
+		t.Fatalf("lease context not cancelled within ttl + slack after ValidUntil passed")
+	}
+	if now := time.Now(); now.Before(h.ValidUntil()) {
+		t.Fatalf("lease cancelled %v before ValidUntil", h.ValidUntil().Sub(now))
+	}
+	if cause := context.Cause(lease.Context()); !errors.Is(cause, lock.ErrLost) {
+		t.Fatalf("cause = %v, want ErrLost", cause)
+	}
+	if !errors.Is(lease.Err(), lock.ErrLost) {
+		t.Fatalf("lease.Err() = %v, want ErrLost", lease.Err())
+	}
+	_ = lease.Release(ctxFor(t, 10*time.Second)) // ErrLost or nil, depending on the server's expiry
+}
+
+// farFuture hides a handle's real ValidUntil so that Keep learns of the loss
+// from Extend, not from its deadline.
+type farFuture struct{ lock.Handle }
+
+func (farFuture) ValidUntil() time.Time { return time.Now().Add(time.Hour) }
+
+func (s *suite) keepRenewalLoss(t *testing.T) {
+	a, b := s.newLock(t), s.newLock(t)
+	key := s.key(t, "k")
+	h := s.mustAcquire(t, a, key, s.cfg.ttl)
+	hb := acquireWithin(t, b, key, s.cfg.longTTL, s.cfg.ttl+s.cfg.slack, "expiry")
+	defer hb.Release(context.Background())
+	lease, err := lock.Keep(context.Background(), farFuture{h}, s.cfg.ttl, lock.WithRenewInterval(time.Millisecond))
+	if err != nil {
+		t.Fatalf("Keep: %v", err)
+	}
+	select {
+	case <-lease.Context().Done():
+	case <-time.After(s.cfg.waitBound):
+		t.Fatalf("Keep of a taken-over grant not cancelled within %v", s.cfg.waitBound)
+	}
+	if cause := context.Cause(lease.Context()); !errors.Is(cause, lock.ErrLost) {
+		t.Fatalf("cause = %v, want ErrLost", cause)
+	}
+	expectLost(t, lease.Release(ctxFor(t, 10*time.Second)), "Release of a lost lease")
+	if err := hb.Extend(ctxFor(t, 10*time.Second), s.cfg.longTTL); err != nil {
+		t.Fatalf("successor's Extend after the lost lease's renewals and Release: %v", err)
+	}
+}
