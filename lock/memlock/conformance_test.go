@@ -1,4 +1,4 @@
-package locktest_test
+package memlock_test
 
 import (
 	"testing"

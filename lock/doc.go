@@ -1,0 +1,89 @@
+// Package lock is the contract of leasehold: time-bounded, fenced ownership
+// of a key (a lease), implemented by every backend (memlock, redislock,
+// pglock, etcdlock) and used by everything above them (semaphore, leader,
+// timers, jobs).
+//
+// # The contract
+//
+// A Lock grants a key to one owner for a ttl and returns a Handle. Every
+// backend keeps these promises, and lock/locktest checks each of them:
+//
+//  1. Grant safety. For one key, the backend never has two unexpired grants
+//     at once.
+//  2. Fencing. Each grant's Token is strictly greater than every earlier
+//     grant's token for the same key and is never reused (across a restart
+//     of the backend's server too, wherever the backend allows it).
+//  3. Conservative validity. ValidUntil counts from the clock reading taken
+//     before the request was sent, plus the ttl, minus a drift allowance:
+//     before that instant no other grant can exist (see the limits below).
+//  4. Ownership. Extend and Release act only on their own grant. If it is
+//     gone they return ErrLost and never touch a newer holder's grant;
+//     Extend never silently re-acquires; a second Release returns ErrLost.
+//  5. No leaks. A cancelled or failed acquire leaves no grant behind longer
+//     than its ttl, and no goroutine at all.
+//  6. Liveness. A crashed holder's key becomes acquirable within the ttl
+//     (plus the backend's stated slack).
+//  7. Checked input. An empty key, a key over MaxKeyLen bytes, a ttl ≤ 0 or
+//     below the backend's minimum, a nil context: a clear error that
+//     matches ErrInvalidArgument (and ErrInvalidKey or ErrInvalidTTL),
+//     never a panic or a hang. Use after Release returns ErrLost.
+//
+// Errors are sentinels for errors.Is. An Extend has three outcomes: renewed
+// (nil), lost (ErrLost), and unknown (anything else, typically
+// ErrUnavailable); treat unknown as "still valid until ValidUntil".
+//
+// # The helpers
+//
+// Acquire blocks until the key is granted. On a backend with release
+// notifications (Waiter) a waiter wakes when the holder releases, not on a
+// polling tick; the remaining ttl a failed attempt reports bounds its sleep,
+// so the key of a crashed holder is taken as soon as it expires.
+//
+// Keep renews a handle every ttl/3 and gives the holder a context that is
+// cancelled, with a cause matching ErrLost, the moment the grant can no
+// longer be trusted: a renewal reported the loss, ValidUntil passed without
+// a successful renewal, or the backend announced the loss itself
+// (LossNotifier). Renewal stops before Release releases.
+//
+// Do is Acquire + Keep + fn + Release; fn's context carries the token
+// (TokenFrom). HealthCheck probes a backend for readiness endpoints.
+//
+// # What no lease lock can promise, and what fencing adds
+//
+// A lease is a promise bounded by time, and the holder's sense of time can
+// be wrong. A process that is paused (a GC pause, SIGSTOP, a VM migration,
+// swapping) after it checked ValidUntil may go on writing after its grant
+// expired and a successor was granted; a server whose clock jumps forward
+// expires grants early. Keep cancels the work's context as early as it can,
+// but nothing in the lock can stop a write that is already on its way.
+//
+// The protected resource must therefore check the fencing token itself:
+// remember the highest token it has accepted and refuse a write with a
+// lower one. Patterns:
+//
+//   - SQL: UPDATE jobs SET ..., fence = $token WHERE id = $id AND fence <= $token;
+//     zero rows updated means the writer is stale.
+//   - Redis: a Lua script that reads the stored fence, refuses a lower
+//     token, and writes the value and the new fence together.
+//   - In process: Fence (see its example).
+//
+// With fencing, a paused holder's late write is refused instead of silently
+// overwriting its successor's work; without it, the lock is an efficiency
+// device (it avoids duplicate work almost always), not a correctness one.
+//
+// # Observability
+//
+// Options WithLogger, WithMeterProvider and WithTracerProvider configure
+// backends and helpers alike; by default they use slog.Default and the
+// global OpenTelemetry providers, which cost nothing until an application
+// installs an SDK. State changes (a lease lost) are logged at Warn,
+// per-operation detail at Debug. Telemetry lists the metric names.
+//
+// # Writing a backend
+//
+// Call Validate (or ValidateKeys) first in every operation, return
+// NotAcquired with the remaining ttl when the key is held, wrap driver
+// errors with Unavailable, record through Telemetry().Backend(name), accept
+// []Option with BackendOption for your own settings, and run
+// lock/locktest.Run against a real server.
+package lock

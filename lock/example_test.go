@@ -1,0 +1,113 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/memlock"
+)
+
+func ExampleDo() {
+	l := memlock.New() // or redislock, pglock, etcdlock: the same contract
+	var ledger lock.Fence
+	err := lock.Do(context.Background(), l, "reports/daily", func(ctx context.Context) error {
+		token, _ := lock.TokenFrom(ctx)
+		return ledger.Do(token, func() { fmt.Println("writing the report under token", token) })
+	}, lock.WithTTL(10*time.Second))
+	fmt.Println("err:", err)
+	// Output:
+	// writing the report under token 1
+	// err: <nil>
+}
+
+func ExampleAcquire() {
+	l := memlock.New()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	h, err := lock.Acquire(ctx, l, "inventory", 10*time.Second)
+	if err != nil {
+		fmt.Println("not acquired:", err)
+		return
+	}
+	defer h.Release(context.Background())
+	fmt.Println("holding", h.Key(), "token", h.Token())
+	// Output: holding inventory token 1
+}
+
+func ExampleKeep() {
+	l := memlock.New()
+	ctx := context.Background()
+	h, err := l.TryAcquire(ctx, "compaction", 3*time.Second)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	lease, err := lock.Keep(ctx, h, 3*time.Second)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	// Long work watches lease.Context(): it is cancelled with a cause
+	// matching lock.ErrLost the moment the grant is in doubt.
+	select {
+	case <-lease.Context().Done():
+		fmt.Println("lost:", context.Cause(lease.Context()))
+	case <-time.After(10 * time.Millisecond):
+		fmt.Println("work done, still the holder")
+	}
+	fmt.Println("release:", lease.Release(ctx))
+	// Output:
+	// work done, still the holder
+	// release: <nil>
+}
+
+func ExampleLock_tryAcquire() {
+	l := memlock.New()
+	ctx := context.Background()
+	h, _ := l.TryAcquire(ctx, "k", time.Minute)
+	_, err := l.Share().TryAcquire(ctx, "k", time.Minute)
+	fmt.Println(errors.Is(err, lock.ErrNotAcquired))
+	_ = h.Release(ctx)
+	fmt.Println(errors.Is(h.Release(ctx), lock.ErrLost)) // a second Release
+	// Output:
+	// true
+	// true
+}
+
+func ExampleFence() {
+	var f lock.Fence
+	fmt.Println(f.Do(7, func() { fmt.Println("write by grant 7") }))
+	fmt.Println(f.Do(8, func() { fmt.Println("write by grant 8") }))
+	err := f.Do(7, func() { fmt.Println("never printed") }) // grant 7 was paused past its ttl
+	fmt.Println(errors.Is(err, lock.ErrStaleToken))
+	// Output:
+	// write by grant 7
+	// <nil>
+	// write by grant 8
+	// <nil>
+	// true
+}
+
+func ExampleTokenFrom() {
+	ctx := lock.ContextWithToken(context.Background(), 42)
+	token, ok := lock.TokenFrom(ctx)
+	fmt.Println(token, ok)
+	// Output: 42 true
+}
+
+func ExampleHealthCheck() {
+	_, err := lock.HealthCheck(context.Background(), memlock.New())
+	fmt.Println("healthy:", err == nil)
+	// Output: healthy: true
+}
+
+func ExampleRemainingTTL() {
+	l := memlock.New()
+	_, _ = l.TryAcquire(context.Background(), "k", time.Minute)
+	_, err := l.Share().TryAcquire(context.Background(), "k", time.Minute)
+	fmt.Println(lock.RemainingTTL(err) > 59*time.Second)
+	// Output: true
+}

@@ -1,0 +1,226 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/memlock"
+)
+
+// scripted wraps a real handle and lets a test decide what Extend answers.
+type scripted struct {
+	lock.Handle
+	extends atomic.Int32
+	extend  func(ctx context.Context, ttl time.Duration) error // nil: the real Extend
+}
+
+func (s *scripted) Extend(ctx context.Context, ttl time.Duration) error {
+	s.extends.Add(1)
+	if s.extend != nil {
+		return s.extend(ctx, ttl)
+	}
+	return s.Handle.Extend(ctx, ttl)
+}
+
+func TestKeepRenewsEveryThirdOfTTL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := memlock.New()
+		h, err := l.TryAcquire(t.Context(), "k", 3*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &scripted{Handle: h}
+		lease, err := lock.Keep(t.Context(), s, 3*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10*time.Second + time.Millisecond)
+		synctest.Wait()
+		if n := s.extends.Load(); n != 10 {
+			t.Fatalf("%d renewals in 10 s with ttl 3 s, want 10", n)
+		}
+		if err := lease.Context().Err(); err != nil {
+			t.Fatalf("lease ended while renewals succeed: %v", context.Cause(lease.Context()))
+		}
+		if _, err := l.Share().TryAcquire(t.Context(), "k", time.Second); !errors.Is(err, lock.ErrNotAcquired) {
+			t.Fatalf("kept key acquirable by another owner: %v", err)
+		}
+		if err := lease.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Second)
+		if n := s.extends.Load(); n != 10 {
+			t.Fatalf("renewals went on after Release: %d", n)
+		}
+	})
+}
+
+func TestKeepUnknownOutcomesEndAtValidUntil(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := memlock.New()
+		h, _ := l.TryAcquire(t.Context(), "k", 3*time.Second)
+		validUntil := h.ValidUntil()
+		s := &scripted{Handle: h, extend: func(context.Context, time.Duration) error {
+			return lock.Unavailable("extend", errors.New("connection reset"))
+		}}
+		lease, _ := lock.Keep(t.Context(), s, 3*time.Second)
+		<-lease.Context().Done()
+		if now := time.Now(); !now.Equal(validUntil) {
+			t.Fatalf("lease ended at %v, want exactly ValidUntil %v", now, validUntil)
+		}
+		if !errors.Is(lease.Err(), lock.ErrLost) {
+			t.Fatalf("cause %v, want ErrLost", lease.Err())
+		}
+		if s.extends.Load() < 2 {
+			t.Fatalf("an unknown outcome must be retried before ValidUntil; %d attempts", s.extends.Load())
+		}
+		_ = lease.Release(t.Context())
+	})
+}
+
+func TestKeepLostOnRenewal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := memlock.New()
+		h, _ := l.TryAcquire(t.Context(), "k", 3*time.Second)
+		start := time.Now()
+		s := &scripted{Handle: h, extend: func(context.Context, time.Duration) error { return lock.ErrLost }}
+		lease, _ := lock.Keep(t.Context(), s, 3*time.Second)
+		<-lease.Context().Done()
+		if d := time.Since(start); d != time.Second {
+			t.Fatalf("lease ended after %v, want at the first renewal (1 s)", d)
+		}
+		if !errors.Is(lease.Err(), lock.ErrLost) {
+			t.Fatalf("cause %v, want ErrLost", lease.Err())
+		}
+		if s.extends.Load() != 1 {
+			t.Fatalf("Extend called %d times after ErrLost, want 1", s.extends.Load())
+		}
+		_ = lease.Release(t.Context())
+	})
+}
+
+func TestKeepLostWhenTheBackendSaysSo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := memlock.New()
+		h, _ := l.TryAcquire(t.Context(), "k", time.Minute)
+		lease, _ := lock.Keep(t.Context(), h, time.Minute)
+		time.Sleep(time.Second)
+		if _, err := l.ForceRelease(t.Context(), "k"); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if !errors.Is(lease.Err(), lock.ErrLost) {
+			t.Fatalf("lease not lost at once after a forced release: %v", context.Cause(lease.Context()))
+		}
+		if err := lease.Release(t.Context()); !errors.Is(err, lock.ErrLost) {
+			t.Fatalf("Release of a lost lease: %v, want ErrLost", err)
+		}
+	})
+}
+
+// Release must wait for an in-flight renewal before it releases: a renewal
+// landing after the release would otherwise resurrect nothing, but a backend
+// that re-acquired on Extend would hold the key again.
+func TestKeepReleaseWaitsForRenewal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := memlock.New()
+		h, _ := l.TryAcquire(t.Context(), "k", 3*time.Second)
+		var mu sync.Mutex
+		var events []string
+		unblock := make(chan struct{})
+		s := &scripted{Handle: h, extend: func(ctx context.Context, ttl time.Duration) error {
+			<-unblock
+			mu.Lock()
+			events = append(events, "extend")
+			mu.Unlock()
+			return h.Extend(ctx, ttl)
+		}}
+		rec := &recordRelease{Handle: s, mu: &mu, events: &events}
+		lease, _ := lock.Keep(t.Context(), rec, 3*time.Second)
+		time.Sleep(time.Second) // the renewal starts and blocks
+		synctest.Wait()
+		done := make(chan error)
+		go func() { done <- lease.Release(context.Background()) }()
+		synctest.Wait()
+		mu.Lock()
+		if len(events) != 0 {
+			t.Fatalf("events before the renewal finished: %v", events)
+		}
+		mu.Unlock()
+		close(unblock)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if len(events) != 2 || events[0] != "extend" || events[1] != "release" {
+			t.Fatalf("events %v, want [extend release]", events)
+		}
+	})
+}
+
+type recordRelease struct {
+	lock.Handle
+	mu     *sync.Mutex
+	events *[]string
+}
+
+func (r *recordRelease) Release(ctx context.Context) error {
+	r.mu.Lock()
+	*r.events = append(*r.events, "release")
+	r.mu.Unlock()
+	return r.Handle.Release(ctx)
+}
+
+func TestKeepGoesOnAfterParentContextEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := memlock.New()
+		h, _ := l.TryAcquire(t.Context(), "k", 3*time.Second)
+		ctx, cancel := context.WithCancel(t.Context())
+		lease, _ := lock.Keep(ctx, h, 3*time.Second)
+		cancel()
+		time.Sleep(10 * time.Second) // the work winds down; the grant stays ours
+		if lease.Err() != nil {
+			t.Fatalf("lease lost after the parent ended: %v", lease.Err())
+		}
+		if !errors.Is(lease.Context().Err(), context.Canceled) {
+			t.Fatalf("lease context should follow its parent: %v", lease.Context().Err())
+		}
+		if _, err := l.Share().TryAcquire(t.Context(), "k", time.Second); !errors.Is(err, lock.ErrNotAcquired) {
+			t.Fatalf("key free before Release: %v", err)
+		}
+		if err := lease.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestKeepRejectsBadInput(t *testing.T) {
+	l := memlock.New()
+	h, _ := l.TryAcquire(t.Context(), "k", time.Second)
+	defer h.Release(t.Context())
+	var nilCtx context.Context
+	for name, fn := range map[string]func() error{
+		"nil context":    func() error { _, err := lock.Keep(nilCtx, h, time.Second); return err },
+		"nil handle":     func() error { _, err := lock.Keep(t.Context(), nil, time.Second); return err },
+		"zero ttl":       func() error { _, err := lock.Keep(t.Context(), h, 0); return err },
+		"zero interval":  func() error { _, err := lock.Keep(t.Context(), h, time.Second, lock.WithRenewInterval(0)); return err },
+		"nil option":     func() error { _, err := lock.Keep(t.Context(), h, time.Second, nil); return err },
+		"backend option": func() error { _, err := lock.Keep(t.Context(), h, time.Second, foreignOption); return err },
+	} {
+		if err := fn(); !errors.Is(err, lock.ErrInvalidArgument) {
+			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
+		}
+	}
+}
+
+type someBackendSettings struct{ prefix string }
+
+var foreignOption = lock.BackendOption("WithPrefix", func(s *someBackendSettings) error {
+	s.prefix = "x"
+	return nil
+})

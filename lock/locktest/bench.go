@@ -1,0 +1,81 @@
+package locktest
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/leasehold-go/leasehold/lock"
+)
+
+// BenchTryAcquireRelease measures one uncontended TryAcquire plus Release on
+// l: the hot path of every backend. Each backend's benchmark calls it so
+// that the numbers compare.
+func BenchTryAcquireRelease(b *testing.B, l lock.Lock) {
+	ctx := context.Background()
+	key := "locktest/bench/" + randomID()
+	b.ReportAllocs()
+	for b.Loop() {
+		h, err := l.TryAcquire(ctx, key, 30*time.Second)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := h.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchHandoff measures the handoff latency from a Release on holder to a
+// goroutine blocked in lock.Acquire on waiter holding the key, and reports
+// its p50 and p99 in µs (the ns/op includes the setup of each round). The
+// holder releases only after the waiter's attempt has failed, so every
+// round is a real wake-up. The ttl is long: a handoff that waits for expiry
+// shows as seconds.
+func BenchHandoff(b *testing.B, holder, waiter lock.Lock) {
+	ctx := context.Background()
+	key := "locktest/handoff/" + randomID()
+	w, _ := waiter.(lock.Waiter)
+	var lat []time.Duration
+	for b.Loop() {
+		h, err := holder.TryAcquire(ctx, key, time.Minute)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ob := &observed{Lock: waiter, Waiter: w, failed: make(chan struct{})}
+		got := make(chan time.Time, 1)
+		go func() {
+			hw, err := lock.Acquire(ctx, ob, key, time.Minute)
+			now := time.Now()
+			if err != nil {
+				b.Error(err)
+				close(got)
+				return
+			}
+			got <- now
+			_ = hw.Release(ctx)
+		}()
+		<-ob.failed
+		released := time.Now()
+		if err := h.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+		at, ok := <-got
+		if !ok {
+			b.FailNow()
+		}
+		lat = append(lat, at.Sub(released))
+		// Wait until the waiter has released, so the next round starts clean.
+		for {
+			h, err := holder.TryAcquire(ctx, key, time.Minute)
+			if err == nil {
+				_ = h.Release(ctx)
+				break
+			}
+		}
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+}
