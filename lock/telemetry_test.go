@@ -27,7 +27,7 @@ func points(t *testing.T, r *sdkmetric.ManualReader) map[string]int64 {
 	label := func(set attribute.Set) string {
 		var parts []string
 		for _, kv := range set.ToSlice() {
-			parts = append(parts, string(kv.Key)+"="+kv.Value.Emit())
+			parts = append(parts, string(kv.Key)+"="+kv.Value.AsString())
 		}
 		return strings.Join(parts, ",")
 	}

@@ -71,3 +71,14 @@ func ValidateKeys(ctx context.Context, keys []string, ttl, minTTL time.Duration)
 	}
 	return CheckTTL(ttl, minTTL)
 }
+
+// DriftAllowance is what a network backend subtracts from a ttl for the
+// rate difference between its clock and the server's: 1% of the ttl plus
+// 2 ms (the allowance of Redlock's analysis).
+func DriftAllowance(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+
+// ValidUntil is the conservative deadline of a grant of ttl whose request
+// was sent at sent (a time.Now() reading taken before sending).
+func ValidUntil(sent time.Time, ttl time.Duration) time.Time {
+	return sent.Add(ttl - DriftAllowance(ttl))
+}

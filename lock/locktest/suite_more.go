@@ -314,7 +314,9 @@ func (s *suite) multiLock(t *testing.T) {
 	}
 	a, b := s.newLock(t), s.newLock(t)
 	m := b.(lock.MultiLock)
-	keys := []string{s.key(t, "0"), s.key(t, "1"), s.key(t, "2"), s.key(t, "3")}
+	// The keys share a hash tag, as the slots of a semaphore do (Redis
+	// Cluster needs that for a one-round-trip TryAcquireAny).
+	keys := []string{s.key(t, "{slots}/0"), s.key(t, "{slots}/1"), s.key(t, "{slots}/2"), s.key(t, "{slots}/3")}
 	ttl := s.cfg.longTTL
 	var held []lock.Handle
 	for _, i := range []int{0, 1, 3} {

@@ -38,10 +38,10 @@ type Lock struct {
 
 // table is the state that instances made by Share have in common.
 type table struct {
-	mu     sync.Mutex
-	grants map[string]*grant
-	subs   map[string]map[*subscription]struct{}
-	token  uint64
+	mu       sync.Mutex
+	grants   map[string]*grant
+	token    uint64
+	notifier lock.Notifier
 }
 
 type grant struct {
@@ -64,10 +64,7 @@ var (
 // none of its own. An invalid option is a programming error: New panics
 // with the reason, like regexp.MustCompile.
 func New(opts ...lock.Option) *Lock {
-	return newLock(&table{
-		grants: map[string]*grant{},
-		subs:   map[string]map[*subscription]struct{}{},
-	}, opts)
+	return newLock(&table{grants: map[string]*grant{}}, opts)
 }
 
 // Share returns another instance over the same grants, with its own owner
@@ -163,9 +160,7 @@ func (l *Lock) removeLocked(g *grant) {
 		return
 	}
 	delete(l.grants, g.key)
-	for s := range l.subs[g.key] {
-		s.notify()
-	}
+	l.notifier.Notify(g.key)
 }
 
 func (g *grant) markLost() {
