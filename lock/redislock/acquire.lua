@@ -1,0 +1,30 @@
+-- Grants the first free key among the lock keys, starting at an offset.
+-- KEYS: lock key 1, fence key 1, lock key 2, fence key 2, ...
+-- ARGV[1]: owner, ARGV[2]: ttl in ms, ARGV[3]: start offset (0-based)
+-- ARGV[4]: fence counter lifetime in ms
+-- Returns {1, token, index} when granted, {0, shortest remaining ttl in ms}
+-- when every key is held.
+--
+-- The token is max(last + 1, server time in µs): the per-key fence counter
+-- makes tokens strictly increasing, and the clock keeps them increasing when
+-- the counter was lost (a restart without persistence, FLUSHALL, its own
+-- expiry a day after the last grant).
+local n = #KEYS / 2
+local shortest = -1
+for i = 0, n - 1 do
+  local j = (tonumber(ARGV[3]) + i) % n
+  local lockKey, fenceKey = KEYS[2 * j + 1], KEYS[2 * j + 2]
+  local pttl = redis.call('PTTL', lockKey)
+  if pttl == -2 then
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    local last = tonumber(redis.call('GET', fenceKey) or '0')
+    local token = string.format('%.0f', math.max(last + 1, now))
+    redis.call('SET', fenceKey, token, 'PX', ARGV[4])
+    redis.call('SET', lockKey, token .. '|' .. ARGV[1], 'PX', ARGV[2])
+    return {1, token, j}
+  end
+  if pttl == -1 then pttl = 0 end -- a key without expiry: not ours to judge
+  if shortest < 0 or pttl < shortest then shortest = pttl end
+end
+return {0, shortest}

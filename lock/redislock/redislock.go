@@ -1,0 +1,281 @@
+package redislock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold-go/leasehold/lock"
+)
+
+var (
+	//go:embed acquire.lua
+	acquireSrc string
+	//go:embed extend.lua
+	extendSrc string
+	//go:embed release.lua
+	releaseSrc string
+	//go:embed inspect.lua
+	inspectSrc string
+	//go:embed force_release.lua
+	forceReleaseSrc string
+
+	acquireScript      = redis.NewScript(acquireSrc)
+	extendScript       = redis.NewScript(extendSrc)
+	releaseScript      = redis.NewScript(releaseSrc)
+	inspectScript      = redis.NewScript(inspectSrc)
+	forceReleaseScript = redis.NewScript(forceReleaseSrc)
+)
+
+const (
+	// DefaultPrefix starts every Redis key and the release channel.
+	DefaultPrefix = "leasehold:"
+	// MinTTL is the smallest ttl: Redis expires keys with millisecond
+	// precision, so ttls are rounded up to whole milliseconds too.
+	MinTTL = 10 * time.Millisecond
+	// fenceLifetime is how long a fence counter outlives its last grant:
+	// long enough that the server clock has overtaken any token drawn.
+	fenceLifetime = 24 * time.Hour
+)
+
+// Lock is a lock.Lock on Redis. It is safe for concurrent use; share one
+// per process and Close it at the end.
+type Lock struct {
+	client  redis.UniversalClient
+	prefix  string
+	channel string
+	owner   string
+	log     *slog.Logger
+	metrics *lock.BackendMetrics
+
+	notifier lock.Notifier
+	subMu    sync.Mutex
+	pubsub   *redis.PubSub
+	closed   bool
+	loopDone chan struct{}
+}
+
+var (
+	_ lock.Lock      = (*Lock)(nil)
+	_ lock.Waiter    = (*Lock)(nil)
+	_ lock.MultiLock = (*Lock)(nil)
+	_ lock.Inspector = (*Lock)(nil)
+)
+
+type settings struct{ prefix string }
+
+// WithPrefix sets the prefix of every Redis key and of the release channel
+// (default DefaultPrefix). Instances that should see each other's locks use
+// the same prefix. It may not contain braces: hash tags are the keys' own.
+func WithPrefix(prefix string) lock.Option {
+	return lock.BackendOption("redislock.WithPrefix", func(s *settings) error {
+		if strings.ContainsAny(prefix, "{}") {
+			return fmt.Errorf("prefix %q contains a brace", prefix)
+		}
+		s.prefix = prefix
+		return nil
+	})
+}
+
+// New returns a Lock over client (a *redis.Client, *redis.ClusterClient,
+// failover client or ring: any UniversalClient). It sends nothing until the
+// first operation.
+func New(client redis.UniversalClient, opts ...lock.Option) (*Lock, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: redislock.New: nil client", lock.ErrInvalidArgument)
+	}
+	s := &settings{prefix: DefaultPrefix}
+	cfg, err := lock.NewConfig(s, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Lock{
+		client:  client,
+		prefix:  s.prefix,
+		channel: s.prefix + "released",
+		owner:   cfg.Owner,
+		log:     cfg.Logger,
+		metrics: cfg.Telemetry().Backend("redislock"),
+	}, nil
+}
+
+// Owner is this instance's owner identity, stored with every grant.
+func (l *Lock) Owner() string { return l.owner }
+
+func ms(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
+
+// TryAcquire implements lock.Lock in one round trip.
+func (l *Lock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
+	if err := lock.Validate(ctx, key, ttl, MinTTL); err != nil {
+		return nil, err
+	}
+	return l.acquire(ctx, []string{key}, ttl, 0)
+}
+
+// TryAcquireAny implements lock.MultiLock in one round trip, starting at a
+// random key. On Redis Cluster all keys must share a hash tag (the
+// semaphore's do).
+func (l *Lock) TryAcquireAny(ctx context.Context, keys []string, ttl time.Duration) (lock.Handle, error) {
+	if err := lock.ValidateKeys(ctx, keys, ttl, MinTTL); err != nil {
+		return nil, err
+	}
+	return l.acquire(ctx, keys, ttl, rand.N(len(keys)))
+}
+
+func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration, offset int) (lock.Handle, error) {
+	rkeys := make([]string, 0, 2*len(keys))
+	for _, k := range keys {
+		rkeys = append(rkeys, l.lockKey(k), l.fenceKey(k))
+	}
+	sent := time.Now()
+	res, err := acquireScript.Run(ctx, l.client, rkeys, l.owner, ms(ttl), offset, ms(fenceLifetime)).Int64Slice()
+	h, err := l.grant(keys, ttl, sent, res, err)
+	l.metrics.Attempt(ctx, sent, err)
+	return h, err
+}
+
+func (l *Lock) grant(keys []string, ttl time.Duration, sent time.Time, res []int64, err error) (lock.Handle, error) {
+	switch {
+	case err != nil && strings.HasPrefix(err.Error(), "CROSSSLOT"):
+		return nil, fmt.Errorf("%w: on Redis Cluster the keys of one TryAcquireAny must share a hash tag ({…}): %w", lock.ErrInvalidKey, err)
+	case err != nil:
+		return nil, lock.Unavailable("redislock: acquire", err)
+	case len(res) == 2 && res[0] == 0:
+		return nil, lock.NotAcquired(strings.Join(keys, ","), time.Duration(res[1])*time.Millisecond)
+	case len(res) == 3 && res[0] == 1 && res[2] >= 0 && int(res[2]) < len(keys):
+		k := keys[res[2]]
+		tok := uint64(res[1])
+		return &handle{
+			l: l, key: k, rkey: l.lockKey(k), token: tok,
+			value:      strconv.FormatUint(tok, 10) + "|" + l.owner,
+			validUntil: lock.ValidUntil(sent, ttl),
+		}, nil
+	}
+	return nil, lock.Unavailable("redislock: acquire", fmt.Errorf("unexpected reply %v", res))
+}
+
+// handle is one grant.
+type handle struct {
+	l     *Lock
+	key   string
+	rkey  string
+	token uint64
+	value string
+
+	mu         sync.Mutex
+	validUntil time.Time
+	released   bool
+}
+
+func (h *handle) Key() string   { return h.key }
+func (h *handle) Token() uint64 { return h.token }
+
+func (h *handle) ValidUntil() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.validUntil
+}
+
+func (h *handle) lost(what string) error {
+	return fmt.Errorf("%w: %s of %q (token %d): the grant is gone", lock.ErrLost, what, h.key, h.token)
+}
+
+// Extend implements lock.Handle in one round trip.
+func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
+	if err := lock.CheckContext(ctx); err != nil {
+		return err
+	}
+	if err := lock.CheckTTL(ttl, MinTTL); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	released := h.released
+	h.mu.Unlock()
+	if released {
+		return h.lost("extend after release")
+	}
+	sent := time.Now()
+	n, err := extendScript.Run(ctx, h.l.client, []string{h.rkey}, h.value, ms(ttl)).Int64()
+	switch {
+	case err != nil:
+		return lock.Unavailable("redislock: extend", err)
+	case n == 0:
+		return h.lost("extend")
+	}
+	h.mu.Lock()
+	h.validUntil = lock.ValidUntil(sent, ttl)
+	h.mu.Unlock()
+	return nil
+}
+
+// Release implements lock.Handle in one round trip, which also wakes the
+// waiters of the key.
+func (h *handle) Release(ctx context.Context) error {
+	if err := lock.CheckContext(ctx); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	released := h.released
+	h.released = true
+	h.mu.Unlock()
+	if released {
+		return h.lost("second release")
+	}
+	n, err := releaseScript.Run(ctx, h.l.client, []string{h.rkey}, h.value, h.l.channel, h.key).Int64()
+	switch {
+	case err != nil:
+		// Unknown outcome: the grant may still be there; it expires with its ttl.
+		err = lock.Unavailable("redislock: release", err)
+	case n == 0:
+		err = h.lost("release")
+	}
+	h.l.metrics.Release(ctx, err)
+	return err
+}
+
+// ForceRelease deletes key's grant whoever holds it and wakes its waiters;
+// it reports whether there was one. The holder learns of it at its next
+// Extend or Release. An operator's tool: fencing still protects the
+// resource from the evicted holder.
+func (l *Lock) ForceRelease(ctx context.Context, key string) (bool, error) {
+	if err := lock.CheckContext(ctx); err != nil {
+		return false, err
+	}
+	if err := lock.CheckKey(key); err != nil {
+		return false, err
+	}
+	n, err := forceReleaseScript.Run(ctx, l.client, []string{l.lockKey(key)}, l.channel, key).Int64()
+	if err != nil {
+		return false, lock.Unavailable("redislock: force release", err)
+	}
+	return n == 1, nil
+}
+
+// Close ends the shared release subscription. The client stays open: it is
+// the caller's. Subscriptions still open are woken and end.
+func (l *Lock) Close() error {
+	l.subMu.Lock()
+	ps, done := l.pubsub, l.loopDone
+	l.closed = true
+	l.pubsub = nil
+	l.subMu.Unlock()
+	if ps == nil {
+		return nil
+	}
+	err := ps.Close()
+	<-done
+	l.notifier.NotifyAll()
+	if err != nil && !errors.Is(err, redis.ErrClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,87 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold-go/leasehold/lock"
+)
+
+// Subscribe implements lock.Waiter. All subscriptions of one Lock share one
+// Redis subscription to the release channel, made on first use; Subscribe
+// returns once it is confirmed by the server, so a release published after
+// that is delivered. When the subscription's connection breaks, every
+// waiter is woken to try again, since releases may have been missed.
+func (l *Lock) Subscribe(ctx context.Context, keys ...string) (lock.Subscription, error) {
+	if err := lock.ValidateKeys(ctx, keys, time.Second, 0); err != nil {
+		return nil, err
+	}
+	sub := l.notifier.Subscribe(keys...)
+	if err := l.ensureSubscribed(ctx); err != nil {
+		_ = sub.Close()
+		return nil, err
+	}
+	return sub, nil
+}
+
+var errClosed = errors.New("redislock: Lock is closed")
+
+func (l *Lock) ensureSubscribed(ctx context.Context) error {
+	l.subMu.Lock()
+	defer l.subMu.Unlock()
+	if l.closed {
+		return fmt.Errorf("%w: %w", lock.ErrInvalidArgument, errClosed)
+	}
+	if l.pubsub != nil {
+		return nil
+	}
+	ps := l.client.Subscribe(ctx, l.channel)
+	for {
+		msg, err := ps.Receive(ctx)
+		if err != nil {
+			_ = ps.Close()
+			return lock.Unavailable("redislock: subscribe", err)
+		}
+		if _, ok := msg.(*redis.Subscription); ok {
+			break
+		}
+	}
+	l.pubsub = ps
+	l.loopDone = make(chan struct{})
+	go l.listen(ps, l.loopDone)
+	return nil
+}
+
+func (l *Lock) listen(ps *redis.PubSub, done chan struct{}) {
+	defer close(done)
+	retry := time.NewTimer(0)
+	<-retry.C
+	for {
+		msg, err := ps.Receive(context.Background())
+		if err != nil {
+			l.subMu.Lock()
+			closed := l.closed
+			l.subMu.Unlock()
+			if closed || errors.Is(err, redis.ErrClosed) {
+				return
+			}
+			// Releases may be lost while the connection is down: wake
+			// everyone to try again, then let go-redis reconnect.
+			l.log.Debug("leasehold: redislock release subscription interrupted", "err", err)
+			l.notifier.NotifyAll()
+			retry.Reset(50 * time.Millisecond)
+			<-retry.C
+			continue
+		}
+		switch m := msg.(type) {
+		case *redis.Message:
+			l.notifier.Notify(m.Payload)
+		case *redis.Subscription:
+			l.notifier.NotifyAll() // resubscribed after a reconnect
+		}
+	}
+}
