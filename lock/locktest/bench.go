@@ -79,3 +79,33 @@ func BenchHandoff(b *testing.B, holder, waiter lock.Lock) {
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 }
+
+// BenchHandoffProcess is BenchHandoff across processes: the waiter is a
+// child process (see HolderMain) blocked in lock.Acquire, and the latency
+// runs from the parent's Release to the child's grant, both read from the
+// wall clock of the same machine. Every round starts a process, so run it
+// with a fixed count (-benchtime 30x); the ns/op is the round, not the
+// handoff.
+func BenchHandoffProcess(b *testing.B, holder lock.Lock, env []string) {
+	ctx := context.Background()
+	var lat []time.Duration
+	for b.Loop() {
+		key := "locktest/handoff-process/" + randomID()
+		h, err := holder.TryAcquire(ctx, key, time.Minute)
+		if err != nil {
+			b.Fatal(err)
+		}
+		child := StartBlockedHolder(b, env, key, time.Minute)
+		released := time.Now()
+		if err := h.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, child.Acquired(time.Minute).Sub(released))
+		if got := child.Release(); got != "ok" {
+			b.Fatalf("child's Release: %s", got)
+		}
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+}

@@ -68,7 +68,17 @@ func holder(newLock func() (lock.Lock, error), in io.Reader, out io.Writer) erro
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	h, err := lock.Acquire(ctx, l, os.Getenv(keyEnv), ttl)
+	w, _ := l.(lock.Waiter)
+	ob := &observed{Lock: l, Waiter: w, failed: make(chan struct{})}
+	go func() {
+		select {
+		case <-ob.failed:
+			fmt.Fprintln(out, "BLOCKED")
+		case <-ctx.Done():
+		}
+	}()
+	h, err := lock.Acquire(ctx, ob, os.Getenv(keyEnv), ttl)
+	acquiredAt := time.Now()
 	if err != nil {
 		return err
 	}
@@ -85,7 +95,7 @@ func holder(newLock func() (lock.Lock, error), in io.Reader, out io.Writer) erro
 		}
 		close(done)
 	}()
-	say("ACQUIRED %d", h.Token())
+	say("ACQUIRED %d %d", h.Token(), acquiredAt.UnixNano())
 	go func() {
 		<-lease.Context().Done()
 		if err := lease.Err(); err != nil {
@@ -119,12 +129,14 @@ func holder(newLock func() (lock.Lock, error), in io.Reader, out io.Writer) erro
 
 // Holder is the parent's view of a holder child process.
 type Holder struct {
-	t     testing.TB
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	token uint64
-	lost  chan string
-	other chan string
+	t        testing.TB
+	cmd      *exec.Cmd
+	stdin    io.WriteCloser
+	token    uint64
+	blocked  chan struct{}
+	acquired chan string
+	lost     chan string
+	other    chan string
 }
 
 // StartHolder starts a child that acquires key for ttl (blocking for up to
@@ -132,6 +144,38 @@ type Holder struct {
 // it finds the parent's server (testenv's Server.Env). The child is killed
 // at the end of the test.
 func StartHolder(t testing.TB, env []string, key string, ttl time.Duration) *Holder {
+	t.Helper()
+	h := startChild(t, env, key, ttl)
+	h.waitAcquired(time.Minute)
+	return h
+}
+
+// StartBlockedHolder starts a child like StartHolder while the key is held
+// elsewhere, and returns once the child's first attempt has failed: the
+// child is then blocked in lock.Acquire. Acquired waits for its grant.
+func StartBlockedHolder(t testing.TB, env []string, key string, ttl time.Duration) *Holder {
+	t.Helper()
+	h := startChild(t, env, key, ttl)
+	select {
+	case <-h.blocked:
+	case line := <-h.acquired:
+		t.Fatalf("holder child acquired %q (%s) while it was held elsewhere", key, line)
+	case line, ok := <-h.other:
+		t.Fatalf("holder child did not start waiting: %q (exited: %v)", line, !ok)
+	case <-time.After(time.Minute):
+		t.Fatalf("holder child did not try %q within a minute", key)
+	}
+	return h
+}
+
+// Acquired waits up to d for a blocked child's grant and returns the wall
+// clock time at which the child held it.
+func (h *Holder) Acquired(d time.Duration) time.Time {
+	h.t.Helper()
+	return h.waitAcquired(d)
+}
+
+func startChild(t testing.TB, env []string, key string, ttl time.Duration) *Holder {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(append(os.Environ(), env...), holderEnv+"=1", keyEnv+"="+key, ttlEnv+"="+ttl.String())
@@ -147,20 +191,22 @@ func StartHolder(t testing.TB, env []string, key string, ttl time.Duration) *Hol
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	h := &Holder{t: t, cmd: cmd, stdin: stdin, lost: make(chan string, 1), other: make(chan string, 16)}
+	h := &Holder{t: t, cmd: cmd, stdin: stdin, lost: make(chan string, 1), other: make(chan string, 16),
+		blocked: make(chan struct{}, 1), acquired: make(chan string, 1)}
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGCONT)
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
-	acquired := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			line := sc.Text()
 			switch {
+			case line == "BLOCKED":
+				h.blocked <- struct{}{}
 			case strings.HasPrefix(line, "ACQUIRED "):
-				acquired <- line
+				h.acquired <- line
 			case strings.HasPrefix(line, "LOST "):
 				h.lost <- strings.TrimPrefix(line, "LOST ")
 			default:
@@ -169,18 +215,24 @@ func StartHolder(t testing.TB, env []string, key string, ttl time.Duration) *Hol
 		}
 		close(h.other)
 	}()
-	select {
-	case line := <-acquired:
-		h.token, err = strconv.ParseUint(strings.TrimPrefix(line, "ACQUIRED "), 10, 64)
-		if err != nil {
-			t.Fatalf("holder: %q: %v", line, err)
-		}
-	case line, ok := <-h.other:
-		t.Fatalf("holder child did not acquire: %q (exited: %v)", line, !ok)
-	case <-time.After(time.Minute):
-		t.Fatalf("holder child did not acquire %q within a minute", key)
-	}
 	return h
+}
+
+func (h *Holder) waitAcquired(d time.Duration) time.Time {
+	h.t.Helper()
+	select {
+	case line := <-h.acquired:
+		var ns int64
+		if _, err := fmt.Sscanf(line, "ACQUIRED %d %d", &h.token, &ns); err != nil {
+			h.t.Fatalf("holder: %q: %v", line, err)
+		}
+		return time.Unix(0, ns)
+	case line, ok := <-h.other:
+		h.t.Fatalf("holder child did not acquire: %q (exited: %v)", line, !ok)
+	case <-time.After(d):
+		h.t.Fatalf("holder child did not acquire within %v", d)
+	}
+	return time.Time{}
 }
 
 // Token is the child's fencing token.

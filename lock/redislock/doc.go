@@ -1,0 +1,70 @@
+// Package redislock is the Redis backend of leasehold: a lock.Lock on any
+// go-redis UniversalClient — a single server, a Sentinel-managed failover
+// client, or Redis Cluster.
+//
+// # How it works
+//
+// Every operation is one round trip: a Lua script (acquire.lua, extend.lua,
+// release.lua, in this directory) sent with EVALSHA, and with EVAL when the
+// server answers NOSCRIPT (after a restart or SCRIPT FLUSH).
+//
+//   - Acquire checks the key, draws the fencing token, and stores
+//     "<token>|<owner>" with the ttl as PX. When the key is held it returns
+//     the remaining ttl, which lock.Acquire uses as its longest sleep.
+//   - Tokens are max(last + 1, server TIME in µs), from a per-key fence
+//     counter. The counter makes them strictly increasing; the clock keeps
+//     them increasing when the counter is lost (a restart without
+//     persistence, FLUSHALL, a failover to a replica that had not received
+//     it, or its own expiry a day after the key's last grant).
+//   - Extend and Release compare the stored value with the grant's before
+//     they touch the key, so they never act on a newer holder's grant.
+//     Release also PUBLISHes the key on the release channel.
+//   - Waiting: one subscription per Lock to "<prefix>released", shared by
+//     every waiter and made on first use; Subscribe returns once the server
+//     has confirmed it. When the subscription's connection breaks, every
+//     waiter is woken to try again, since a release may have been missed.
+//   - TryAcquireAny grants the first free key of a set in one script,
+//     starting at a random offset: the semaphore's one round trip.
+//   - Inspect and List report owner, token and remaining ttl; List uses
+//     SCAN (never KEYS), on every master of a Cluster.
+//
+// Keys: a lock key and its fence counter always share a Cluster hash slot
+// (see keys.go for the layout). A key that has a hash tag of its own ({…})
+// keeps it, so keys that share a tag (the slots of one semaphore) share a
+// slot, and TryAcquireAny over them works on Cluster; over keys in several
+// slots it fails with lock.ErrInvalidKey.
+//
+// ValidUntil is the time the acquire or extend request was sent, plus the
+// ttl, minus lock.DriftAllowance (1% + 2 ms). ttls are whole milliseconds
+// (rounded up); the minimum is MinTTL.
+//
+// # What Redis can and cannot promise
+//
+// Redis expires keys on its own clock, and its replication is
+// asynchronous. So:
+//
+//   - A failover (Sentinel or Cluster) can promote a replica that had not
+//     yet received a grant: the new primary shows the key free, and a
+//     second owner is granted while the first still believes it holds the
+//     key. The first owner learns it at its next Extend (ErrLost, and Keep
+//     cancels its context), but until then two owners work. The fencing
+//     token still orders them: the second grant draws max(last+1, TIME),
+//     larger than the first's unless the promoted replica's clock is behind
+//     by more than the time since the first grant — so a resource that
+//     checks tokens refuses the first owner's writes once the second has
+//     written.
+//   - A restart without AOF persistence loses every grant: the same as a
+//     failover, without even a replica. Holders find out at their next
+//     Extend; tokens stay monotonic through the server clock.
+//   - A server clock that jumps forward expires grants early (a holder's
+//     ValidUntil is then optimistic); one that jumps backward delays
+//     expiry and could rewind tokens drawn from TIME after the fence
+//     counter is lost. Run Redis hosts with NTP in slewing mode.
+//   - A paused client process (GC, SIGSTOP) can outlive its ttl: that is
+//     what fencing tokens are for (see package lock).
+//
+// For a lock whose safety must survive a primary failure, use PostgreSQL or
+// etcd (or accept the above with fencing). leasehold deliberately does not
+// implement Redlock: fencing tokens give a stronger guarantee at the
+// resource for the failures that matter, at a fraction of the cost.
+package redislock

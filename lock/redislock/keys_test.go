@@ -1,0 +1,26 @@
+package redislock
+
+import "testing"
+
+func TestKeyEncoding(t *testing.T) {
+	l := &Lock{prefix: DefaultPrefix}
+	seen := map[string]string{}
+	for _, k := range []string{"x", "{x}", "a{b}c", "{}x", "}x", "x}", "{", "}", "a}b{c", "sem/{pool}/slot/1", "über/κλειδί"} {
+		enc := encodeKey(k)
+		if back, ok := decodeKey(enc); !ok || back != k {
+			t.Errorf("decode(encode(%q)) = %q, %v", k, back, ok)
+		}
+		if other, dup := seen[enc]; dup {
+			t.Errorf("%q and %q encode alike: %q", k, other, enc)
+		}
+		seen[enc] = k
+		lk, fk := l.lockKey(k), l.fenceKey(k)
+		if tag := hashTag(lk); tag == "" || tag != hashTag(fk) {
+			t.Errorf("%q: lock key %q (tag %q) and fence key %q (tag %q) must share a non-empty tag", k, lk, hashTag(lk), fk, hashTag(fk))
+		}
+	}
+	// Keys with a tag of their own keep it.
+	if hashTag(l.lockKey("sem/{pool}/slot/1")) != "pool" || hashTag(l.lockKey("sem/{pool}/slot/2")) != "pool" {
+		t.Errorf("a key's own hash tag is not kept")
+	}
+}
