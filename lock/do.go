@@ -27,9 +27,29 @@ func Do(ctx context.Context, l Lock, key string, fn func(ctx context.Context) er
 	if err != nil {
 		return err
 	}
-	lease, err := keep(ctx, cfg, h, cfg.TTL)
+	return hold(ctx, cfg, h, cfg.TTL, fn)
+}
+
+// Hold runs fn while keeping h alive: Keep, fn, Release. It is Do for a
+// grant that is already held (a semaphore permit, a leader's term), with
+// the same rules for fn's context and the returned error.
+func Hold(ctx context.Context, h Handle, ttl time.Duration, fn func(ctx context.Context) error, opts ...Option) error {
+	cfg, err := NewConfig(nil, opts)
 	if err != nil {
-		_ = h.Release(context.WithoutCancel(ctx))
+		return err
+	}
+	if fn == nil || ctx == nil {
+		return fmt.Errorf("%w: nil function or context", ErrInvalidArgument)
+	}
+	return hold(ctx, cfg, h, ttl, fn)
+}
+
+func hold(ctx context.Context, cfg *Config, h Handle, ttl time.Duration, fn func(ctx context.Context) error) error {
+	lease, err := keep(ctx, cfg, h, ttl)
+	if err != nil {
+		if h != nil {
+			_ = h.Release(context.WithoutCancel(ctx))
+		}
 		return err
 	}
 	fnErr := fn(lease.Context())
@@ -44,7 +64,7 @@ func Do(ctx context.Context, l Lock, key string, fn func(ctx context.Context) er
 	case lostErr != nil:
 		return errors.Join(fnErr, lostErr)
 	case relErr != nil && fnErr == nil:
-		return fmt.Errorf("lock: releasing %q: %w", key, relErr)
+		return fmt.Errorf("lock: releasing %q: %w", h.Key(), relErr)
 	}
 	return fnErr
 }

@@ -59,6 +59,9 @@ func keep(ctx context.Context, cfg *Config, h Handle, ttl time.Duration) (*Lease
 	if err := CheckTTL(ttl, 0); err != nil {
 		return nil, err
 	}
+	if cfg.Margin >= ttl {
+		return nil, fmt.Errorf("%w: margin %v must be below the ttl %v", ErrInvalidArgument, cfg.Margin, ttl)
+	}
 	every := cfg.RenewInterval
 	if every == 0 {
 		every = ttl / 3
@@ -122,7 +125,7 @@ func (l *Lease) renew() {
 	}
 	next := time.NewTimer(l.every)
 	defer next.Stop()
-	deadline := time.NewTimer(time.Until(l.ValidUntil()))
+	deadline := time.NewTimer(time.Until(l.ValidUntil().Add(-l.cfg.Margin)))
 	defer deadline.Stop()
 	for {
 		select {
@@ -132,12 +135,16 @@ func (l *Lease) renew() {
 			l.lose("backend", Lost("the backend reported the grant gone"))
 			return
 		case <-deadline.C:
-			l.lose("deadline", Lost("validity ended without a successful renewal"))
+			if l.cfg.Margin > 0 {
+				l.lose("deadline", Lost(fmt.Sprintf("no successful renewal with %v of validity left", l.cfg.Margin)))
+			} else {
+				l.lose("deadline", Lost("validity ended without a successful renewal"))
+			}
 			return
 		case <-next.C:
 		}
 		until := l.ValidUntil()
-		ectx, cancel := context.WithDeadline(context.Background(), until)
+		ectx, cancel := context.WithDeadline(context.Background(), until.Add(-l.cfg.Margin))
 		err := l.h.Extend(ectx, l.ttl)
 		cancel()
 		switch {
@@ -147,7 +154,7 @@ func (l *Lease) renew() {
 			l.validUntil = until
 			l.mu.Unlock()
 			l.tel.renewals.Add(context.Background(), 1, l.tel.renewOutcome.add("renewed")...)
-			deadline.Reset(time.Until(until))
+			deadline.Reset(time.Until(until.Add(-l.cfg.Margin)))
 			next.Reset(l.every)
 		case errors.Is(err, ErrLost):
 			l.tel.renewals.Add(context.Background(), 1, l.tel.renewOutcome.add("lost")...)

@@ -224,3 +224,53 @@ var foreignOption = lock.BackendOption("WithPrefix", func(s *someBackendSettings
 	s.prefix = "x"
 	return nil
 })
+
+func TestKeepStepsDownWithItsMargin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := memlock.New()
+		h, _ := l.TryAcquire(t.Context(), "k", 15*time.Second)
+		validUntil := h.ValidUntil()
+		s := &scripted{Handle: h, extend: func(context.Context, time.Duration) error {
+			return lock.Unavailable("extend", errors.New("timeout"))
+		}}
+		lease, err := lock.Keep(t.Context(), s, 15*time.Second, lock.WithMargin(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-lease.Context().Done()
+		if left := validUntil.Sub(time.Now()); left != 5*time.Second {
+			t.Fatalf("stepped down with %v of validity left, want the 5 s margin", left)
+		}
+		if !errors.Is(lease.Err(), lock.ErrLost) {
+			t.Fatalf("cause %v", lease.Err())
+		}
+		_ = lease.Release(t.Context())
+		if _, err := lock.Keep(t.Context(), h, time.Second, lock.WithMargin(time.Second)); !errors.Is(err, lock.ErrInvalidArgument) {
+			t.Fatalf("margin ≥ ttl: %v", err)
+		}
+	})
+}
+
+func TestHold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := memlock.New()
+		h, _ := l.TryAcquire(t.Context(), "k", 3*time.Second)
+		err := lock.Hold(t.Context(), h, 3*time.Second, func(ctx context.Context) error {
+			if tok, _ := lock.TokenFrom(ctx); tok != h.Token() {
+				t.Errorf("token %d in fn's context, want %d", tok, h.Token())
+			}
+			time.Sleep(10 * time.Second) // renewed meanwhile
+			return ctx.Err()
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Share().TryAcquire(t.Context(), "k", time.Second); err != nil {
+			t.Fatalf("not released after Hold: %v", err)
+		}
+		var nilCtx context.Context
+		if err := lock.Hold(nilCtx, h, time.Second, func(context.Context) error { return nil }); !errors.Is(err, lock.ErrInvalidArgument) {
+			t.Fatalf("Hold(nil ctx): %v", err)
+		}
+	})
+}

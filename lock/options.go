@@ -33,6 +33,7 @@ type Config struct {
 
 	TTL           time.Duration // Do's lease ttl; default DefaultTTL
 	RenewInterval time.Duration // Keep's renewal period; default ttl/3
+	Margin        time.Duration // Keep gives up this long before ValidUntil
 	MinBackoff    time.Duration // Acquire's first retry without a Waiter
 	MaxBackoff    time.Duration // Acquire's longest wait without a hint
 
@@ -79,8 +80,8 @@ func NewConfig(backend any, opts []Option) (*Config, error) {
 
 func (c *Config) fail(err error) { c.errs = append(c.errs, err) }
 
-// BackendOption builds an Option that sets a field of a backend's settings
-// struct S. Given to a constructor whose settings are not an *S, it makes
+// BackendOption builds an Option that sets a field of a backend's (or a
+// tool's: leader, timers) settings struct S. Given to a constructor whose settings are not an *S, it makes
 // NewConfig fail with ErrInvalidArgument. f may reject its value by
 // returning an error.
 func BackendOption[S any](name string, f func(*S) error) Option {
@@ -163,6 +164,20 @@ func WithRenewInterval(d time.Duration) Option {
 			return
 		}
 		c.RenewInterval = d
+	}
+}
+
+// WithMargin makes Keep give the grant up d before ValidUntil when no
+// renewal has succeeded by then (default 0: at ValidUntil), so that the
+// work has d to stop before a successor can be granted the key. Leader
+// election uses it to step down in time.
+func WithMargin(d time.Duration) Option {
+	return func(c *Config) {
+		if d < 0 {
+			c.fail(fmt.Errorf("%w: margin must not be negative, got %v", ErrInvalidArgument, d))
+			return
+		}
+		c.Margin = d
 	}
 }
 

@@ -48,6 +48,7 @@ type grant struct {
 	key     string
 	owner   string
 	token   uint64
+	since   time.Time
 	expires time.Time
 	lost    chan struct{} // made on first Handle.Lost call
 }
@@ -143,7 +144,7 @@ func (l *Lock) grantLocked(key string, ttl time.Duration, now time.Time) (*grant
 		old.markLost()
 	}
 	l.token++
-	g := &grant{key: key, owner: l.owner, token: l.token, expires: now.Add(ttl)}
+	g := &grant{key: key, owner: l.owner, token: l.token, since: now, expires: now.Add(ttl)}
 	l.grants[key] = g
 	return g, nil
 }
@@ -238,7 +239,7 @@ func (l *Lock) List(ctx context.Context, prefix string) ([]lock.Grant, error) {
 }
 
 func (g *grant) info(now time.Time) lock.Grant {
-	return lock.Grant{Key: g.key, Owner: g.owner, Token: g.token, Remaining: g.expires.Sub(now)}
+	return lock.Grant{Key: g.key, Owner: g.owner, Token: g.token, Remaining: g.expires.Sub(now), Since: g.since}
 }
 
 // handle is one grant. After Release it stays bound to its grant, which is

@@ -2,8 +2,9 @@
 -- KEYS: lock key 1, fence key 1, lock key 2, fence key 2, ...
 -- ARGV[1]: owner, ARGV[2]: ttl in ms, ARGV[3]: start offset (0-based)
 -- ARGV[4]: fence counter lifetime in ms
--- Returns {1, token, index} when granted, {0, shortest remaining ttl in ms}
--- when every key is held.
+-- Returns {1, token, index, now in µs} when granted, {0, shortest remaining
+-- ttl in ms} when every key is held. The grant's value is
+-- "<token>|<granted at, µs>|<owner>".
 --
 -- The token is max(last + 1, server time in µs): the per-key fence counter
 -- makes tokens strictly increasing, and the clock keeps them increasing when
@@ -21,8 +22,9 @@ for i = 0, n - 1 do
     local last = tonumber(redis.call('GET', fenceKey) or '0')
     local token = string.format('%.0f', math.max(last + 1, now))
     redis.call('SET', fenceKey, token, 'PX', ARGV[4])
-    redis.call('SET', lockKey, token .. '|' .. ARGV[1], 'PX', ARGV[2])
-    return {1, token, j}
+    local since = string.format('%.0f', now)
+    redis.call('SET', lockKey, token .. '|' .. since .. '|' .. ARGV[1], 'PX', ARGV[2])
+    return {1, token, j, since}
   end
   if pttl == -1 then pttl = 0 end -- a key without expiry: not ours to judge
   if shortest < 0 or pttl < shortest then shortest = pttl end

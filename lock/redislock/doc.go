@@ -9,7 +9,7 @@
 // server answers NOSCRIPT (after a restart or SCRIPT FLUSH).
 //
 //   - Acquire checks the key, draws the fencing token, and stores
-//     "<token>|<owner>" with the ttl as PX. When the key is held it returns
+//     "<token>|<granted at>|<owner>" with the ttl as PX. When the key is held it returns
 //     the remaining ttl, which lock.Acquire uses as its longest sleep.
 //   - Tokens are max(last + 1, server TIME in µs), from a per-key fence
 //     counter. The counter makes them strictly increasing; the clock keeps

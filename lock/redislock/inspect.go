@@ -35,16 +35,19 @@ func (l *Lock) Inspect(ctx context.Context, key string) (lock.Grant, bool, error
 	return g, ok, nil
 }
 
+// parseGrant reads a grant's value, "<token>|<granted at, µs>|<owner>".
 func parseGrant(key, value string, pttl int64) (lock.Grant, bool) {
-	tok, owner, ok := strings.Cut(value, "|")
-	if !ok || pttl < 0 {
+	parts := strings.SplitN(value, "|", 3)
+	if len(parts) != 3 || pttl < 0 {
 		return lock.Grant{}, false
 	}
-	token, err := strconv.ParseUint(tok, 10, 64)
-	if err != nil {
+	token, err1 := strconv.ParseUint(parts[0], 10, 64)
+	since, err2 := strconv.ParseInt(parts[1], 10, 64)
+	if err1 != nil || err2 != nil {
 		return lock.Grant{}, false
 	}
-	return lock.Grant{Key: key, Owner: owner, Token: token, Remaining: time.Duration(pttl) * time.Millisecond}, true
+	return lock.Grant{Key: key, Owner: parts[2], Token: token,
+		Remaining: time.Duration(pttl) * time.Millisecond, Since: time.UnixMicro(since)}, true
 }
 
 // List implements lock.Inspector with SCAN (never KEYS), on every master of

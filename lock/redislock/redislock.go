@@ -151,12 +151,12 @@ func (l *Lock) grant(keys []string, ttl time.Duration, sent time.Time, res []int
 		return nil, lock.Unavailable("redislock: acquire", err)
 	case len(res) == 2 && res[0] == 0:
 		return nil, lock.NotAcquired(strings.Join(keys, ","), time.Duration(res[1])*time.Millisecond)
-	case len(res) == 3 && res[0] == 1 && res[2] >= 0 && int(res[2]) < len(keys):
+	case len(res) == 4 && res[0] == 1 && res[2] >= 0 && int(res[2]) < len(keys):
 		k := keys[res[2]]
 		tok := uint64(res[1])
 		return &handle{
 			l: l, key: k, rkey: l.lockKey(k), token: tok,
-			value:      strconv.FormatUint(tok, 10) + "|" + l.owner,
+			value:      strconv.FormatUint(tok, 10) + "|" + strconv.FormatInt(res[3], 10) + "|" + l.owner,
 			validUntil: lock.ValidUntil(sent, ttl),
 		}, nil
 	}
