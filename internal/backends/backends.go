@@ -1,0 +1,107 @@
+// Package backends gives the tests of the packages built on lock (semaphore,
+// leader, timers, jobs) every built-in backend at once, so that a shared
+// test suite runs on each and no backend can silently miss a case. Each
+// Backend makes independent instances (one per simulated process) over one
+// real server found or started by internal/testenv, and can rebuild an
+// instance in a child process from the environment (Env, FromEnv).
+package backends
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold-go/leasehold/internal/testenv"
+	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/memlock"
+	"github.com/leasehold-go/leasehold/lock/redislock"
+)
+
+// Backend is one backend under test.
+type Backend struct {
+	Name string
+	// New returns a new instance, closed at the end of the test.
+	New func(t testing.TB) lock.Lock
+	// Env is what a child process needs to reach the same server (nil for
+	// memlock, which cannot be shared across processes).
+	Env []string
+}
+
+// EnvName is the variable that tells a child process which backend to use.
+const EnvName = "LEASEHOLD_TEST_BACKEND"
+
+// Memlock is the in-process backend: instances share one table.
+func Memlock(t testing.TB) Backend {
+	shared := memlock.New()
+	return Backend{Name: "memlock", New: func(testing.TB) lock.Lock { return shared.Share() }}
+}
+
+// Redis is redislock on the test binary's shared Redis server.
+func Redis(t testing.TB) Backend {
+	srv := testenv.Redis(t)
+	return Backend{
+		Name: "redis",
+		New: func(t testing.TB) lock.Lock {
+			l, err := redisFromAddr(srv.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = l.Close() })
+			return l
+		},
+		Env: append(srv.Env(), EnvName+"=redis"),
+	}
+}
+
+func redisFromAddr(addr string) (*closingRedis, error) {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	l, err := redislock.New(c)
+	if err != nil {
+		return nil, err
+	}
+	return &closingRedis{l, c}, nil
+}
+
+// closingRedis closes its client with the Lock.
+type closingRedis struct {
+	*redislock.Lock
+	c *redis.Client
+}
+
+func (r *closingRedis) Close() error {
+	err := r.Lock.Close()
+	_ = r.c.Close()
+	return err
+}
+
+// All returns every backend, each as a subtest-ready value. The servers are
+// started lazily by testenv as the backends are asked for.
+func All(t testing.TB) []func(testing.TB) Backend {
+	return []func(testing.TB) Backend{Memlock, Redis}
+}
+
+// Networked returns the backends a child process can share.
+func Networked(t testing.TB) []func(testing.TB) Backend {
+	return []func(testing.TB) Backend{Redis}
+}
+
+// Each runs f as a subtest per backend.
+func Each(t *testing.T, kinds []func(testing.TB) Backend, f func(t *testing.T, b Backend)) {
+	for _, k := range kinds {
+		b := k(t)
+		t.Run(b.Name, func(t *testing.T) { f(t, b) })
+	}
+}
+
+// FromEnv builds a backend instance in a child process from the variables
+// of Backend.Env.
+func FromEnv() (lock.Lock, error) {
+	switch name := os.Getenv(EnvName); name {
+	case "redis":
+		return redisFromAddr(os.Getenv("LEASEHOLD_REDIS_ADDR"))
+	default:
+		return nil, fmt.Errorf("backends: %s=%q names no networked backend", EnvName, name)
+	}
+}

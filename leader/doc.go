@@ -1,0 +1,44 @@
+// Package leader elects one leader among the processes that share a
+// lock.Lock, and runs a function for as long as — and only while — this
+// process leads.
+//
+// Run campaigns until its context ends. Each time it wins, it calls fn with
+// a context that carries the term (the grant's fencing token, see
+// lock.TokenFrom) and that is cancelled the moment leadership can no longer
+// be trusted; the lease is released only after fn returns, so a successor
+// never overlaps a predecessor that is still winding down within its lease.
+//
+// # The state machine
+//
+//		follower ──win──▶ leader ──fn returns / lost / ctx ends──▶ release ──▶ follower (or return)
+//
+//	  - Follower: try the key "leader/<name>"; when it is held, wait for its
+//	    release notification (lock.Waiter) or, at the latest, for the
+//	    remaining lease the failed attempt reported (a crashed leader's lease
+//	    runs out) or the retry interval, whichever comes first.
+//	  - Leader: renew every RenewEvery. An unknown renewal outcome is retried;
+//	    if no renewal has succeeded when less than RenewEvery of the lease is
+//	    left, the leader steps down: fn's context is cancelled (cause
+//	    lock.ErrLost) while the lease is still valid, so fn has that margin
+//	    to stop before anyone else can be elected. A renewal that reports the
+//	    lease gone cancels fn at once.
+//	  - Shutdown: when Run's context ends, fn's context is cancelled; when fn
+//	    returns the lease is released, which wakes the followers: a peer
+//	    leads within a round trip (graceful resign).
+//
+// # The trust window
+//
+// A leader is sure of its leadership until its lease's ValidUntil (the send
+// time of the last successful renewal plus the lease, minus drift). A paused
+// process (GC, SIGSTOP) cannot see its lease end; when it resumes, its
+// context is cancelled, but a write it had already started may land after
+// a successor was elected. Stamp writes with the term and have the resource
+// refuse terms older than the newest it has seen.
+//
+// Defaults follow Kubernetes' client-go: lease 15 s, renew every 5 s, retry
+// every 2 s (plus notifications). RenewEvery must be at most a third of the
+// lease.
+//
+// Observe reports the current leader (identity, term, since) without
+// campaigning; it needs a backend with lock.Inspector.
+package leader

@@ -1,0 +1,297 @@
+package leader_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leasehold-go/leasehold/internal/backends"
+	"github.com/leasehold-go/leasehold/internal/testenv"
+	"github.com/leasehold-go/leasehold/leader"
+	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/memlock"
+)
+
+func TestMain(m *testing.M) {
+	childMain()
+	testenv.Main(m)
+}
+
+// countingLock counts the Extend calls of its handles and can make them fail.
+type countingLock struct {
+	*memlock.Lock
+	extends atomic.Int32
+	fail    atomic.Bool
+}
+
+func (c *countingLock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
+	h, err := c.Lock.TryAcquire(ctx, key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return &countingHandle{h, c}, nil
+}
+
+type countingHandle struct {
+	lock.Handle
+	c *countingLock
+}
+
+func (h *countingHandle) Extend(ctx context.Context, ttl time.Duration) error {
+	h.c.extends.Add(1)
+	if h.c.fail.Load() {
+		return lock.Unavailable("extend", errors.New("network down"))
+	}
+	return h.Handle.Extend(ctx, ttl)
+}
+
+// The leader renews every RenewEvery, and steps down with RenewEvery of the
+// lease left when renewals fail.
+func TestRenewCadenceAndStepDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := &countingLock{Lock: memlock.New()}
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		var elected time.Time
+		stepped := make(chan time.Time, 1)
+		go leader.Run(ctx, l, "cadence", func(ctx context.Context) error {
+			elected = time.Now()
+			<-ctx.Done()
+			stepped <- time.Now()
+			<-ctx.Done()
+			return nil
+		}, leader.WithLease(15*time.Second), leader.WithRenewEvery(5*time.Second))
+		time.Sleep(31 * time.Second)
+		synctest.Wait()
+		if n := l.extends.Load(); n != 6 {
+			t.Fatalf("%d renewals in 31 s at one per 5 s, want 6", n)
+		}
+		l.fail.Store(true) // the last good renewal was at 30 s: valid until 45 s
+		got := <-stepped
+		if at := got.Sub(elected); at != 40*time.Second {
+			t.Fatalf("stepped down %v after election, want 40 s (5 s before the lease ends at 45 s)", at)
+		}
+	})
+}
+
+// A crashed leader's lease runs out and a follower takes over at once; a
+// resigning leader hands over at the instant it releases.
+func TestFailoverTiming(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		table := memlock.New()
+		opts := []lock.Option{leader.WithLease(3 * time.Second), leader.WithRenewEvery(time.Second), leader.WithRetry(2 * time.Second)}
+		// A "crashed" leader: a grant nobody renews.
+		if _, err := table.TryAcquire(t.Context(), leader.Key("failover"), 3*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		elected := make(chan time.Time, 2)
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		follower := func(l lock.Lock) {
+			_ = leader.Run(ctx, l, "failover", func(ctx context.Context) error {
+				elected <- time.Now()
+				<-ctx.Done()
+				return nil
+			}, opts...)
+		}
+		aCtx, stopA := context.WithCancel(ctx)
+		go func() {
+			_ = leader.Run(aCtx, table.Share(), "failover", func(ctx context.Context) error {
+				elected <- time.Now()
+				<-ctx.Done()
+				return nil
+			}, opts...)
+		}()
+		first := <-elected
+		if d := first.Sub(start); d < 3*time.Second || d > 3*time.Second+25*time.Millisecond {
+			t.Fatalf("takeover %v after a crash with a 3 s lease", d)
+		}
+		go follower(table.Share())
+		time.Sleep(10 * time.Second) // the follower waits, the leader renews
+		synctest.Wait()
+		resigned := time.Now()
+		stopA() // graceful resign
+		if second := <-elected; !second.Equal(resigned) {
+			t.Fatalf("the follower took over %v after the resign, want at once", second.Sub(resigned))
+		}
+	})
+}
+
+func TestBadInput(t *testing.T) {
+	l := memlock.New()
+	fn := func(context.Context) error { return nil }
+	var nilCtx context.Context
+	for name, err := range map[string]error{
+		"nil lock":        leader.Run(t.Context(), nil, "x", fn),
+		"nil fn":          leader.Run(t.Context(), l, "x", nil),
+		"nil ctx":         leader.Run(nilCtx, l, "x", fn),
+		"empty name":      leader.Run(t.Context(), l, "", fn),
+		"renew too slow":  leader.Run(t.Context(), l, "x", fn, leader.WithLease(time.Second), leader.WithRenewEvery(500*time.Millisecond)),
+		"zero lease":      leader.Run(t.Context(), l, "x", fn, leader.WithLease(0)),
+		"negative retry":  leader.Run(t.Context(), l, "x", fn, leader.WithRetry(-1)),
+		"foreign option":  leader.Run(t.Context(), l, "x", fn, lock.BackendOption("x", func(*struct{}) error { return nil })),
+		"observe no name": func() error { _, _, err := leader.Observe(t.Context(), l, ""); return err }(),
+	} {
+		if !errors.Is(err, lock.ErrInvalidArgument) {
+			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
+		}
+	}
+}
+
+// TestSuite runs the shared leader suite on every backend.
+func TestSuite(t *testing.T) {
+	backends.Each(t, backends.All(t), func(t *testing.T, b backends.Backend) {
+		t.Run("OneLeader", func(t *testing.T) { t.Parallel(); testOneLeader(t, b) })
+		t.Run("GracefulResign", func(t *testing.T) { t.Parallel(); testResign(t, b) })
+		t.Run("Observe", func(t *testing.T) { t.Parallel(); testObserve(t, b) })
+		t.Run("FnErrorEndsTheTerm", func(t *testing.T) { t.Parallel(); testFnError(t, b) })
+	})
+}
+
+var quick = []lock.Option{leader.WithLease(3 * time.Second), leader.WithRenewEvery(time.Second), leader.WithRetry(500 * time.Millisecond)}
+
+// Three candidates: one leads at a time, terms grow, each term's writes are
+// fenced; when the leader resigns another takes over.
+func testOneLeader(t *testing.T, b backends.Backend) {
+	name := "one-" + t.Name()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var (
+		leading atomic.Int32
+		mu      sync.Mutex
+		fence   lock.Fence
+		terms   []uint64
+		wg      sync.WaitGroup
+	)
+	for range 3 {
+		l := b.New(t)
+		wg.Go(func() {
+			_ = leader.Run(ctx, l, name, func(ctx context.Context) error {
+				if n := leading.Add(1); n != 1 {
+					t.Errorf("%d leaders at once", n)
+				}
+				term, _ := lock.TokenFrom(ctx)
+				mu.Lock()
+				terms = append(terms, term)
+				n := len(terms)
+				mu.Unlock()
+				if err := fence.Do(term, nil); err != nil {
+					t.Errorf("term %d: %v", term, err)
+				}
+				time.Sleep(50 * time.Millisecond) // work
+				leading.Add(-1)
+				if n >= 6 {
+					cancel()
+				}
+				return nil // end the term: the next one is someone's
+			}, quick...)
+		})
+	}
+	wg.Wait()
+	for i := 1; i < len(terms); i++ {
+		if terms[i] <= terms[i-1] {
+			t.Fatalf("terms not increasing: %v", terms)
+		}
+	}
+	if len(terms) < 6 {
+		t.Fatalf("only %d terms", len(terms))
+	}
+}
+
+func testResign(t *testing.T, b backends.Backend) {
+	name := "resign-" + t.Name()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	aCtx, stopA := context.WithCancel(ctx)
+	elected := make(chan string, 2)
+	run := func(ctx context.Context, who string) {
+		_ = leader.Run(ctx, b.New(t), name, func(ctx context.Context) error {
+			elected <- who
+			<-ctx.Done()
+			return nil
+		}, append(quick, leader.WithLease(30*time.Second))...)
+	}
+	go run(aCtx, "a")
+	if who := <-elected; who != "a" {
+		t.Fatalf("%s elected first", who)
+	}
+	go run(ctx, "b")
+	stopA()
+	resigned := time.Now()
+	select {
+	case who := <-elected:
+		if who != "b" {
+			t.Fatalf("%s elected after a resigned", who)
+		}
+		if d := time.Since(resigned); d > time.Second {
+			t.Fatalf("took over %v after a graceful resign, want within 1 s", d)
+		}
+	case <-time.After(5 * time.Second): // the lease is 30 s: only the release can hand over this fast
+		t.Fatal("no takeover within 5 s of a graceful resign")
+	}
+}
+
+func testObserve(t *testing.T, b backends.Backend) {
+	name := "observe-" + t.Name()
+	l := b.New(t)
+	if _, ok := l.(lock.Inspector); !ok {
+		t.Skip("no Inspector")
+	}
+	observer := b.New(t)
+	if _, ok, err := leader.Observe(t.Context(), observer, name); err != nil || ok {
+		t.Fatalf("Observe before any election: %v %v", ok, err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	got := make(chan leader.Term, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = leader.Run(ctx, l, name, func(ctx context.Context) error {
+			<-ctx.Done()
+			return nil
+		}, append(quick, leader.OnElected(func(term leader.Term) { got <- term }))...)
+	}()
+	term := <-got
+	seen, ok, err := leader.Observe(t.Context(), observer, name)
+	if err != nil || !ok {
+		t.Fatalf("Observe: %v %v", ok, err)
+	}
+	if seen.Term != term.Term || seen.Identity != term.Identity || seen.Identity == "" {
+		t.Fatalf("Observe = %+v, the leader says %+v", seen, term)
+	}
+	if !seen.Since.IsZero() && seen.Since.Sub(term.Since).Abs() > time.Second {
+		t.Fatalf("Since %v, elected at %v", seen.Since, term.Since)
+	}
+	cancel()
+	<-done
+	if _, ok, _ := leader.Observe(t.Context(), observer, name); ok {
+		t.Fatal("a leader is still observed after the resign")
+	}
+}
+
+func testFnError(t *testing.T, b backends.Backend) {
+	name := "fnerr-" + t.Name()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	boom := errors.New("boom")
+	var terms atomic.Int32
+	causes := make(chan error, 4)
+	_ = leader.Run(ctx, b.New(t), name, func(ctx context.Context) error {
+		if terms.Add(1) == 2 {
+			cancel()
+		}
+		return boom
+	}, append(quick, leader.OnDemoted(func(_ leader.Term, cause error) { causes <- cause }))...)
+	if n := terms.Load(); n != 2 {
+		t.Fatalf("%d terms, want 2: an fn error ends the term and Run campaigns again", n)
+	}
+	if c := <-causes; !errors.Is(c, boom) {
+		t.Fatalf("OnDemoted cause %v, want fn's error", c)
+	}
+}

@@ -1,0 +1,248 @@
+package leader_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leasehold-go/leasehold/internal/backends"
+	"github.com/leasehold-go/leasehold/leader"
+	"github.com/leasehold-go/leasehold/lock"
+)
+
+// A candidate child process runs leader.Run and reports on stdout:
+// "ELECTED <term>" and "DEMOTED <term> <cause>"; on stdin, "WRITE" makes it
+// answer "WRITE <term>" with its latest term (a write it believes it may
+// still make) and "QUIT" cancels Run's context (graceful shutdown).
+
+const childEnv = "LEADER_CHILD"
+
+var processOpts = []lock.Option{leader.WithLease(time.Second), leader.WithRenewEvery(300 * time.Millisecond), leader.WithRetry(500 * time.Millisecond)}
+
+const lease, retry = time.Second, 500 * time.Millisecond
+
+func childMain() {
+	if os.Getenv(childEnv) == "" {
+		return
+	}
+	l, err := backends.FromEnv()
+	if err != nil {
+		fmt.Println("ERROR", err)
+		os.Exit(2)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	out := make(chan string, 16)
+	var term uint64
+	termc := make(chan uint64, 1)
+	go func() {
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			switch sc.Text() {
+			case "WRITE":
+				select {
+				case term = <-termc:
+				default:
+				}
+				out <- fmt.Sprintf("WRITE %d", term)
+			case "QUIT":
+				cancel()
+			}
+		}
+	}()
+	go func() {
+		for line := range out {
+			fmt.Println(line)
+		}
+	}()
+	_ = leader.Run(ctx, l, os.Getenv("LEADER_NAME"), func(ctx context.Context) error {
+		t, _ := lock.TokenFrom(ctx)
+		select {
+		case <-termc:
+		default:
+		}
+		termc <- t
+		out <- fmt.Sprintf("ELECTED %d", t)
+		<-ctx.Done()
+		out <- fmt.Sprintf("DEMOTED %d %s", t, strings.ReplaceAll(fmt.Sprint(context.Cause(ctx)), "\n", " "))
+		return nil
+	}, processOpts...)
+	out <- "EXITED"
+	time.Sleep(100 * time.Millisecond) // let the printer drain before exit
+	os.Exit(0)
+}
+
+type candidate struct {
+	i     int
+	cmd   *exec.Cmd
+	stdin interface{ Write([]byte) (int, error) }
+}
+
+type event struct {
+	who  int
+	line string
+	at   time.Time
+}
+
+func startCandidates(t testing.TB, b backends.Backend, name string, n int) ([]*candidate, chan event) {
+	events := make(chan event, 256)
+	var cs []*candidate
+	for i := range n {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(append(os.Environ(), b.Env...), childEnv+"=1", "LEADER_NAME="+name)
+		cmd.Stderr = os.Stderr
+		stdin, _ := cmd.StdinPipe()
+		stdout, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGCONT); _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		go func() {
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				events <- event{i, sc.Text(), time.Now()}
+			}
+		}()
+		cs = append(cs, &candidate{i, cmd, stdin})
+	}
+	return cs, events
+}
+
+// next waits up to d for an event whose line starts with prefix, from any
+// candidate accepted by from; other events are kept in seen.
+func next(t testing.TB, events chan event, prefix string, d time.Duration, from func(int) bool) event {
+	t.Helper()
+	deadline := time.After(d)
+	for {
+		select {
+		case e := <-events:
+			if strings.HasPrefix(e.line, "ERROR") {
+				t.Fatalf("candidate %d: %s", e.who, e.line)
+			}
+			if strings.HasPrefix(e.line, prefix) && from(e.who) {
+				return e
+			}
+			if strings.HasPrefix(e.line, "ELECTED") {
+				t.Fatalf("unexpected election of candidate %d (%s) while waiting for %q", e.who, e.line, prefix)
+			}
+		case <-deadline:
+			t.Fatalf("no %q within %v", prefix, d)
+		}
+	}
+}
+
+func termOf(t testing.TB, line string) uint64 {
+	var term uint64
+	if _, err := fmt.Sscanf(strings.Fields(line)[1], "%d", &term); err != nil {
+		t.Fatalf("%q: %v", line, err)
+	}
+	return term
+}
+
+func anyOf(ids ...int) func(int) bool {
+	return func(i int) bool {
+		for _, id := range ids {
+			if i == id {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// Three candidate processes: exactly one leads; SIGKILL of the leader → a
+// new leader within lease + retry + 1 s; SIGSTOP of the leader past its
+// lease → a new leader with a higher term, and on SIGCONT the old one is
+// demoted and its term-stamped write is refused; a graceful shutdown hands
+// over within 1 s.
+func TestThreeProcesses(t *testing.T) {
+	backends.Each(t, backends.Networked(t), func(t *testing.T, b backends.Backend) {
+		name := "procs-" + t.Name()
+		cs, events := startCandidates(t, b, name, 3)
+		observer := b.New(t)
+		var fence lock.Fence
+
+		e1 := next(t, events, "ELECTED", 30*time.Second, anyOf(0, 1, 2))
+		t1 := termOf(t, e1.line)
+		if err := fence.Do(t1, nil); err != nil {
+			t.Fatal(err)
+		}
+		// Exactly one leads: nobody else is elected while it renews.
+		select {
+		case e := <-events:
+			t.Fatalf("while candidate %d leads: candidate %d says %q", e1.who, e.who, e.line)
+		case <-time.After(3 * lease):
+		}
+		if term, ok, err := leader.Observe(t.Context(), observer, name); err != nil || !ok || term.Term != t1 {
+			t.Fatalf("Observe = %+v %v %v, want term %d", term, ok, err, t1)
+		}
+
+		// SIGKILL of the leader.
+		others := []int{}
+		for i := range 3 {
+			if i != e1.who {
+				others = append(others, i)
+			}
+		}
+		_ = cs[e1.who].cmd.Process.Signal(syscall.SIGKILL)
+		killed := time.Now()
+		e2 := next(t, events, "ELECTED", lease+retry+time.Second, anyOf(others...))
+		t2 := termOf(t, e2.line)
+		t.Logf("failover after SIGKILL: %v (lease %v)", e2.at.Sub(killed).Round(time.Millisecond), lease)
+		if t2 <= t1 {
+			t.Fatalf("term %d after %d", t2, t1)
+		}
+		if err := fence.Do(t2, nil); err != nil {
+			t.Fatal(err)
+		}
+
+		// SIGSTOP of the new leader past its lease.
+		third := others[0]
+		if third == e2.who {
+			third = others[1]
+		}
+		_ = cs[e2.who].cmd.Process.Signal(syscall.SIGSTOP)
+		stopped := time.Now()
+		e3 := next(t, events, "ELECTED", lease+retry+time.Second, anyOf(third))
+		t3 := termOf(t, e3.line)
+		t.Logf("failover after SIGSTOP: %v", e3.at.Sub(stopped).Round(time.Millisecond))
+		if t3 <= t2 {
+			t.Fatalf("term %d after %d", t3, t2)
+		}
+		if err := fence.Do(t3, nil); err != nil {
+			t.Fatal(err)
+		}
+		_ = cs[e2.who].cmd.Process.Signal(syscall.SIGCONT)
+		_, _ = cs[e2.who].stdin.Write([]byte("WRITE\n"))
+		sawDemoted, sawWrite := false, false
+		for !sawDemoted || !sawWrite {
+			e := next(t, events, "", 2*time.Second, anyOf(e2.who))
+			switch {
+			case strings.HasPrefix(e.line, "DEMOTED"):
+				sawDemoted = true
+				if !strings.Contains(e.line, "lost") {
+					t.Fatalf("the resumed leader was demoted with %q, want a loss", e.line)
+				}
+			case strings.HasPrefix(e.line, "WRITE"):
+				sawWrite = true
+				if err := fence.Do(termOf(t, e.line), nil); err == nil {
+					t.Fatalf("the resumed leader's write with term %s was accepted after term %d", e.line, t3)
+				}
+			}
+		}
+
+		// Graceful shutdown of the current leader: the resumed one takes over.
+		_, _ = cs[third].stdin.Write([]byte("QUIT\n"))
+		quit := time.Now()
+		e4 := next(t, events, "ELECTED", time.Second, anyOf(e2.who))
+		t.Logf("failover after a graceful shutdown: %v", e4.at.Sub(quit).Round(time.Millisecond))
+		if termOf(t, e4.line) <= t3 {
+			t.Fatalf("term %s after %d", e4.line, t3)
+		}
+	})
+}

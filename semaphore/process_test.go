@@ -1,0 +1,216 @@
+package semaphore_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leasehold-go/leasehold/internal/backends"
+	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/semaphore"
+)
+
+// A worker child process takes permits of a semaphore in a loop and reports
+// each one on stdout: "DONE <slot> <token> <start ns> <end ns>", measured
+// between the grant and the release on the wall clock. With SEM_HOLD=forever
+// it takes one permit, says "GOT <slot> <token>" and holds it until killed.
+
+const childEnv = "SEM_CHILD"
+
+func childMain() {
+	if os.Getenv(childEnv) == "" {
+		return
+	}
+	if err := worker(); err != nil {
+		fmt.Println("ERROR", err)
+		os.Exit(2)
+	}
+	os.Exit(0)
+}
+
+func worker() error {
+	l, err := backends.FromEnv()
+	if err != nil {
+		return err
+	}
+	size, _ := strconv.Atoi(os.Getenv("SEM_SIZE"))
+	rounds, _ := strconv.Atoi(os.Getenv("SEM_ROUNDS"))
+	ttl, _ := time.ParseDuration(os.Getenv("SEM_TTL"))
+	sem, err := semaphore.New(l, os.Getenv("SEM_NAME"), size)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if os.Getenv("SEM_HOLD") == "forever" {
+		p, err := sem.Acquire(ctx, ttl)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("GOT %d %d\n", p.Slot(), p.Token())
+		select {}
+	}
+	for range rounds {
+		p, err := sem.Acquire(ctx, ttl)
+		if err != nil {
+			return err
+		}
+		start := time.Now()
+		time.Sleep(2 * time.Millisecond) // the work under the permit
+		end := time.Now()
+		fmt.Printf("DONE %d %d %d %d\n", p.Slot(), p.Token(), start.UnixNano(), end.UnixNano())
+		if err := p.Release(ctx); err != nil {
+			return err
+		}
+	}
+	fmt.Println("FINISHED")
+	return nil
+}
+
+func startWorker(t *testing.T, b backends.Backend, env ...string) (*exec.Cmd, *bufio.Scanner) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(append(os.Environ(), b.Env...), childEnv+"=1"), env...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd, bufio.NewScanner(out)
+}
+
+type use struct {
+	proc, slot int
+	token      uint64
+	start, end int64
+}
+
+// Six processes share a semaphore of size 3 over many rounds: never more
+// than 3 permits at once, each slot's permits in token order (checked
+// through per-slot fenced writes), every process served.
+func TestSixProcesses(t *testing.T) {
+	backends.Each(t, backends.Networked(t), func(t *testing.T, b backends.Backend) {
+		const procs, size, rounds = 6, 3, 25
+		name := uniqueName(t)
+		var (
+			mu   sync.Mutex
+			uses []use
+			wg   sync.WaitGroup
+		)
+		for i := range procs {
+			_, sc := startWorker(t, b, "SEM_NAME="+name, "SEM_SIZE=3", "SEM_ROUNDS="+strconv.Itoa(rounds), "SEM_TTL=10s")
+			wg.Go(func() {
+				finished := false
+				for sc.Scan() {
+					var u use
+					line := sc.Text()
+					if line == "FINISHED" {
+						finished = true
+						continue
+					}
+					if _, err := fmt.Sscanf(line, "DONE %d %d %d %d", &u.slot, &u.token, &u.start, &u.end); err != nil {
+						t.Errorf("process %d: %q", i, line)
+						continue
+					}
+					u.proc = i
+					mu.Lock()
+					uses = append(uses, u)
+					mu.Unlock()
+				}
+				if !finished {
+					t.Errorf("process %d did not finish its rounds", i)
+				}
+			})
+		}
+		wg.Wait()
+		// Replay the writes in time order against one fence per slot.
+		sort.Slice(uses, func(i, j int) bool { return uses[i].start < uses[j].start })
+		var fences [size]lock.Fence
+		perProc := map[int]int{}
+		for _, u := range uses {
+			if u.slot < 0 || u.slot >= size {
+				t.Fatalf("slot %d out of range", u.slot)
+			}
+			if err := fences[u.slot].Do(u.token, nil); err != nil {
+				t.Errorf("slot %d: a write by process %d was stale: %v", u.slot, u.proc, err)
+			}
+			perProc[u.proc]++
+		}
+		// Sweep the intervals: at most size at once, never two on one slot.
+		type edge struct {
+			at   int64
+			d    int
+			slot int
+		}
+		var edges []edge
+		for _, u := range uses {
+			edges = append(edges, edge{u.start, 1, u.slot}, edge{u.end, -1, u.slot})
+		}
+		sort.Slice(edges, func(i, j int) bool {
+			if edges[i].at == edges[j].at {
+				return edges[i].d < edges[j].d
+			}
+			return edges[i].at < edges[j].at
+		})
+		n, peak := 0, 0
+		bySlot := make([]int, size)
+		for _, e := range edges {
+			n += e.d
+			bySlot[e.slot] += e.d
+			peak = max(peak, n)
+			if bySlot[e.slot] > 1 {
+				t.Fatalf("slot %d held twice at %d", e.slot, e.at)
+			}
+		}
+		if peak > size {
+			t.Fatalf("%d permits at once, size %d", peak, size)
+		}
+		if len(uses) != procs*rounds || len(perProc) != procs {
+			t.Fatalf("%d permits over %d processes, want %d over %d", len(uses), len(perProc), procs*rounds, procs)
+		}
+		t.Logf("%d permits, peak %d at once, per process %v", len(uses), peak, perProc)
+	})
+}
+
+// A SIGKILLed permit holder's slot is free again within its ttl.
+func TestKilledHolderFreesItsSlot(t *testing.T) {
+	backends.Each(t, backends.Networked(t), func(t *testing.T, b backends.Backend) {
+		name := uniqueName(t)
+		ttl := time.Second
+		sem := newSem(t, b.New(t), name, 2)
+		mine, err := sem.TryAcquire(t.Context(), time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer mine.Release(context.Background())
+		cmd, sc := startWorker(t, b, "SEM_NAME="+name, "SEM_SIZE=2", "SEM_HOLD=forever", "SEM_TTL="+ttl.String())
+		if !sc.Scan() || !strings.HasPrefix(sc.Text(), "GOT ") {
+			t.Fatalf("worker: %q", sc.Text())
+		}
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		killed := time.Now()
+		ctx, cancel := context.WithTimeout(t.Context(), ttl+time.Second)
+		defer cancel()
+		p, err := sem.Acquire(ctx, time.Minute)
+		if err != nil {
+			t.Fatalf("the killed holder's slot was not free within ttl + 1 s: %v", err)
+		}
+		t.Logf("slot %d free %v after SIGKILL (ttl %v)", p.Slot(), time.Since(killed).Round(time.Millisecond), ttl)
+		_ = p.Release(t.Context())
+	})
+}

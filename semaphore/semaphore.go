@@ -1,0 +1,357 @@
+// Package semaphore is a global, slot-based counting semaphore over any
+// lock.Lock: at most Size permits exist at any instant across every process
+// that shares the backend, each permit is a grant on one of Size slot keys,
+// and a crashed holder's slot frees within its ttl.
+//
+// # How it works
+//
+// A semaphore named n of size s owns the keys "sem/{n}/slot/0" to
+// "sem/{n}/slot/<s-1>"; they share a hash tag so that they live in one Redis
+// Cluster slot. On a backend with lock.MultiLock (all built-in ones),
+// TryAcquire is one round trip whatever the number of slots held; otherwise
+// it tries the slots one by one from a random start. Acquire waits for a
+// release of any slot (notification-driven on backends with lock.Waiter),
+// bounded by the shortest remaining ttl a failed attempt reported.
+//
+// A permit is a lock.Handle: it knows its slot number and its fencing token
+// (per slot: a resource that checks tokens must keep the highest token per
+// slot), and lock.Keep, lock.Hold and the rest work on it as on any grant.
+//
+// # Participants that disagree on the size
+//
+// Every participant declares its size under "sem/{n}/size/<s>" (a short
+// grant, taken once per minute at most, never on the fast path) and, on
+// backends with lock.Inspector, compares the sizes declared and the slots
+// held with its own: on its first use, whenever it finds every slot busy,
+// and in Occupancy. A disagreement makes those calls fail with
+// ErrSizeMismatch and is logged at Warn. Between two checks, participants
+// with different sizes do not exclude each other beyond the slots they
+// share — fix the configuration.
+package semaphore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/leasehold-go/leasehold/lock"
+)
+
+// ErrSizeMismatch: participants of one semaphore were configured with
+// different sizes.
+var ErrSizeMismatch = errors.New("semaphore: participants disagree on the size")
+
+// MaxSize is the largest number of slots.
+const MaxSize = 4096
+
+// declareEvery is how often a participant renews its size declaration.
+const declareEvery = 30 * time.Second
+
+// Semaphore is a global semaphore. It is safe for concurrent use.
+type Semaphore struct {
+	l      lock.Lock
+	name   string
+	size   int
+	keys   []string
+	cfg    *lock.Config
+	metric *metrics
+
+	mu       sync.Mutex
+	declared time.Time // when this instance last declared its size
+	checked  bool      // whether the first-use check ran
+}
+
+// Permit is a grant on one slot of a semaphore.
+type Permit struct {
+	lock.Handle
+	slot     int
+	sem      *Semaphore
+	released atomic.Bool
+}
+
+// Slot is the permit's slot number, in [0, Size).
+func (p *Permit) Slot() int { return p.slot }
+
+// Release gives the slot back (see lock.Handle).
+func (p *Permit) Release(ctx context.Context) error {
+	err := p.Handle.Release(ctx)
+	if (err == nil || errors.Is(err, lock.ErrLost)) && p.released.CompareAndSwap(false, true) {
+		p.sem.metric.held.Add(context.WithoutCancel(ctx), -1, p.sem.metric.attrs)
+	}
+	return err
+}
+
+// New returns the semaphore called name with size slots over l. Options
+// are package lock's (WithLogger, WithMeterProvider, WithTTL for Do).
+func New(l lock.Lock, name string, size int, opts ...lock.Option) (*Semaphore, error) {
+	if l == nil {
+		return nil, fmt.Errorf("%w: semaphore.New: nil Lock", lock.ErrInvalidArgument)
+	}
+	if name == "" || strings.ContainsAny(name, "{}") || len(name) > 200 {
+		return nil, fmt.Errorf("%w: semaphore name %q must be 1 to 200 bytes without braces", lock.ErrInvalidArgument, name)
+	}
+	if size < 1 || size > MaxSize {
+		return nil, fmt.Errorf("%w: semaphore size %d must be in [1, %d]", lock.ErrInvalidArgument, size, MaxSize)
+	}
+	cfg, err := lock.NewConfig(nil, opts)
+	if err != nil {
+		return nil, err
+	}
+	s := &Semaphore{l: l, name: name, size: size, cfg: cfg, metric: newMetrics(cfg, name)}
+	s.keys = make([]string, size)
+	for i := range s.keys {
+		s.keys[i] = SlotKey(name, i)
+	}
+	return s, nil
+}
+
+// SlotKey is the lock key of slot i of the semaphore called name.
+func SlotKey(name string, i int) string { return "sem/{" + name + "}/slot/" + strconv.Itoa(i) }
+
+func sizeKey(name string, size int) string { return "sem/{" + name + "}/size/" + strconv.Itoa(size) }
+
+// Name and Size are the semaphore's.
+func (s *Semaphore) Name() string { return s.name }
+func (s *Semaphore) Size() int    { return s.size }
+
+// TryAcquire takes a free slot for ttl, or returns lock.ErrNotAcquired when
+// all are held (counted as a rejection).
+func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*Permit, error) {
+	if err := lock.Validate(ctx, s.keys[0], ttl, 0); err != nil {
+		return nil, err
+	}
+	if err := s.firstUse(ctx); err != nil {
+		return nil, err
+	}
+	p, err := s.try(ctx, ttl)
+	if errors.Is(err, lock.ErrNotAcquired) {
+		s.metric.rejections.Add(context.WithoutCancel(ctx), 1, s.metric.attrs)
+		if cerr := s.check(ctx); cerr != nil {
+			return nil, cerr
+		}
+	}
+	return p, err
+}
+
+// Acquire waits until it holds a slot for ttl or ctx ends. Any slot's
+// release wakes it.
+func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration) (*Permit, error) {
+	if err := lock.Validate(ctx, s.keys[0], ttl, 0); err != nil {
+		return nil, err
+	}
+	if err := s.firstUse(ctx); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	checks := 0
+	h, err := lock.AcquireWith(ctx, s.cfg, s.l, s.keys, func(ctx context.Context) (lock.Handle, error) {
+		p, err := s.try(ctx, ttl)
+		if errors.Is(err, lock.ErrNotAcquired) && checks < 1 {
+			checks++ // check once per wait: a mismatch makes the wait pointless
+			if cerr := s.check(ctx); cerr != nil {
+				return nil, cerr
+			}
+		}
+		return p, err
+	})
+	s.metric.wait.Record(context.WithoutCancel(ctx), time.Since(start).Seconds(), s.metric.attrs)
+	if err != nil {
+		return nil, err
+	}
+	return h.(*Permit), nil
+}
+
+// Do runs fn while holding a permit: Acquire, lock.Hold (renewal, loss
+// signal, token in fn's context), release. The ttl is lock.WithTTL's
+// (default 30 s), given to New.
+func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context) error) error {
+	if fn == nil {
+		return fmt.Errorf("%w: nil function", lock.ErrInvalidArgument)
+	}
+	p, err := s.Acquire(ctx, s.cfg.TTL)
+	if err != nil {
+		return err
+	}
+	return lock.Hold(ctx, p, s.cfg.TTL, fn, lock.WithLogger(s.cfg.Logger), lock.WithMeterProvider(s.cfg.MeterProvider))
+}
+
+// try makes one attempt: one round trip with MultiLock, else the slots in
+// turn from a random start.
+func (s *Semaphore) try(ctx context.Context, ttl time.Duration) (*Permit, error) {
+	var h lock.Handle
+	var err error
+	if m, ok := s.l.(lock.MultiLock); ok {
+		h, err = m.TryAcquireAny(ctx, s.keys, ttl)
+	} else {
+		h, err = s.tryInTurn(ctx, ttl)
+	}
+	if err != nil {
+		return nil, err
+	}
+	slot, ok := s.slotOf(h.Key())
+	if !ok {
+		_ = h.Release(ctx)
+		return nil, fmt.Errorf("semaphore: the backend granted %q, not one of the slots", h.Key())
+	}
+	s.metric.held.Add(context.WithoutCancel(ctx), 1, s.metric.attrs)
+	return &Permit{Handle: h, slot: slot, sem: s}, nil
+}
+
+func (s *Semaphore) tryInTurn(ctx context.Context, ttl time.Duration) (lock.Handle, error) {
+	off := rand.N(s.size)
+	var shortest time.Duration
+	for i := range s.size {
+		h, err := s.l.TryAcquire(ctx, s.keys[(off+i)%s.size], ttl)
+		if err == nil {
+			return h, nil
+		}
+		if !errors.Is(err, lock.ErrNotAcquired) {
+			return nil, err
+		}
+		if r := lock.RemainingTTL(err); r > 0 && (shortest == 0 || r < shortest) {
+			shortest = r
+		}
+	}
+	return nil, lock.NotAcquired(SlotKey(s.name, 0)+"…", shortest)
+}
+
+func (s *Semaphore) slotOf(key string) (int, bool) {
+	prefix := "sem/{" + s.name + "}/slot/"
+	if !strings.HasPrefix(key, prefix) {
+		return 0, false
+	}
+	i, err := strconv.Atoi(key[len(prefix):])
+	return i, err == nil && i >= 0 && i < s.size
+}
+
+// firstUse declares the size and checks it against the others once.
+func (s *Semaphore) firstUse(ctx context.Context) error {
+	s.mu.Lock()
+	checked := s.checked
+	s.mu.Unlock()
+	if checked {
+		return nil
+	}
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.checked = true
+	s.mu.Unlock()
+	return nil
+}
+
+// declare renews this participant's size declaration when it is due.
+func (s *Semaphore) declare(ctx context.Context) {
+	s.mu.Lock()
+	due := s.declared.IsZero() || time.Since(s.declared) >= declareEvery
+	if due {
+		s.declared = time.Now()
+	}
+	s.mu.Unlock()
+	if !due {
+		return
+	}
+	// Held by a participant of the same size already: that declares it too.
+	// The grant is left to expire.
+	_, _ = s.l.TryAcquire(ctx, sizeKey(s.name, s.size), 2*declareEvery)
+}
+
+// check declares the size and, on backends with an Inspector, compares it
+// with the sizes declared and the slots held by the others.
+func (s *Semaphore) check(ctx context.Context) error {
+	s.declare(ctx)
+	in, ok := s.l.(lock.Inspector)
+	if !ok {
+		return nil
+	}
+	grants, err := in.List(ctx, "sem/{"+s.name+"}/")
+	if err != nil {
+		return nil // a listing failure must not block acquisition
+	}
+	for _, g := range grants {
+		rest := strings.TrimPrefix(g.Key, "sem/{"+s.name+"}/")
+		var other int
+		switch {
+		case strings.HasPrefix(rest, "size/"):
+			other, _ = strconv.Atoi(strings.TrimPrefix(rest, "size/"))
+			if other == s.size {
+				continue
+			}
+		case strings.HasPrefix(rest, "slot/"):
+			i, _ := strconv.Atoi(strings.TrimPrefix(rest, "slot/"))
+			if i < s.size {
+				continue
+			}
+			other = i + 1
+		default:
+			continue
+		}
+		err := fmt.Errorf("%w: %q has size %d here, but %s uses %s (at least %d slots)", ErrSizeMismatch, s.name, s.size, g.Owner, g.Key, other)
+		s.cfg.Logger.Warn("leasehold: semaphore size mismatch", "semaphore", s.name, "size", s.size, "other_owner", g.Owner, "other_key", g.Key)
+		return err
+	}
+	return nil
+}
+
+// SlotState is one slot as Occupancy reports it.
+type SlotState struct {
+	Slot  int
+	Held  bool
+	Grant lock.Grant // the holder, when Held
+}
+
+// Occupancy reports who holds which slot (it needs a backend with
+// lock.Inspector) and checks the size agreement.
+func (s *Semaphore) Occupancy(ctx context.Context) ([]SlotState, error) {
+	in, ok := s.l.(lock.Inspector)
+	if !ok {
+		return nil, fmt.Errorf("%w: the backend %T cannot list its grants", lock.ErrInvalidArgument, s.l)
+	}
+	if err := lock.CheckContext(ctx); err != nil {
+		return nil, err
+	}
+	grants, err := in.List(ctx, "sem/{"+s.name+"}/slot/")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]SlotState, s.size)
+	for i := range out {
+		out[i].Slot = i
+	}
+	for _, g := range grants {
+		if i, ok := s.slotOf(g.Key); ok {
+			out[i] = SlotState{Slot: i, Held: true, Grant: g}
+		}
+	}
+	return out, s.check(ctx)
+}
+
+type metrics struct {
+	held       metric.Int64UpDownCounter
+	wait       metric.Float64Histogram
+	rejections metric.Int64Counter
+	attrs      metric.MeasurementOption
+}
+
+func newMetrics(cfg *lock.Config, name string) *metrics {
+	m := cfg.Telemetry().Meter
+	set := metric.WithAttributeSet(attribute.NewSet(attribute.String("leasehold.semaphore", name)))
+	out := &metrics{attrs: set}
+	out.held, _ = m.Int64UpDownCounter("leasehold.semaphore.permits.held",
+		metric.WithDescription("Permits held by this process (occupancy)."))
+	out.wait, _ = m.Float64Histogram("leasehold.semaphore.wait.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time Acquire waited for a permit."))
+	out.rejections, _ = m.Int64Counter("leasehold.semaphore.rejections",
+		metric.WithDescription("TryAcquire calls that found every slot busy."))
+	return out
+}

@@ -1,0 +1,327 @@
+package semaphore_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold-go/leasehold/internal/backends"
+	"github.com/leasehold-go/leasehold/internal/testenv"
+	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/memlock"
+	"github.com/leasehold-go/leasehold/semaphore"
+)
+
+func TestMain(m *testing.M) {
+	childMain()
+	testenv.Main(m)
+}
+
+func uniqueName(t testing.TB) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "test-" + hex.EncodeToString(b[:])
+}
+
+func newSem(t testing.TB, l lock.Lock, name string, size int) *semaphore.Semaphore {
+	t.Helper()
+	s, err := semaphore.New(l, name, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestSuite runs the shared semaphore suite on every backend.
+func TestSuite(t *testing.T) {
+	backends.Each(t, backends.All(t), func(t *testing.T, b backends.Backend) {
+		t.Run("Cap", func(t *testing.T) { t.Parallel(); testCap(t, b) })
+		t.Run("TryAcquire", func(t *testing.T) { t.Parallel(); testTryAcquire(t, b) })
+		t.Run("AcquireWakesOnAnySlot", func(t *testing.T) { t.Parallel(); testWakes(t, b) })
+		t.Run("CrashedHolderFrees", func(t *testing.T) { t.Parallel(); testCrash(t, b) })
+		t.Run("SizeMismatch", func(t *testing.T) { t.Parallel(); testSizeMismatch(t, b) })
+		t.Run("Occupancy", func(t *testing.T) { t.Parallel(); testOccupancy(t, b) })
+		t.Run("DoAndKeep", func(t *testing.T) { t.Parallel(); testDo(t, b) })
+		t.Run("WithoutMultiLock", func(t *testing.T) { t.Parallel(); testWithoutMultiLock(t, b) })
+	})
+}
+
+// testCap: 12 goroutines over 3 instances, size 3: never more than 3
+// permits at once, per-slot tokens only grow, every slot in range.
+func testCap(t *testing.T, b backends.Backend) {
+	const size, instances, perInstance, rounds = 3, 3, 4, 8
+	name := uniqueName(t)
+	var (
+		mu      sync.Mutex
+		fences  [size]lock.Fence
+		holding [size]bool
+		inUse   atomic.Int32
+		peak    atomic.Int32
+		wg      sync.WaitGroup
+	)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	for range instances {
+		sem := newSem(t, b.New(t), name, size)
+		for range perInstance {
+			wg.Go(func() {
+				for range rounds {
+					p, err := sem.Acquire(ctx, 30*time.Second)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					n := inUse.Add(1)
+					for {
+						old := peak.Load()
+						if n <= old || peak.CompareAndSwap(old, n) {
+							break
+						}
+					}
+					mu.Lock()
+					if holding[p.Slot()] {
+						t.Errorf("slot %d granted twice", p.Slot())
+					}
+					holding[p.Slot()] = true
+					if err := fences[p.Slot()].Do(p.Token(), nil); err != nil {
+						t.Errorf("slot %d: %v", p.Slot(), err)
+					}
+					mu.Unlock()
+					time.Sleep(time.Millisecond) // work
+					mu.Lock()
+					holding[p.Slot()] = false
+					mu.Unlock()
+					inUse.Add(-1)
+					if err := p.Release(ctx); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if p := peak.Load(); p > size {
+		t.Fatalf("%d permits at once, size %d", p, size)
+	}
+	if p := peak.Load(); p < 2 {
+		t.Logf("peak occupancy only %d: little contention", p)
+	}
+}
+
+func testTryAcquire(t *testing.T, b backends.Backend) {
+	name := uniqueName(t)
+	s1, s2 := newSem(t, b.New(t), name, 2), newSem(t, b.New(t), name, 2)
+	ctx := t.Context()
+	p1, err := s1.TryAcquire(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := s2.TryAcquire(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p1.Slot() == p2.Slot() {
+		t.Fatalf("two permits on slot %d", p1.Slot())
+	}
+	if _, err := s2.TryAcquire(ctx, time.Minute); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("third permit of two: %v", err)
+	}
+	if err := p1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p3, err := s2.TryAcquire(ctx, time.Minute)
+	if err != nil || p3.Slot() != p1.Slot() {
+		t.Fatalf("after a release: %v, %v", p3, err)
+	}
+	if p3.Token() <= p1.Token() {
+		t.Fatalf("slot %d token %d after %d", p3.Slot(), p3.Token(), p1.Token())
+	}
+	_ = p2.Release(ctx)
+	_ = p3.Release(ctx)
+}
+
+func testWakes(t *testing.T, b backends.Backend) {
+	name := uniqueName(t)
+	holder, waiter := newSem(t, b.New(t), name, 3), newSem(t, b.New(t), name, 3)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	var ps []*semaphore.Permit
+	for range 3 {
+		p, err := holder.TryAcquire(ctx, 5*time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, p)
+	}
+	got := make(chan *semaphore.Permit)
+	go func() {
+		p, err := waiter.Acquire(ctx, time.Minute)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- p
+	}()
+	if err := ps[1].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p := <-got // a 5-minute ttl: only the release can have woken it
+	if p == nil || p.Slot() != ps[1].Slot() {
+		t.Fatalf("woken with %v, want slot %d", p, ps[1].Slot())
+	}
+	_ = p.Release(ctx)
+	_ = ps[0].Release(ctx)
+	_ = ps[2].Release(ctx)
+}
+
+func testCrash(t *testing.T, b backends.Backend) {
+	name := uniqueName(t)
+	ttl := 2 * time.Second
+	s1, s2 := newSem(t, b.New(t), name, 1), newSem(t, b.New(t), name, 1)
+	if _, err := s1.TryAcquire(t.Context(), ttl); err != nil { // abandoned
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), ttl+time.Second)
+	defer cancel()
+	p, err := s2.Acquire(ctx, time.Minute)
+	if err != nil {
+		t.Fatalf("an abandoned slot was not free within ttl + 1 s: %v", err)
+	}
+	_ = p.Release(t.Context())
+}
+
+func testSizeMismatch(t *testing.T, b backends.Backend) {
+	name := uniqueName(t)
+	three, five := newSem(t, b.New(t), name, 3), newSem(t, b.New(t), name, 5)
+	ctx := t.Context()
+	p, err := three.TryAcquire(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release(ctx)
+	if _, err := five.TryAcquire(ctx, time.Minute); !errors.Is(err, semaphore.ErrSizeMismatch) {
+		t.Fatalf("size 5 after size 3: %v, want ErrSizeMismatch", err)
+	}
+	if _, err := three.Occupancy(ctx); !errors.Is(err, semaphore.ErrSizeMismatch) {
+		t.Fatalf("size 3 after size 5 declared itself: %v, want ErrSizeMismatch", err)
+	}
+}
+
+func testOccupancy(t *testing.T, b backends.Backend) {
+	name := uniqueName(t)
+	l := b.New(t)
+	sem := newSem(t, l, name, 4)
+	ctx := t.Context()
+	p, err := sem.TryAcquire(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	occ, err := sem.Occupancy(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := 0
+	for _, s := range occ {
+		if s.Held {
+			held++
+			if s.Slot != p.Slot() || s.Grant.Token != p.Token() || s.Grant.Owner == "" {
+				t.Fatalf("occupancy %+v, want slot %d token %d", s, p.Slot(), p.Token())
+			}
+			if o, ok := l.(interface{ Owner() string }); ok && s.Grant.Owner != o.Owner() {
+				t.Fatalf("owner %q, want %q", s.Grant.Owner, o.Owner())
+			}
+		}
+	}
+	if held != 1 || len(occ) != 4 {
+		t.Fatalf("occupancy %+v", occ)
+	}
+	_ = p.Release(ctx)
+}
+
+func testDo(t *testing.T, b backends.Backend) {
+	name := uniqueName(t)
+	sem, err := semaphore.New(b.New(t), name, 1, lock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := newSem(t, b.New(t), name, 1)
+	err = sem.Do(t.Context(), func(ctx context.Context) error {
+		if _, ok := lock.TokenFrom(ctx); !ok {
+			t.Error("no token in Do's context")
+		}
+		select { // three ttls: Keep renews the permit
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(3 * time.Second):
+		}
+		if _, err := other.TryAcquire(ctx, time.Second); !errors.Is(err, lock.ErrNotAcquired) {
+			t.Errorf("the permit was not kept: %v", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := other.TryAcquire(t.Context(), time.Second)
+	if err != nil {
+		t.Fatalf("slot not released after Do: %v", err)
+	}
+	_ = p.Release(t.Context())
+}
+
+// withoutMultiLock hides the backend's MultiLock and Inspector.
+type withoutMultiLock struct{ l lock.Lock }
+
+func (w withoutMultiLock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
+	return w.l.TryAcquire(ctx, key, ttl)
+}
+
+func testWithoutMultiLock(t *testing.T, b backends.Backend) {
+	name := uniqueName(t)
+	sem := newSem(t, withoutMultiLock{b.New(t)}, name, 4)
+	ctx := t.Context()
+	seen := map[int]bool{}
+	var ps []*semaphore.Permit
+	for range 4 {
+		p, err := sem.TryAcquire(ctx, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[p.Slot()] {
+			t.Fatalf("slot %d twice", p.Slot())
+		}
+		seen[p.Slot()] = true
+		ps = append(ps, p)
+	}
+	if _, err := sem.TryAcquire(ctx, time.Minute); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("fifth permit of four: %v", err)
+	}
+	for _, p := range ps {
+		_ = p.Release(ctx)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	l := memlock.New()
+	for _, c := range []struct {
+		l    lock.Lock
+		name string
+		size int
+	}{{nil, "x", 1}, {l, "", 1}, {l, "a{b}", 1}, {l, "x", 0}, {l, "x", -1}, {l, "x", semaphore.MaxSize + 1}} {
+		if _, err := semaphore.New(c.l, c.name, c.size); !errors.Is(err, lock.ErrInvalidArgument) {
+			t.Errorf("New(%v, %q, %d): %v", c.l, c.name, c.size, err)
+		}
+	}
+	sem := newSem(t, l, "x", 2)
+	if _, err := sem.TryAcquire(t.Context(), 0); !errors.Is(err, lock.ErrInvalidTTL) {
+		t.Errorf("ttl 0: %v", err)
+	}
+	if err := sem.Do(t.Context(), nil); !errors.Is(err, lock.ErrInvalidArgument) {
+		t.Errorf("Do(nil): %v", err)
+	}
+}
