@@ -56,15 +56,15 @@ func TestRenewCadenceAndStepDown(t *testing.T) {
 		l := &countingLock{Lock: memlock.New()}
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
-		var elected time.Time
-		stepped := make(chan time.Time, 1)
+		electedAt := make(chan time.Time, 10)
+		stepped := make(chan time.Time, 10)
 		go leader.Run(ctx, l, "cadence", func(ctx context.Context) error {
-			elected = time.Now()
+			electedAt <- time.Now()
 			<-ctx.Done()
 			stepped <- time.Now()
-			<-ctx.Done()
 			return nil
 		}, leader.WithLease(15*time.Second), leader.WithRenewEvery(5*time.Second))
+		elected := <-electedAt
 		time.Sleep(31 * time.Second)
 		synctest.Wait()
 		if n := l.extends.Load(); n != 6 {
