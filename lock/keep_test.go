@@ -238,7 +238,7 @@ func TestKeepStepsDownWithItsMargin(t *testing.T) {
 			t.Fatal(err)
 		}
 		<-lease.Context().Done()
-		if left := validUntil.Sub(time.Now()); left != 5*time.Second {
+		if left := time.Until(validUntil); left != 5*time.Second {
 			t.Fatalf("stepped down with %v of validity left, want the 5 s margin", left)
 		}
 		if !errors.Is(lease.Err(), lock.ErrLost) {
