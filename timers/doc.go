@@ -1,0 +1,66 @@
+// Package timers runs cron-style functions across a fleet: every host runs
+// the same timers, and each tick runs once cluster-wide, with at most
+// MaxConcurrency runs of a timer overlapping anywhere.
+//
+//	s := timers.New(l) // l: any lock.Lock shared by the fleet
+//	err := s.Add(timers.Every("reports", time.Minute, sendReports, timers.MaxConcurrency(3)))
+//	err = s.Add(timers.Cron("cleanup", "30 3 * * *", cleanup, timers.InLocation(berlin)))
+//	err = s.Run(ctx)
+//
+// # How a tick runs
+//
+// Ticks have identities: Every ticks at the Unix epoch plus multiples of
+// the interval (plus the SpreadStart phase); Cron ticks where the spec says,
+// in its time zone. Every host computes the same instants whenever it
+// started. At a tick, a host
+//
+//  1. skips it if it got there later than the misfire threshold (counted);
+//  2. claims the tick: a grant on "timer/<name>/tick/<unix ms>" with a ttl
+//     of the interval plus the misfire threshold, never released, so the
+//     first host to claim runs it and every other host sees it taken
+//     (counted as Elsewhere);
+//  3. takes one of MaxConcurrency slots (a semaphore, "timer/<name>"); when
+//     all are busy the tick is skipped and counted, never queued;
+//  4. runs fn holding the slot, renewing its lease (LeaseTTL), with
+//     MaxRunTime as fn's deadline and RetryOnError's retries inside the
+//     same tick, then releases the slot.
+//
+// So a tick costs three round trips on the host that runs it (claim, slot,
+// release) plus a renewal per LeaseTTL/3 of run time, and one on the others.
+//
+// # Semantics
+//
+//	situation                        what happens
+//	-------------------------------  ------------------------------------------------------------
+//	hosts start at different times   same ticks everywhere (aligned to the epoch, or the spec)
+//	clocks differ by d < interval/2  each tick runs at most once: the claim outlives the last host
+//	                                 to reach the tick (interval + threshold > 2d + threshold)
+//	run longer than the interval     the next ticks run on free slots; with every slot busy
+//	                                 they are skipped (reason busy), never queued
+//	host down or paused at a tick    another host claims the tick; a host that wakes up later
+//	                                 than the misfire threshold skips the ticks it missed
+//	runner crashes mid-run           its slot frees when the slot lease expires (LeaseTTL)
+//	runner loses its slot lease      fn's context is cancelled (cause lock.ErrLost)
+//	backend unreachable              the tick is skipped (reason unavailable); with
+//	                                 RunWhenUnavailable(n) it runs under a per-host cap of n,
+//	                                 logged at Warn: once-per-tick is suspended until it answers
+//	process shuts down (ctx ends)    no new ticks; Run waits for running fns up to the shutdown
+//	                                 timeout, then cancels their contexts, and returns when
+//	                                 every slot is released
+//	fn returns an error              retried within the tick (RetryOnError), else counted
+//
+// The fencing token of a run's slot is in its context (lock.TokenFrom), and
+// TickFrom gives the tick, including the claim's token, which grows with
+// every tick of the timer: a resource can refuse the writes of a run of an
+// older tick.
+//
+// Clock skew matters only through the claim: keep the hosts' clocks within
+// a fraction of the shortest interval (NTP does it for intervals of
+// seconds). A backend with a minimum ttl (etcd: 2 s) rounds claims up,
+// which is harmless: each tick has its own claim key.
+//
+// Status reports, per timer, the next tick, this host's last run (start,
+// duration, outcome, runner identity) and its counts of runs, failures,
+// skips and ticks run elsewhere; the same go to the metrics
+// leasehold.timer.runs, leasehold.timer.skips and leasehold.timer.run.duration.
+package timers

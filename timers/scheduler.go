@@ -1,0 +1,362 @@
+package timers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/semaphore"
+)
+
+// DefaultShutdownTimeout bounds how long Run waits for running functions
+// once its context ends.
+const DefaultShutdownTimeout = 30 * time.Second
+
+// Scheduler runs timers over a lock.Lock. Every host of a fleet runs the
+// same timers on its own Scheduler; the lock makes each tick run once.
+type Scheduler struct {
+	l        lock.Lock
+	cfg      *lock.Config
+	set      *settings
+	err      error
+	identity string
+	m        *metrics
+
+	mu      sync.Mutex
+	timers  map[string]*entry
+	order   []string
+	running bool
+}
+
+type settings struct {
+	clock    func() time.Time
+	shutdown time.Duration
+}
+
+// WithClock replaces the scheduler's wall clock, for tests (a clock offset
+// simulates a host whose clock is off). Waiting still uses the runtime's
+// timers, which are offset-free.
+func WithClock(now func() time.Time) lock.Option {
+	return lock.BackendOption("timers.WithClock", func(s *settings) error {
+		if now == nil {
+			return errors.New("nil clock")
+		}
+		s.clock = now
+		return nil
+	})
+}
+
+// WithShutdownTimeout bounds how long Run waits for running functions after
+// its context ends; then their contexts are cancelled (default 30 s).
+func WithShutdownTimeout(d time.Duration) lock.Option {
+	return lock.BackendOption("timers.WithShutdownTimeout", func(s *settings) error {
+		if d <= 0 {
+			return fmt.Errorf("shutdown timeout %v must be positive", d)
+		}
+		s.shutdown = d
+		return nil
+	})
+}
+
+// New returns a scheduler over l. Options are package lock's (WithOwner,
+// WithLogger, WithMeterProvider, ...) and this package's WithClock and
+// WithShutdownTimeout. An invalid option is reported by Add and Run.
+func New(l lock.Lock, opts ...lock.Option) *Scheduler {
+	set := &settings{clock: time.Now, shutdown: DefaultShutdownTimeout}
+	cfg, err := lock.NewConfig(set, opts)
+	if err == nil && l == nil {
+		err = fmt.Errorf("%w: timers.New: nil Lock", lock.ErrInvalidArgument)
+	}
+	s := &Scheduler{l: l, cfg: cfg, set: set, err: err, timers: map[string]*entry{}, m: newMetrics(cfg)}
+	s.identity = cfg.Owner
+	if o, ok := l.(interface{ Owner() string }); ok {
+		s.identity = o.Owner()
+	}
+	return s
+}
+
+// Add registers a timer. It reports every problem of the definition —
+// a bad interval or spec, a bad option, a duplicate name — before Run.
+func (s *Scheduler) Add(t *Timer) error {
+	if s.err != nil {
+		return s.err
+	}
+	if t == nil {
+		return fmt.Errorf("%w: nil timer", lock.ErrInvalidArgument)
+	}
+	if t.err != nil {
+		return t.err
+	}
+	if t.fn == nil {
+		return fmt.Errorf("%w: timer %q: nil function", lock.ErrInvalidArgument, t.name)
+	}
+	if t.name == "" || strings.ContainsAny(t.name, "{}") || len(t.name) > 200 {
+		return fmt.Errorf("%w: timer name %q must be 1 to 200 bytes without braces", lock.ErrInvalidArgument, t.name)
+	}
+	sem, err := semaphore.New(s.l, "timer/"+t.name, t.maxConcurrency,
+		lock.WithLogger(s.cfg.Logger), lock.WithMeterProvider(s.cfg.MeterProvider))
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running {
+		return fmt.Errorf("%w: timer %q: Add after Run", lock.ErrInvalidArgument, t.name)
+	}
+	if _, dup := s.timers[t.name]; dup {
+		return fmt.Errorf("%w: a timer called %q is already registered", lock.ErrInvalidArgument, t.name)
+	}
+	e := &entry{t: t, s: s, sem: sem}
+	if t.fallback > 0 {
+		e.local = make(chan struct{}, t.fallback)
+	}
+	s.timers[t.name] = e
+	s.order = append(s.order, t.name)
+	return nil
+}
+
+// Run schedules the registered timers until ctx ends, then waits for the
+// running functions (at most the shutdown timeout, after which their
+// contexts are cancelled) and returns once every slot is released.
+func (s *Scheduler) Run(ctx context.Context) error {
+	if s.err != nil {
+		return s.err
+	}
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", lock.ErrInvalidArgument)
+	}
+	s.mu.Lock()
+	if s.running {
+		s.mu.Unlock()
+		return fmt.Errorf("%w: Run called twice", lock.ErrInvalidArgument)
+	}
+	s.running = true
+	entries := make([]*entry, 0, len(s.order))
+	for _, name := range s.order {
+		entries = append(entries, s.timers[name])
+	}
+	s.mu.Unlock()
+
+	// Runs outlive ctx until the shutdown timeout: they get their own.
+	runCtx, stopRuns := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer stopRuns(nil)
+	var loops, runs sync.WaitGroup
+	for _, e := range entries {
+		loops.Go(func() { e.loop(ctx, runCtx, &runs) })
+	}
+	loops.Wait()
+	done := make(chan struct{})
+	go func() { runs.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(s.set.shutdown):
+		s.cfg.Logger.Warn("leasehold: timers still running at the shutdown timeout; cancelling them", "timeout", s.set.shutdown)
+		stopRuns(errors.New("timers: shutdown timeout"))
+		<-done
+	}
+	return nil
+}
+
+// entry is a registered timer with its state.
+type entry struct {
+	t     *Timer
+	s     *Scheduler
+	sem   *semaphore.Semaphore
+	local chan struct{} // the per-host cap of RunWhenUnavailable
+
+	mu     sync.Mutex
+	status Status
+}
+
+// claimKey is the key that makes tick at run once: whoever grants it runs
+// the tick. It is never released; it expires after the interval plus the
+// misfire threshold, when no host can still reach the tick.
+func claimKey(name string, at time.Time) string {
+	return "timer/" + name + "/tick/" + strconv.FormatInt(at.UnixMilli(), 10)
+}
+
+func (e *entry) loop(ctx, runCtx context.Context, runs *sync.WaitGroup) {
+	clock := e.s.set.clock
+	at := e.t.schedule.next(clock())
+	for {
+		e.setNext(at)
+		if !sleepUntil(ctx, at, clock) {
+			return
+		}
+		now := clock()
+		next := e.t.schedule.next(at)
+		if late := now.Sub(at); late > e.t.misfireAt(at) {
+			e.skip(ctx, at, "misfire", fmt.Sprintf("reached %v late", late.Round(time.Millisecond)))
+			at = e.t.schedule.next(now)
+			continue
+		}
+		e.tick(ctx, runCtx, runs, at)
+		at = next
+	}
+}
+
+// sleepUntil waits until clock reads at; false when ctx ended first.
+func sleepUntil(ctx context.Context, at time.Time, clock func() time.Time) bool {
+	for {
+		d := at.Sub(clock())
+		if d <= 0 {
+			return ctx.Err() == nil
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+	}
+}
+
+// tick claims tick at, takes a slot and starts the run.
+func (e *entry) tick(ctx, runCtx context.Context, runs *sync.WaitGroup, at time.Time) {
+	claimTTL := e.t.interval(at) + e.t.misfireAt(at)
+	claim, err := e.s.l.TryAcquire(ctx, claimKey(e.t.name, at), claimTTL)
+	switch {
+	case errors.Is(err, lock.ErrNotAcquired):
+		e.record(func(st *Status) { st.Elsewhere++ })
+		return
+	case errors.Is(err, lock.ErrUnavailable):
+		e.unavailable(ctx, runCtx, runs, at, err)
+		return
+	case err != nil:
+		e.skip(ctx, at, "error", err.Error())
+		return
+	}
+	lease := e.t.leaseFor(at)
+	permit, err := e.sem.TryAcquire(ctx, lease)
+	switch {
+	case errors.Is(err, lock.ErrNotAcquired):
+		e.skip(ctx, at, "busy", fmt.Sprintf("all %d slots busy", e.t.maxConcurrency))
+		return
+	case errors.Is(err, lock.ErrUnavailable):
+		e.unavailable(ctx, runCtx, runs, at, err)
+		return
+	case err != nil:
+		e.skip(ctx, at, "error", err.Error())
+		return
+	}
+	tick := Tick{Timer: e.t.name, At: at, Claim: claim.Token(), Slot: permit.Slot()}
+	runs.Go(func() {
+		start := e.s.set.clock()
+		err := lock.Hold(runCtx, permit, lease, func(ctx context.Context) error {
+			return e.call(context.WithValue(ctx, tickKey{}, tick))
+		}, lock.WithLogger(e.s.cfg.Logger), lock.WithMeterProvider(e.s.cfg.MeterProvider))
+		e.finish(runCtx, tick, start, err)
+	})
+}
+
+// call runs fn within MaxRunTime, retrying as RetryOnError says.
+func (e *entry) call(ctx context.Context) error {
+	if e.t.maxRunTime > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, e.t.maxRunTime, fmt.Errorf("%w: timers: %q ran past MaxRunTime %v", context.DeadlineExceeded, e.t.name, e.t.maxRunTime))
+		defer cancel()
+	}
+	backoff := e.t.retryBackoff
+	for attempt := 0; ; attempt++ {
+		err := e.t.fn(ctx)
+		if err == nil || attempt >= e.t.retries || ctx.Err() != nil {
+			return err
+		}
+		e.s.cfg.Logger.Debug("leasehold: timer run failed, retrying", "timer", e.t.name, "attempt", attempt+1, "err", err)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return errors.Join(err, context.Cause(ctx))
+		case <-t.C:
+		}
+		backoff *= 2
+	}
+}
+
+// unavailable skips the tick, or with RunWhenUnavailable runs it under the
+// per-host cap.
+func (e *entry) unavailable(ctx, runCtx context.Context, runs *sync.WaitGroup, at time.Time, err error) {
+	if e.local == nil {
+		e.skip(ctx, at, "unavailable", err.Error())
+		return
+	}
+	select {
+	case e.local <- struct{}{}:
+	default:
+		e.skip(ctx, at, "busy", "the per-host cap of RunWhenUnavailable is reached")
+		return
+	}
+	e.s.cfg.Logger.Warn("leasehold: backend unreachable, running the tick under the per-host cap: the cluster-wide once-per-tick and concurrency guarantees are suspended",
+		"timer", e.t.name, "tick", at, "per_host_cap", cap(e.local), "err", err)
+	tick := Tick{Timer: e.t.name, At: at, Slot: -1, Local: true}
+	runs.Go(func() {
+		defer func() { <-e.local }()
+		start := e.s.set.clock()
+		err := e.call(context.WithValue(runCtx, tickKey{}, tick))
+		e.finish(runCtx, tick, start, err)
+	})
+}
+
+func (e *entry) skip(ctx context.Context, at time.Time, reason, detail string) {
+	e.record(func(st *Status) {
+		st.Skips++
+		st.LastSkip = SkipInfo{Tick: at, Reason: reason}
+	})
+	e.s.m.skips.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attribute.String("leasehold.timer", e.t.name), attribute.String("leasehold.reason", reason)))
+	level := slog.LevelInfo
+	if reason == "unavailable" || reason == "error" {
+		level = slog.LevelWarn
+	}
+	e.s.cfg.Logger.Log(ctx, level, "leasehold: timer tick skipped", "timer", e.t.name, "tick", at, "reason", reason, "detail", detail)
+}
+
+func (e *entry) finish(ctx context.Context, tick Tick, start time.Time, err error) {
+	took := e.s.set.clock().Sub(start)
+	outcome := "ok"
+	switch {
+	case errors.Is(err, lock.ErrLost):
+		outcome = "lost"
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		outcome = "cancelled"
+	case err != nil:
+		outcome = "error"
+	}
+	e.record(func(st *Status) {
+		st.Runs++
+		if err != nil {
+			st.Failures++
+		}
+		st.LastRun = RunInfo{Tick: tick.At, Start: start, Duration: took, Outcome: outcome, Err: err, Runner: e.s.identity, Local: tick.Local}
+	})
+	attrs := metric.WithAttributes(attribute.String("leasehold.timer", e.t.name), attribute.String("leasehold.outcome", outcome))
+	e.s.m.runs.Add(context.WithoutCancel(ctx), 1, attrs)
+	e.s.m.duration.Record(context.WithoutCancel(ctx), took.Seconds(), attrs)
+	if err != nil {
+		e.s.cfg.Logger.Warn("leasehold: timer run failed", "timer", e.t.name, "tick", tick.At, "outcome", outcome, "err", err)
+	}
+}
+
+type metrics struct {
+	runs, skips metric.Int64Counter
+	duration    metric.Float64Histogram
+}
+
+func newMetrics(cfg *lock.Config) *metrics {
+	m := cfg.Telemetry().Meter
+	out := &metrics{}
+	out.runs, _ = m.Int64Counter("leasehold.timer.runs", metric.WithDescription("Timer runs on this host, by outcome."))
+	out.skips, _ = m.Int64Counter("leasehold.timer.skips", metric.WithDescription("Ticks this host skipped, by reason (busy, misfire, unavailable, error)."))
+	out.duration, _ = m.Float64Histogram("leasehold.timer.run.duration", metric.WithUnit("s"), metric.WithDescription("Duration of timer runs."))
+	return out
+}

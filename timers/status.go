@@ -1,0 +1,84 @@
+package timers
+
+import (
+	"context"
+	"time"
+)
+
+// Tick identifies one run: the timer, the tick's instant (the same on every
+// host), the claim's fencing token (it grows with every tick of the timer)
+// and the slot the run holds (-1 for a RunWhenUnavailable run). The run's
+// context carries the slot's fencing token for lock.TokenFrom as well.
+type Tick struct {
+	Timer string
+	At    time.Time
+	Claim uint64
+	Slot  int
+	Local bool // run under RunWhenUnavailable's per-host cap
+}
+
+type tickKey struct{}
+
+// TickFrom returns the tick a timer function runs for.
+func TickFrom(ctx context.Context) (Tick, bool) {
+	t, ok := ctx.Value(tickKey{}).(Tick)
+	return t, ok
+}
+
+// Status is what this host knows of a timer.
+type Status struct {
+	Name      string
+	Next      time.Time // the next tick
+	LastRun   RunInfo   // this host's last run (zero when none)
+	LastSkip  SkipInfo  // this host's last skipped tick
+	Runs      int64     // runs on this host
+	Failures  int64     // runs that returned an error, were cancelled or lost their slot
+	Skips     int64     // ticks this host reached but skipped (busy, misfire, unavailable)
+	Elsewhere int64     // ticks another host had already claimed
+}
+
+// RunInfo describes one run.
+type RunInfo struct {
+	Tick     time.Time
+	Start    time.Time
+	Duration time.Duration
+	Outcome  string // ok, error, cancelled (MaxRunTime, shutdown), lost (the slot lease)
+	Err      error
+	Runner   string // owner identity of the host that ran it
+	Local    bool
+}
+
+// SkipInfo describes a skipped tick.
+type SkipInfo struct {
+	Tick   time.Time
+	Reason string // busy, misfire, unavailable, error
+}
+
+// Status reports every registered timer, in registration order.
+func (s *Scheduler) Status() []Status {
+	s.mu.Lock()
+	entries := make([]*entry, 0, len(s.order))
+	for _, n := range s.order {
+		entries = append(entries, s.timers[n])
+	}
+	s.mu.Unlock()
+	out := make([]Status, len(entries))
+	for i, e := range entries {
+		e.mu.Lock()
+		out[i] = e.status
+		out[i].Name = e.t.name
+		if out[i].Next.IsZero() {
+			out[i].Next = e.t.schedule.next(e.s.set.clock())
+		}
+		e.mu.Unlock()
+	}
+	return out
+}
+
+func (e *entry) record(f func(*Status)) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	f(&e.status)
+}
+
+func (e *entry) setNext(at time.Time) { e.record(func(st *Status) { st.Next = at }) }

@@ -1,0 +1,373 @@
+package timers_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+	_ "time/tzdata" // the DST test needs America/New_York everywhere
+
+	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/memlock"
+	"github.com/leasehold-go/leasehold/timers"
+)
+
+var epoch = time.Date(2030, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// runFor runs s for d of bubble time and returns when Run has returned.
+func runFor(t *testing.T, s *timers.Scheduler, d time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	defer cancel()
+	if err := s.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// record collects the tick instants a timer ran for.
+type record struct {
+	mu    sync.Mutex
+	ticks []time.Time
+	at    []time.Time
+}
+
+func (r *record) fn(ctx context.Context) error {
+	tick, _ := timers.TickFrom(ctx)
+	r.mu.Lock()
+	r.ticks = append(r.ticks, tick.At)
+	r.at = append(r.at, time.Now())
+	r.mu.Unlock()
+	return nil
+}
+
+func TestEveryTicksAlignToTheEpoch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		time.Sleep(time.Until(epoch.Add(1234 * time.Millisecond))) // start at an odd moment
+		s := timers.New(memlock.New())
+		var r record
+		if err := s.Add(timers.Every("every", 10*time.Second, r.fn)); err != nil {
+			t.Fatal(err)
+		}
+		runFor(t, s, 35*time.Second)
+		want := []time.Time{epoch.Add(10 * time.Second), epoch.Add(20 * time.Second), epoch.Add(30 * time.Second)}
+		if len(r.ticks) != 3 {
+			t.Fatalf("ticks %v, want %v", r.ticks, want)
+		}
+		for i := range want {
+			if !r.ticks[i].Equal(want[i]) || !r.at[i].Equal(want[i]) {
+				t.Fatalf("tick %d at %v (ran at %v), want %v", i, r.ticks[i], r.at[i], want[i])
+			}
+		}
+	})
+}
+
+func TestSpreadStartIsAStablePhase(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		time.Sleep(time.Until(epoch))
+		phases := map[string]time.Duration{}
+		for _, name := range []string{"alpha", "beta", "alpha"} {
+			s := timers.New(memlock.New())
+			var r record
+			if err := s.Add(timers.Every(name, time.Minute, r.fn, timers.SpreadStart())); err != nil {
+				t.Fatal(err)
+			}
+			runFor(t, s, time.Minute)
+			if len(r.ticks) != 1 {
+				t.Fatalf("%s: %d ticks in a minute", name, len(r.ticks))
+			}
+			phase := time.Duration(r.ticks[0].UnixNano() % int64(time.Minute))
+			if p, seen := phases[name]; seen && p != phase {
+				t.Fatalf("%s: phase %v then %v", name, p, phase)
+			}
+			phases[name] = phase
+		}
+		if phases["alpha"] == phases["beta"] {
+			t.Fatalf("alpha and beta share the phase %v", phases["alpha"])
+		}
+	})
+}
+
+func TestCronAcrossDaylightSavingTime(t *testing.T) {
+	ny, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		t.Fatal(err)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		// 2030-03-10 is the spring-forward day in New York: 02:30 does not
+		// exist, so "30 2 * * *" does not fire that day.
+		time.Sleep(time.Until(time.Date(2030, 3, 8, 12, 0, 0, 0, ny)))
+		s := timers.New(memlock.New())
+		var r record
+		if err := s.Add(timers.Cron("nightly", "30 2 * * *", r.fn, timers.InLocation(ny))); err != nil {
+			t.Fatal(err)
+		}
+		runFor(t, s, 4*24*time.Hour)
+		want := []string{"2030-03-09 02:30 EST", "2030-03-11 02:30 EDT", "2030-03-12 02:30 EDT"}
+		var got []string
+		for _, tk := range r.ticks {
+			got = append(got, tk.In(ny).Format("2006-01-02 15:04 MST"))
+		}
+		if len(got) != len(want) {
+			t.Fatalf("ticks %v, want %v", got, want)
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("ticks %v, want %v", got, want)
+			}
+		}
+	})
+}
+
+func TestCronDescriptorsAndEvery(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		time.Sleep(time.Until(epoch.Add(time.Second)))
+		s := timers.New(memlock.New())
+		var hourly, every record
+		if err := s.Add(timers.Cron("hourly", "@hourly", hourly.fn)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Add(timers.Cron("every", "@every 30m", every.fn)); err != nil {
+			t.Fatal(err)
+		}
+		runFor(t, s, 3*time.Hour)
+		if len(hourly.ticks) != 3 || !hourly.ticks[0].Equal(epoch.Add(time.Hour)) {
+			t.Fatalf("@hourly ticks %v", hourly.ticks)
+		}
+		if len(every.ticks) != 6 || !every.ticks[0].Equal(epoch.Add(30*time.Minute)) {
+			t.Fatalf("@every 30m ticks %v (aligned to the epoch like Every)", every.ticks)
+		}
+	})
+}
+
+// A host whose clock reaches a tick later than the threshold skips it.
+func TestMisfireSkip(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		time.Sleep(time.Until(epoch))
+		var skew atomic.Int64
+		s := timers.New(memlock.New(), timers.WithClock(func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }))
+		var r record
+		if err := s.Add(timers.Every("misfire", 10*time.Second, r.fn, timers.MisfireThreshold(time.Second))); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			time.Sleep(15 * time.Second)
+			skew.Store(int64(6 * time.Second)) // the clock jumps: the 20 s tick is seen at 21+ s
+		}()
+		runFor(t, s, 45*time.Second)
+		st := s.Status()[0]
+		if st.Skips < 1 || st.LastSkip.Reason != "misfire" {
+			t.Fatalf("status %+v: want a misfire skip", st)
+		}
+		for _, tk := range r.ticks {
+			if tk.Equal(epoch.Add(20 * time.Second)) {
+				t.Fatalf("the misfired tick ran: %v", r.ticks)
+			}
+		}
+	})
+}
+
+func TestRetryWithinATick(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		time.Sleep(time.Until(epoch))
+		s := timers.New(memlock.New())
+		var calls []time.Time
+		fn := func(ctx context.Context) error {
+			calls = append(calls, time.Now())
+			if len(calls) < 3 {
+				return errors.New("flaky")
+			}
+			return nil
+		}
+		if err := s.Add(timers.Every("retry", time.Hour, fn, timers.RetryOnError(3, 100*time.Millisecond))); err != nil {
+			t.Fatal(err)
+		}
+		runFor(t, s, time.Hour+time.Second)
+		tick := epoch.Add(time.Hour)
+		want := []time.Time{tick, tick.Add(100 * time.Millisecond), tick.Add(300 * time.Millisecond)}
+		if len(calls) != 3 || !calls[0].Equal(want[0]) || !calls[1].Equal(want[1]) || !calls[2].Equal(want[2]) {
+			t.Fatalf("calls at %v, want %v", calls, want)
+		}
+		st := s.Status()[0]
+		if st.Runs != 1 || st.Failures != 0 || st.LastRun.Outcome != "ok" {
+			t.Fatalf("status %+v", st)
+		}
+	})
+}
+
+func TestMaxRunTimeCancelsTheRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		time.Sleep(time.Until(epoch))
+		s := timers.New(memlock.New())
+		var ended time.Time
+		fn := func(ctx context.Context) error {
+			<-ctx.Done()
+			ended = time.Now()
+			return context.Cause(ctx)
+		}
+		if err := s.Add(timers.Every("slow", time.Hour, fn, timers.MaxRunTime(3*time.Second))); err != nil {
+			t.Fatal(err)
+		}
+		runFor(t, s, time.Hour+10*time.Second)
+		if want := epoch.Add(time.Hour + 3*time.Second); !ended.Equal(want) {
+			t.Fatalf("run ended at %v, want %v", ended, want)
+		}
+		if st := s.Status()[0]; st.LastRun.Outcome != "cancelled" || st.Failures != 1 {
+			t.Fatalf("status %+v", st)
+		}
+	})
+}
+
+// Runs of 2.5 intervals with MaxConcurrency(2): ticks 0 and 1 run, tick 2
+// finds both slots busy and is skipped, tick 3 runs on the slot tick 0
+// freed at 2.5, and so on.
+func TestMaxConcurrencySkipsBusyTicks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		time.Sleep(time.Until(epoch))
+		s := timers.New(memlock.New())
+		var running, peak atomic.Int32
+		fn := func(ctx context.Context) error {
+			n := running.Add(1)
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+			}
+			time.Sleep(2500 * time.Millisecond)
+			running.Add(-1)
+			return nil
+		}
+		if err := s.Add(timers.Every("long", time.Second, fn, timers.MaxConcurrency(2))); err != nil {
+			t.Fatal(err)
+		}
+		runFor(t, s, 12*time.Second+time.Millisecond)
+		st := s.Status()[0]
+		if peak.Load() != 2 {
+			t.Fatalf("peak %d runs at once, want 2", peak.Load())
+		}
+		// Ticks 1..12: runs at 1,2,4,5,7,8,10,11 and skips at 3,6,9,12.
+		if st.Runs+int64(running.Load()) < 8 || st.Skips != 4 || st.LastSkip.Reason != "busy" {
+			t.Fatalf("status %+v (still running %d): want 8 runs and 4 busy skips", st, running.Load())
+		}
+	})
+}
+
+// Three hosts on one backend with clocks −200 ms, 0 and +200 ms off:
+// every tick runs exactly once.
+func TestOncePerTickAcrossSkewedHosts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		time.Sleep(time.Until(epoch))
+		table := memlock.New()
+		var mu sync.Mutex
+		count := map[time.Time]int{}
+		fn := func(ctx context.Context) error {
+			tick, _ := timers.TickFrom(ctx)
+			mu.Lock()
+			count[tick.At]++
+			mu.Unlock()
+			return nil
+		}
+		var wg sync.WaitGroup
+		ctx, cancel := context.WithTimeout(t.Context(), 30500*time.Millisecond)
+		defer cancel()
+		var schedulers []*timers.Scheduler
+		for i, skew := range []time.Duration{-200 * time.Millisecond, 0, 200 * time.Millisecond} {
+			s := timers.New(table.Share(), timers.WithClock(func() time.Time { return time.Now().Add(skew) }))
+			if err := s.Add(timers.Every("skewed", time.Second, fn)); err != nil {
+				t.Fatal(err)
+			}
+			schedulers = append(schedulers, s)
+			wg.Go(func() {
+				time.Sleep(time.Duration(i) * 700 * time.Millisecond) // started at different moments
+				_ = s.Run(ctx)
+			})
+		}
+		wg.Wait()
+		if len(count) < 29 {
+			t.Fatalf("%d ticks ran in 30 s", len(count))
+		}
+		for tick, n := range count {
+			if n != 1 {
+				t.Fatalf("tick %v ran %d times", tick, n)
+			}
+		}
+		var elsewhere int64
+		for _, s := range schedulers {
+			elsewhere += s.Status()[0].Elsewhere
+		}
+		if elsewhere == 0 {
+			t.Fatal("no host ever found a tick claimed: the hosts did not compete")
+		}
+	})
+}
+
+func TestShutdownWaitsThenCancels(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		time.Sleep(time.Until(epoch))
+		l := memlock.New()
+		s := timers.New(l, timers.WithShutdownTimeout(5*time.Second))
+		var finished, cancelled atomic.Bool
+		if err := s.Add(timers.Every("short", time.Minute, func(ctx context.Context) error {
+			time.Sleep(2 * time.Second)
+			finished.Store(true)
+			return nil
+		})); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Add(timers.Every("stubborn", time.Minute, func(ctx context.Context) error {
+			<-ctx.Done()
+			cancelled.Store(true)
+			return ctx.Err()
+		})); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute+time.Second)
+		defer cancel()
+		_ = s.Run(ctx)
+		if got := time.Since(epoch); got != time.Minute+6*time.Second {
+			t.Fatalf("Run returned after %v, want the shutdown timeout of 5 s after ctx ended (1m6s)", got)
+		}
+		if !finished.Load() || !cancelled.Load() {
+			t.Fatalf("finished %v cancelled %v", finished.Load(), cancelled.Load())
+		}
+		if grants, _ := l.List(t.Context(), "sem/"); len(grants) > 1 { // only the size declarations may remain
+			for _, g := range grants {
+				if g.Key != "sem/{timer/short}/size/1" && g.Key != "sem/{timer/stubborn}/size/1" {
+					t.Fatalf("grant left after Run: %+v", g)
+				}
+			}
+		}
+	})
+}
+
+func TestBadInput(t *testing.T) {
+	s := timers.New(memlock.New())
+	fn := func(context.Context) error { return nil }
+	if err := s.Add(timers.Every("dup", time.Second, fn)); err != nil {
+		t.Fatal(err)
+	}
+	for name, tm := range map[string]*timers.Timer{
+		"zero interval":      timers.Every("a", 0, fn),
+		"negative interval":  timers.Every("b", -time.Second, fn),
+		"invalid cron":       timers.Cron("c", "61 * * * *", fn),
+		"invalid @every":     timers.Cron("c2", "@every soon", fn),
+		"duplicate":          timers.Every("dup", time.Second, fn),
+		"MaxConcurrency 0":   timers.Every("d", time.Second, fn, timers.MaxConcurrency(0)),
+		"nil fn":             timers.Every("e", time.Second, nil),
+		"braces":             timers.Every("f{x}", time.Second, fn),
+		"InLocation(Every)":  timers.Every("g", time.Second, fn, timers.InLocation(time.UTC)),
+		"negative retries":   timers.Every("h", time.Second, fn, timers.RetryOnError(-1, 0)),
+		"zero MaxRunTime":    timers.Every("i", time.Second, fn, timers.MaxRunTime(0)),
+		"nil option":         timers.Every("j", time.Second, fn, nil),
+		"RunWhenUnavailable": timers.Every("k", time.Second, fn, timers.RunWhenUnavailable(0)),
+	} {
+		if err := s.Add(tm); !errors.Is(err, lock.ErrInvalidArgument) {
+			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
+		}
+	}
+	if err := s.Add(nil); !errors.Is(err, lock.ErrInvalidArgument) {
+		t.Errorf("nil timer: %v", err)
+	}
+	if err := timers.New(nil).Add(timers.Every("x", time.Second, fn)); !errors.Is(err, lock.ErrInvalidArgument) {
+		t.Errorf("nil Lock: %v", err)
+	}
+}
