@@ -1,0 +1,261 @@
+// Package memjobs is the in-process jobs.Registry: a map of entries and a
+// min-heap by deadline behind a mutex. Expired walks only the part of the
+// heap whose deadline has passed, so its cost grows with the expired count.
+// It is exact under testing/synctest, and, being in-process, survives no
+// crash: use it for tests, simulations and single-process programs.
+package memjobs
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/leasehold-go/leasehold/jobs"
+	"github.com/leasehold-go/leasehold/lock"
+)
+
+// Registry is an in-process jobs.Registry. The zero value is not usable;
+// call New.
+type Registry struct {
+	mu    sync.Mutex
+	byID  map[string]*entry
+	heap  deadlineHeap
+	dead  map[string]jobs.DeadJob
+	epoch uint64
+}
+
+type entry struct {
+	job   jobs.Job
+	index int // in the heap
+}
+
+var _ jobs.Registry = (*Registry)(nil)
+
+// New returns an empty registry.
+func New() *Registry {
+	return &Registry{byID: map[string]*entry{}, dead: map[string]jobs.DeadJob{}}
+}
+
+func (r *Registry) Track(ctx context.Context, job jobs.Job, lease time.Duration) (jobs.Job, error) {
+	if err := jobs.CheckLease(ctx, job.ID, lease); err != nil {
+		return jobs.Job{}, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.epoch++
+	job.Epoch = r.epoch
+	job.Deadline = time.Now().Add(lease)
+	job.Payload = append([]byte(nil), job.Payload...)
+	if e, ok := r.byID[job.ID]; ok {
+		e.job = job
+		heap.Fix(&r.heap, e.index)
+	} else {
+		e := &entry{job: job}
+		r.byID[job.ID] = e
+		heap.Push(&r.heap, e)
+	}
+	return job, nil
+}
+
+func (r *Registry) current(ref jobs.Ref) (*entry, bool) {
+	e, ok := r.byID[ref.ID]
+	return e, ok && e.job.Epoch == ref.Epoch
+}
+
+func (r *Registry) Heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Duration) ([]string, error) {
+	if err := jobs.CheckLease(ctx, "heartbeat", lease); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	deadline := time.Now().Add(lease)
+	var lost []string
+	for _, ref := range refs {
+		e, ok := r.current(ref)
+		if !ok {
+			lost = append(lost, ref.ID)
+			continue
+		}
+		e.job.Deadline = deadline
+		heap.Fix(&r.heap, e.index)
+	}
+	return lost, nil
+}
+
+func (r *Registry) remove(ctx context.Context, ref jobs.Ref) (*entry, error) {
+	if err := jobs.CheckID(ctx, ref.ID); err != nil {
+		return nil, err
+	}
+	e, ok := r.current(ref)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s epoch %d", jobs.ErrStale, ref.ID, ref.Epoch)
+	}
+	heap.Remove(&r.heap, e.index)
+	delete(r.byID, ref.ID)
+	return e, nil
+}
+
+func (r *Registry) Done(ctx context.Context, ref jobs.Ref) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, err := r.remove(ctx, ref)
+	return err
+}
+
+func (r *Registry) Remove(ctx context.Context, ref jobs.Ref) error { return r.Done(ctx, ref) }
+
+func (r *Registry) Expired(ctx context.Context, limit int) ([]jobs.Job, error) {
+	if err := lock.CheckContext(ctx); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	var out []jobs.Job
+	// Walk the heap from the root, pruning subtrees that are not due.
+	var walk func(i int)
+	walk = func(i int) {
+		if i >= len(r.heap) || r.heap[i].job.Deadline.After(now) {
+			return
+		}
+		out = append(out, r.heap[i].job)
+		walk(2*i + 1)
+		walk(2*i + 2)
+	}
+	walk(0)
+	sort.Slice(out, func(i, j int) bool { return out[i].Deadline.Before(out[j].Deadline) })
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+func (r *Registry) Reclaim(ctx context.Context, ref jobs.Ref, by string, lease time.Duration) (jobs.Job, error) {
+	if err := jobs.CheckLease(ctx, ref.ID, lease); err != nil {
+		return jobs.Job{}, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	e, ok := r.current(ref)
+	if !ok || e.job.Deadline.After(now) {
+		return jobs.Job{}, fmt.Errorf("%w: %s epoch %d is no longer expired", jobs.ErrStale, ref.ID, ref.Epoch)
+	}
+	r.epoch++
+	j := &e.job
+	j.Attempt++
+	j.History = append(append([]jobs.Recovery(nil), j.History...), jobs.Recovery{At: now, From: j.Owner, By: by, Attempt: j.Attempt})
+	j.Owner, j.Epoch, j.Deadline = by, r.epoch, now.Add(lease)
+	heap.Fix(&r.heap, e.index)
+	return *j, nil
+}
+
+func (r *Registry) Bury(ctx context.Context, ref jobs.Ref, reason string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, err := r.remove(ctx, ref)
+	if err != nil {
+		return err
+	}
+	r.dead[ref.ID] = jobs.DeadJob{Job: e.job, DiedAt: time.Now(), Reason: reason}
+	return nil
+}
+
+func (r *Registry) Dead(ctx context.Context, limit int) ([]jobs.DeadJob, error) {
+	if err := lock.CheckContext(ctx); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]jobs.DeadJob, 0, len(r.dead))
+	for _, d := range r.dead {
+		out = append(out, d)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].DiedAt.Equal(out[j].DiedAt) {
+			return out[i].ID < out[j].ID
+		}
+		return out[i].DiedAt.After(out[j].DiedAt)
+	})
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+func (r *Registry) DeadJob(ctx context.Context, id string) (jobs.DeadJob, error) {
+	if err := jobs.CheckID(ctx, id); err != nil {
+		return jobs.DeadJob{}, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d, ok := r.dead[id]
+	if !ok {
+		return jobs.DeadJob{}, fmt.Errorf("%w: dead job %q", jobs.ErrNotFound, id)
+	}
+	return d, nil
+}
+
+func (r *Registry) Purge(ctx context.Context, id string) error {
+	if err := jobs.CheckID(ctx, id); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.dead[id]; !ok {
+		return fmt.Errorf("%w: dead job %q", jobs.ErrNotFound, id)
+	}
+	delete(r.dead, id)
+	return nil
+}
+
+func (r *Registry) Counts(ctx context.Context) (jobs.Counts, error) {
+	expired, err := r.Expired(ctx, 0)
+	if err != nil {
+		return jobs.Counts{}, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return jobs.Counts{Tracked: int64(len(r.byID)), Expired: int64(len(expired)), Dead: int64(len(r.dead))}, nil
+}
+
+func (r *Registry) InFlight(ctx context.Context, limit int) ([]jobs.Job, error) {
+	if err := lock.CheckContext(ctx); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]jobs.Job, 0, len(r.byID))
+	for _, e := range r.byID {
+		out = append(out, e.job)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Deadline.Before(out[j].Deadline) })
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// deadlineHeap orders entries by deadline.
+type deadlineHeap []*entry
+
+func (h deadlineHeap) Len() int           { return len(h) }
+func (h deadlineHeap) Less(i, j int) bool { return h[i].job.Deadline.Before(h[j].job.Deadline) }
+func (h deadlineHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *deadlineHeap) Push(x any) {
+	e := x.(*entry)
+	e.index = len(*h)
+	*h = append(*h, e)
+}
+func (h *deadlineHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}

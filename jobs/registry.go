@@ -1,0 +1,105 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ErrStale: the job's entry is gone or belongs to a newer epoch — it was
+// reclaimed, completed or re-tracked elsewhere. A worker that gets it must
+// stop working on the job: someone else owns it now.
+var ErrStale = errors.New("jobs: stale job: reclaimed, completed or re-tracked elsewhere")
+
+// ErrNotFound: no such job (in flight or dead).
+var ErrNotFound = errors.New("jobs: no such job")
+
+// Job is a unit of work as the registry records it.
+type Job struct {
+	ID      string
+	Payload []byte
+	// Owner is the identity of the worker (or recoverer) that holds it.
+	Owner string
+	// Attempt counts the recoveries: 0 for the first run, +1 each time a
+	// crashed worker's job is reclaimed. A handler that sees Attempt > 0
+	// knows the job may have run (partly) before.
+	Attempt int
+	// Epoch changes every time the job is tracked or reclaimed; heartbeats,
+	// Done and Remove act only on the epoch they name.
+	Epoch uint64
+	// Deadline is when the entry expires without a heartbeat (server time).
+	Deadline time.Time
+	// History lists the recoveries, oldest first.
+	History []Recovery
+}
+
+// Ref names one epoch of a job.
+type Ref struct {
+	ID    string
+	Epoch uint64
+}
+
+// Ref returns the job's reference.
+func (j Job) Ref() Ref { return Ref{j.ID, j.Epoch} }
+
+// Recovery is one entry of a job's history.
+type Recovery struct {
+	At      time.Time // when it was reclaimed (server time)
+	From    string    // the owner whose heartbeat had stopped
+	By      string    // the recoverer
+	Attempt int       // the attempt it became
+}
+
+// DeadJob is a job in the dead set.
+type DeadJob struct {
+	Job
+	DiedAt time.Time
+	Reason string
+}
+
+// Counts summarises a registry.
+type Counts struct {
+	Tracked int64 // in flight, expired ones included
+	Expired int64 // in flight with a past deadline
+	Dead    int64
+}
+
+// Registry is the durable in-flight state of jobs. jobs/memjobs,
+// jobs/redisjobs and jobs/pgjobs implement it; jobs/registrytest is the
+// conformance suite every implementation runs. Deadlines are on the
+// registry's clock (the server's), never the caller's. Every method is one
+// round trip.
+type Registry interface {
+	// Track records a started job with a fresh epoch and a deadline lease
+	// from now, replacing any entry of the same ID (which then goes stale).
+	// It returns the job as recorded.
+	Track(ctx context.Context, job Job, lease time.Duration) (Job, error)
+	// Heartbeat extends the deadline of every listed job whose epoch still
+	// matches, to lease from now, and returns the IDs of the others.
+	Heartbeat(ctx context.Context, refs []Ref, lease time.Duration) (lost []string, err error)
+	// Done removes the job if its epoch matches, else returns ErrStale.
+	Done(ctx context.Context, ref Ref) error
+	// Expired lists up to limit jobs whose deadline has passed, earliest
+	// deadline first, through an index ordered by deadline: its cost grows
+	// with the number of expired jobs, not the number tracked.
+	Expired(ctx context.Context, limit int) ([]Job, error)
+	// Reclaim takes an expired job over if its epoch still matches and its
+	// deadline has still passed: a new epoch, Attempt+1, owner by, a
+	// deadline lease from now, and a history entry. Else ErrStale.
+	Reclaim(ctx context.Context, ref Ref, by string, lease time.Duration) (Job, error)
+	// Remove drops the job if its epoch matches (after a requeue), else
+	// returns ErrStale.
+	Remove(ctx context.Context, ref Ref) error
+	// Bury moves the job to the dead set if its epoch matches, else ErrStale.
+	Bury(ctx context.Context, ref Ref, reason string) error
+	// Dead lists up to limit dead jobs, the most recent first.
+	Dead(ctx context.Context, limit int) ([]DeadJob, error)
+	// DeadJob returns one dead job, or ErrNotFound.
+	DeadJob(ctx context.Context, id string) (DeadJob, error)
+	// Purge deletes a dead job, or returns ErrNotFound.
+	Purge(ctx context.Context, id string) error
+	// Counts reports how many jobs are tracked, expired and dead.
+	Counts(ctx context.Context) (Counts, error)
+	// InFlight lists up to limit tracked jobs, ordered by deadline.
+	InFlight(ctx context.Context, limit int) ([]Job, error)
+}

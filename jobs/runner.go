@@ -1,0 +1,472 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/leasehold-go/leasehold/leader"
+	"github.com/leasehold-go/leasehold/lock"
+)
+
+// Defaults: a crashed worker's jobs are requeued about Lease + ScanEvery =
+// 20 s after its last heartbeat.
+const (
+	DefaultLease          = 15 * time.Second
+	DefaultHeartbeatEvery = 4 * time.Second
+	DefaultScanEvery      = 5 * time.Second
+	DefaultMaxRetries     = 5
+	DefaultBackoffBase    = time.Second
+	DefaultBackoffCap     = 5 * time.Minute
+	DefaultScanBatch      = 1000
+)
+
+// Requeue puts a recovered job back on the user's queue, to run after
+// delay (exponential backoff with full jitter over the job's Attempt). It
+// must be safe to call twice for one recovery: a recoverer that crashes
+// after Requeue and before the entry is removed requeues it again.
+type Requeue func(ctx context.Context, job Job, delay time.Duration) error
+
+// Step names a point of the recovery of one job, for OnStep.
+type Step string
+
+const (
+	StepReclaimed Step = "reclaimed" // the entry has a new epoch and Attempt+1
+	StepRequeued  Step = "requeued"  // Requeue returned nil
+	StepRemoved   Step = "removed"   // the entry is gone: recovery complete
+	StepBuried    Step = "buried"    // moved to the dead set after MaxRetries
+)
+
+type settings struct {
+	lease, heartbeat, scan time.Duration
+	maxRetries             int
+	base, cap              time.Duration
+	batch                  int
+	election               string
+	onDead                 func(context.Context, DeadJob)
+	onStep                 func(Step, Job)
+}
+
+func opt[T any](name string, f func(*settings, T) error, v T) lock.Option {
+	return lock.BackendOption("jobs."+name, func(s *settings) error { return f(s, v) })
+}
+
+func positive(what string, d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("%s must be positive, got %v", what, d)
+	}
+	return nil
+}
+
+// WithLease sets how long a job stays owned without a heartbeat.
+func WithLease(d time.Duration) lock.Option {
+	return opt("WithLease", func(s *settings, d time.Duration) error { s.lease = d; return positive("lease", d) }, d)
+}
+
+// WithHeartbeatEvery sets the period of the one batched heartbeat a process
+// sends for all its jobs; it must be below a third of the lease.
+func WithHeartbeatEvery(d time.Duration) lock.Option {
+	return opt("WithHeartbeatEvery", func(s *settings, d time.Duration) error { s.heartbeat = d; return positive("heartbeat interval", d) }, d)
+}
+
+// WithScanEvery sets how often the recoverer looks for expired jobs.
+func WithScanEvery(d time.Duration) lock.Option {
+	return opt("WithScanEvery", func(s *settings, d time.Duration) error { s.scan = d; return positive("scan interval", d) }, d)
+}
+
+// WithMaxRetries sets how many recoveries a job gets before the dead set.
+func WithMaxRetries(n int) lock.Option {
+	return opt("WithMaxRetries", func(s *settings, n int) error {
+		if n < 0 {
+			return fmt.Errorf("max retries must not be negative, got %d", n)
+		}
+		s.maxRetries = n
+		return nil
+	}, n)
+}
+
+// WithBackoff sets the requeue delay: full jitter over base·2^(attempt−1),
+// capped at cap.
+func WithBackoff(base, cap time.Duration) lock.Option {
+	return opt("WithBackoff", func(s *settings, v [2]time.Duration) error {
+		if v[0] < 0 || v[1] < v[0] {
+			return fmt.Errorf("backoff base %v, cap %v", v[0], v[1])
+		}
+		s.base, s.cap = v[0], v[1]
+		return nil
+	}, [2]time.Duration{base, cap})
+}
+
+// WithScanBatch sets how many expired jobs one scan handles at most.
+func WithScanBatch(n int) lock.Option {
+	return opt("WithScanBatch", func(s *settings, n int) error {
+		if n < 1 {
+			return fmt.Errorf("scan batch must be positive, got %d", n)
+		}
+		s.batch = n
+		return nil
+	}, n)
+}
+
+// WithElection names the leader election that gates recovery (default
+// "jobs-recovery"); runners of one registry must share it.
+func WithElection(name string) lock.Option {
+	return opt("WithElection", func(s *settings, n string) error { s.election = n; return nil }, name)
+}
+
+// OnDead runs after a job was moved to the dead set.
+func OnDead(f func(context.Context, DeadJob)) lock.Option {
+	return opt("OnDead", func(s *settings, f func(context.Context, DeadJob)) error { s.onDead = f; return nil }, f)
+}
+
+// OnStep runs after each step of a recovery: for tracing, and for fault
+// tests that stop a recoverer between two steps.
+func OnStep(f func(Step, Job)) lock.Option {
+	return opt("OnStep", func(s *settings, f func(Step, Job)) error { s.onStep = f; return nil }, f)
+}
+
+// Runner tracks the jobs of one worker process and, while it leads the
+// recovery election, recovers the jobs of crashed workers.
+type Runner struct {
+	reg      Registry
+	l        lock.Lock
+	requeue  Requeue
+	s        *settings
+	cfg      *lock.Config
+	identity string
+	m        *metrics
+
+	mu       sync.Mutex
+	inflight map[string]*inflight
+}
+
+type inflight struct {
+	ref        Ref
+	cancel     context.CancelCauseFunc
+	validUntil time.Time
+}
+
+// NewRunner returns a runner over reg, electing its recoverer on l. Options
+// are this package's and package lock's (WithOwner, WithLogger, ...); they
+// are validated here.
+func NewRunner(reg Registry, l lock.Lock, requeue Requeue, opts ...lock.Option) (*Runner, error) {
+	s := &settings{lease: DefaultLease, heartbeat: DefaultHeartbeatEvery, scan: DefaultScanEvery,
+		maxRetries: DefaultMaxRetries, base: DefaultBackoffBase, cap: DefaultBackoffCap,
+		batch: DefaultScanBatch, election: "jobs-recovery"}
+	cfg, err := lock.NewConfig(s, opts)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case reg == nil || l == nil || requeue == nil:
+		return nil, fmt.Errorf("%w: jobs.NewRunner: nil registry, lock or requeue function", lock.ErrInvalidArgument)
+	case s.heartbeat*3 >= s.lease:
+		return nil, fmt.Errorf("%w: jobs: the heartbeat interval %v must be below a third of the lease %v", lock.ErrInvalidArgument, s.heartbeat, s.lease)
+	}
+	r := &Runner{reg: reg, l: l, requeue: requeue, s: s, cfg: cfg, identity: cfg.Owner,
+		inflight: map[string]*inflight{}, m: newMetrics(cfg)}
+	if o, ok := l.(interface{ Owner() string }); ok {
+		r.identity = o.Owner()
+	}
+	return r, nil
+}
+
+// Identity is the owner recorded with this runner's jobs.
+func (r *Runner) Identity() string { return r.identity }
+
+// Track records that this process started job and returns a context for
+// the work, cancelled (cause matching ErrStale or lock.ErrLost) when the
+// job is reclaimed elsewhere or this process cannot renew it in time, and
+// done, to call when the job has finished (err: its outcome, for the
+// metrics). done returns ErrStale when the job was reclaimed meanwhile: the
+// completion is rejected and the job runs (or ran) elsewhere too.
+func (r *Runner) Track(ctx context.Context, job Job) (context.Context, func(err error) error, error) {
+	job.Owner = r.identity
+	sent := time.Now()
+	tracked, err := r.reg.Track(ctx, job, r.s.lease)
+	if err != nil {
+		return nil, nil, err
+	}
+	jctx, cancel := context.WithCancelCause(ctx)
+	f := &inflight{ref: tracked.Ref(), cancel: cancel, validUntil: lock.ValidUntil(sent, r.s.lease)}
+	r.mu.Lock()
+	if old, ok := r.inflight[job.ID]; ok {
+		old.cancel(fmt.Errorf("%w: tracked again", ErrStale))
+	}
+	r.inflight[job.ID] = f
+	r.mu.Unlock()
+	r.m.tracked.Add(context.WithoutCancel(ctx), 1)
+	var once sync.Once
+	done := func(result error) error {
+		var err error
+		once.Do(func() {
+			r.mu.Lock()
+			if r.inflight[job.ID] == f {
+				delete(r.inflight, job.ID)
+			}
+			r.mu.Unlock()
+			r.m.tracked.Add(context.WithoutCancel(ctx), -1)
+			err = r.reg.Done(context.WithoutCancel(ctx), f.ref)
+			outcome := "ok"
+			switch {
+			case errors.Is(err, ErrStale):
+				outcome = "stale"
+				r.cfg.Logger.Warn("leasehold: job completion rejected: it was reclaimed", "job", job.ID, "epoch", f.ref.Epoch)
+			case result != nil:
+				outcome = "failed"
+			}
+			r.m.completed.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attribute.String("leasehold.outcome", outcome)))
+			cancel(context.Canceled)
+		})
+		return err
+	}
+	return jctx, done, nil
+}
+
+// Run sends the heartbeats of this process's jobs and campaigns for the
+// recovery election, scanning for expired jobs while it leads, until ctx
+// ends.
+func (r *Runner) Run(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", lock.ErrInvalidArgument)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { r.heartbeats(ctx) })
+	err := leader.Run(ctx, r.l, r.s.election, r.recover,
+		leader.WithLease(r.s.lease), leader.WithRenewEvery(r.s.lease/3), leader.WithRetry(r.s.scan),
+		lock.WithLogger(r.cfg.Logger), lock.WithMeterProvider(r.cfg.MeterProvider), lock.WithTracerProvider(r.cfg.TracerProvider))
+	wg.Wait()
+	return err
+}
+
+func (r *Runner) heartbeats(ctx context.Context) {
+	tick := time.NewTicker(r.s.heartbeat)
+	defer tick.Stop()
+	deadline := time.NewTimer(time.Hour)
+	defer deadline.Stop()
+	for {
+		r.resetDeadline(deadline)
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadline.C:
+			r.expireLocal()
+		case <-tick.C:
+			r.heartbeat(ctx)
+		}
+	}
+}
+
+func (r *Runner) snapshot() []Ref {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	refs := make([]Ref, 0, len(r.inflight))
+	for _, f := range r.inflight {
+		refs = append(refs, f.ref)
+	}
+	return refs
+}
+
+// heartbeat extends every in-flight job in one round trip.
+func (r *Runner) heartbeat(ctx context.Context) {
+	refs := r.snapshot()
+	if len(refs) == 0 {
+		return
+	}
+	sent := time.Now()
+	hctx, cancel := context.WithTimeout(ctx, r.s.heartbeat)
+	lost, err := r.reg.Heartbeat(hctx, refs, r.s.lease)
+	cancel()
+	if err != nil {
+		r.m.heartbeats.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attribute.String("leasehold.outcome", "error")))
+		r.cfg.Logger.Warn("leasehold: job heartbeat failed; jobs stay valid until their lease ends", "jobs", len(refs), "err", err)
+		return
+	}
+	r.m.heartbeats.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attribute.String("leasehold.outcome", "ok")))
+	gone := map[string]bool{}
+	for _, id := range lost {
+		gone[id] = true
+	}
+	validUntil := lock.ValidUntil(sent, r.s.lease)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, ref := range refs {
+		f, ok := r.inflight[ref.ID]
+		if !ok || f.ref != ref {
+			continue
+		}
+		if gone[ref.ID] {
+			f.cancel(fmt.Errorf("%w: %s was reclaimed elsewhere", ErrStale, ref.ID))
+			delete(r.inflight, ref.ID)
+			r.cfg.Logger.Warn("leasehold: job lost: reclaimed elsewhere", "job", ref.ID, "epoch", ref.Epoch)
+			continue
+		}
+		f.validUntil = validUntil
+	}
+}
+
+// expireLocal cancels the jobs whose lease ended without a heartbeat.
+func (r *Runner) expireLocal() {
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, f := range r.inflight {
+		if !now.Before(f.validUntil) {
+			f.cancel(lock.Lost("the job's lease ended without a successful heartbeat"))
+			delete(r.inflight, id)
+			r.cfg.Logger.Warn("leasehold: job lost: no heartbeat within its lease", "job", id)
+		}
+	}
+}
+
+func (r *Runner) resetDeadline(t *time.Timer) {
+	r.mu.Lock()
+	next := time.Now().Add(time.Hour)
+	for _, f := range r.inflight {
+		if f.validUntil.Before(next) {
+			next = f.validUntil
+		}
+	}
+	r.mu.Unlock()
+	t.Reset(time.Until(next))
+}
+
+// recover scans every ScanEvery while this process leads the election.
+func (r *Runner) recover(ctx context.Context) error {
+	tick := time.NewTicker(r.s.scan)
+	defer tick.Stop()
+	for {
+		r.Scan(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// Scan recovers the expired jobs once (Run calls it while leading; tests
+// and tools may call it directly) and returns how many it requeued.
+func (r *Runner) Scan(ctx context.Context) int {
+	start := time.Now()
+	defer func() { r.m.scan.Record(context.WithoutCancel(ctx), time.Since(start).Seconds()) }()
+	expired, err := r.reg.Expired(ctx, r.s.batch)
+	if err != nil {
+		r.cfg.Logger.Warn("leasehold: recovery scan failed", "err", err)
+		return 0
+	}
+	r.m.expired.Add(context.WithoutCancel(ctx), int64(len(expired)))
+	recovered := 0
+	for _, j := range expired {
+		if ctx.Err() != nil {
+			break
+		}
+		if r.recoverOne(ctx, j) {
+			recovered++
+		}
+	}
+	return recovered
+}
+
+func (r *Runner) step(s Step, j Job) {
+	if r.s.onStep != nil {
+		r.s.onStep(s, j)
+	}
+}
+
+// recoverOne: reclaim, then bury or requeue, then remove. A crash between
+// two steps leaves the entry tracked under the recoverer's epoch; it
+// expires again and is recovered again: never lost, at worst requeued twice.
+func (r *Runner) recoverOne(ctx context.Context, j Job) bool {
+	c, err := r.reg.Reclaim(ctx, j.Ref(), r.identity, r.s.lease)
+	if err != nil {
+		if !errors.Is(err, ErrStale) {
+			r.cfg.Logger.Warn("leasehold: reclaiming a job failed", "job", j.ID, "err", err)
+		}
+		return false
+	}
+	r.step(StepReclaimed, c)
+	if c.Attempt > r.s.maxRetries {
+		reason := fmt.Sprintf("recovered %d times (MaxRetries %d): its workers keep crashing", c.Attempt-1, r.s.maxRetries)
+		if err := r.reg.Bury(ctx, c.Ref(), reason); err != nil {
+			r.cfg.Logger.Warn("leasehold: burying a job failed", "job", c.ID, "err", err)
+			return false
+		}
+		r.step(StepBuried, c)
+		r.m.dead.Add(context.WithoutCancel(ctx), 1)
+		r.cfg.Logger.Warn("leasehold: job moved to the dead set", "job", c.ID, "attempt", c.Attempt, "reason", reason)
+		if r.s.onDead != nil {
+			r.s.onDead(ctx, DeadJob{Job: c, DiedAt: time.Now(), Reason: reason})
+		}
+		return false
+	}
+	delay := r.backoff(c.Attempt)
+	if err := r.requeue(ctx, c, delay); err != nil {
+		r.cfg.Logger.Warn("leasehold: requeueing a recovered job failed; it will be retried", "job", c.ID, "err", err)
+		return false
+	}
+	r.step(StepRequeued, c)
+	if err := r.reg.Remove(ctx, c.Ref()); err != nil && !errors.Is(err, ErrStale) {
+		r.cfg.Logger.Warn("leasehold: removing a requeued job failed; it may be requeued again", "job", c.ID, "err", err)
+		return true
+	}
+	r.step(StepRemoved, c)
+	r.m.recovered.Add(context.WithoutCancel(ctx), 1)
+	r.cfg.Logger.Info("leasehold: job recovered", "job", c.ID, "attempt", c.Attempt, "from", j.Owner, "delay", delay)
+	return true
+}
+
+// backoff is full jitter over base·2^(attempt−1), capped.
+func (r *Runner) backoff(attempt int) time.Duration {
+	d := r.s.base
+	for i := 1; i < attempt && d < r.s.cap; i++ {
+		d *= 2
+	}
+	d = min(d, r.s.cap)
+	if d <= 0 {
+		return 0
+	}
+	return rand.N(d + 1)
+}
+
+// RetryDead requeues a dead job (with its attempt reset and no delay) and
+// then deletes it from the dead set. A crash in between leaves it both
+// requeued and dead: never lost.
+func (r *Runner) RetryDead(ctx context.Context, id string) error {
+	d, err := r.reg.DeadJob(ctx, id)
+	if err != nil {
+		return err
+	}
+	j := d.Job
+	j.Attempt = 0
+	if err := r.requeue(ctx, j, 0); err != nil {
+		return err
+	}
+	return r.reg.Purge(ctx, id)
+}
+
+type metrics struct {
+	tracked                  metric.Int64UpDownCounter
+	heartbeats, completed    metric.Int64Counter
+	expired, recovered, dead metric.Int64Counter
+	scan                     metric.Float64Histogram
+}
+
+func newMetrics(cfg *lock.Config) *metrics {
+	m := cfg.Telemetry().Meter
+	out := &metrics{}
+	out.tracked, _ = m.Int64UpDownCounter("leasehold.jobs.tracked", metric.WithDescription("Jobs in flight in this process."))
+	out.heartbeats, _ = m.Int64Counter("leasehold.jobs.heartbeats", metric.WithDescription("Batched heartbeats, by outcome."))
+	out.completed, _ = m.Int64Counter("leasehold.jobs.completed", metric.WithDescription("Jobs finished, by outcome (ok, failed, stale)."))
+	out.expired, _ = m.Int64Counter("leasehold.jobs.expired", metric.WithDescription("Expired jobs found by recovery scans."))
+	out.recovered, _ = m.Int64Counter("leasehold.jobs.recovered", metric.WithDescription("Jobs requeued after their worker crashed."))
+	out.dead, _ = m.Int64Counter("leasehold.jobs.dead", metric.WithDescription("Jobs moved to the dead set."))
+	out.scan, _ = m.Float64Histogram("leasehold.jobs.scan.duration", metric.WithUnit("s"), metric.WithDescription("Duration of recovery scans."))
+	return out
+}
