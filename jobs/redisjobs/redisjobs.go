@@ -1,0 +1,313 @@
+// Package redisjobs is the Redis jobs.Registry.
+//
+// Layout, under a namespace ns (default "leasehold:jobs"), every key with
+// the hash tag {ns} so that one registry lives in one Cluster slot:
+//
+//	{ns}:job:<id>    hash: payload, owner, attempt, epoch, deadline (ms), history
+//	{ns}:deadlines   sorted set of in-flight IDs by deadline: the expiry index
+//	{ns}:epoch       the epoch counter
+//	{ns}:dead:<id>   hash: a dead job, with died and reason
+//	{ns}:deadset     sorted set of dead IDs by time of death
+//
+// Every operation is one Lua script (one round trip), on the server's
+// clock (TIME). Expired reads the index with ZRANGEBYSCORE: O(log n + k)
+// for k expired jobs, whatever the number n tracked. A heartbeat for any
+// number of jobs is one script. The scripts that list jobs (Expired,
+// InFlight, Dead) read job hashes they do not declare: those share the
+// index's hash tag, so they are on the node that runs the script, which
+// Redis (7.x) allows.
+//
+// Durability is Redis's: without AOF (appendfsync everysec or always) a
+// restart loses the registry, and with it the knowledge of what was in
+// flight. Run the registry's Redis with persistence.
+package redisjobs
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold-go/leasehold/jobs"
+	"github.com/leasehold-go/leasehold/lock"
+)
+
+var (
+	//go:embed track.lua
+	trackSrc string
+	//go:embed heartbeat.lua
+	heartbeatSrc string
+	//go:embed remove.lua
+	removeSrc string
+	//go:embed expired.lua
+	expiredSrc string
+	//go:embed reclaim.lua
+	reclaimSrc string
+	//go:embed bury.lua
+	burySrc string
+	//go:embed dead.lua
+	deadSrc string
+	//go:embed purge.lua
+	purgeSrc string
+	//go:embed counts.lua
+	countsSrc string
+
+	trackScript     = redis.NewScript(trackSrc)
+	heartbeatScript = redis.NewScript(heartbeatSrc)
+	removeScript    = redis.NewScript(removeSrc)
+	expiredScript   = redis.NewScript(expiredSrc)
+	reclaimScript   = redis.NewScript(reclaimSrc)
+	buryScript      = redis.NewScript(burySrc)
+	deadScript      = redis.NewScript(deadSrc)
+	purgeScript     = redis.NewScript(purgeSrc)
+	countsScript    = redis.NewScript(countsSrc)
+)
+
+// Separators of the history field: records, and fields within a record.
+const (
+	recordSep = "\x1e"
+	fieldSep  = "\x1f"
+)
+
+// Registry is a jobs.Registry on Redis.
+type Registry struct {
+	c  redis.UniversalClient
+	ns string // "{<namespace>}:"
+}
+
+var _ jobs.Registry = (*Registry)(nil)
+
+// New returns the registry called namespace ("" for "leasehold:jobs") on c.
+func New(c redis.UniversalClient, namespace string) (*Registry, error) {
+	if c == nil {
+		return nil, fmt.Errorf("%w: redisjobs.New: nil client", lock.ErrInvalidArgument)
+	}
+	if namespace == "" {
+		namespace = "leasehold:jobs"
+	}
+	if strings.ContainsAny(namespace, "{}") {
+		return nil, fmt.Errorf("%w: redisjobs: namespace %q contains a brace", lock.ErrInvalidArgument, namespace)
+	}
+	return &Registry{c: c, ns: "{" + namespace + "}:"}, nil
+}
+
+func (r *Registry) jobKey(id string) string  { return r.ns + "job:" + id }
+func (r *Registry) deadKey(id string) string { return r.ns + "dead:" + id }
+func (r *Registry) deadlines() string        { return r.ns + "deadlines" }
+func (r *Registry) epochs() string           { return r.ns + "epoch" }
+func (r *Registry) deadset() string          { return r.ns + "deadset" }
+
+func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
+
+func unavailable(op string, err error) error { return lock.Unavailable("redisjobs: "+op, err) }
+
+func stale(ref jobs.Ref) error {
+	return fmt.Errorf("%w: %s epoch %d", jobs.ErrStale, ref.ID, ref.Epoch)
+}
+
+func (r *Registry) Track(ctx context.Context, job jobs.Job, lease time.Duration) (jobs.Job, error) {
+	if err := jobs.CheckLease(ctx, job.ID, lease); err != nil {
+		return jobs.Job{}, err
+	}
+	res, err := trackScript.Run(ctx, r.c, []string{r.jobKey(job.ID), r.deadlines(), r.epochs()},
+		job.ID, job.Payload, job.Owner, job.Attempt, ms(lease), encodeHistory(job.History)).Int64Slice()
+	if err != nil || len(res) != 2 {
+		return jobs.Job{}, unavailable("track", errors.Join(err, fmt.Errorf("reply %v", res)))
+	}
+	job.Epoch, job.Deadline = uint64(res[0]), time.UnixMilli(res[1])
+	return job, nil
+}
+
+func (r *Registry) Heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Duration) ([]string, error) {
+	if err := jobs.CheckLease(ctx, "heartbeat", lease); err != nil {
+		return nil, err
+	}
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	keys := make([]string, 0, len(refs)+1)
+	args := make([]any, 0, 2*len(refs)+1)
+	keys = append(keys, r.deadlines())
+	args = append(args, ms(lease))
+	for _, ref := range refs {
+		keys = append(keys, r.jobKey(ref.ID))
+		args = append(args, ref.ID, strconv.FormatUint(ref.Epoch, 10))
+	}
+	lost, err := heartbeatScript.Run(ctx, r.c, keys, args...).StringSlice()
+	if err != nil {
+		return nil, unavailable("heartbeat", err)
+	}
+	return lost, nil
+}
+
+func (r *Registry) remove(ctx context.Context, ref jobs.Ref, op string) error {
+	if err := jobs.CheckID(ctx, ref.ID); err != nil {
+		return err
+	}
+	n, err := removeScript.Run(ctx, r.c, []string{r.jobKey(ref.ID), r.deadlines()}, ref.ID, strconv.FormatUint(ref.Epoch, 10)).Int64()
+	switch {
+	case err != nil:
+		return unavailable(op, err)
+	case n == 0:
+		return stale(ref)
+	}
+	return nil
+}
+
+func (r *Registry) Done(ctx context.Context, ref jobs.Ref) error   { return r.remove(ctx, ref, "done") }
+func (r *Registry) Remove(ctx context.Context, ref jobs.Ref) error { return r.remove(ctx, ref, "remove") }
+
+func (r *Registry) Expired(ctx context.Context, limit int) ([]jobs.Job, error) {
+	return r.list(ctx, limit, "0")
+}
+
+func (r *Registry) InFlight(ctx context.Context, limit int) ([]jobs.Job, error) {
+	return r.list(ctx, limit, "1")
+}
+
+func (r *Registry) list(ctx context.Context, limit int, all string) ([]jobs.Job, error) {
+	if err := lock.CheckContext(ctx); err != nil {
+		return nil, err
+	}
+	flat, err := expiredScript.Run(ctx, r.c, []string{r.deadlines()}, max(limit, 0), r.ns+"job:", all).StringSlice()
+	if err != nil {
+		return nil, unavailable("expired", err)
+	}
+	out := make([]jobs.Job, 0, len(flat)/7)
+	for i := 0; i+7 <= len(flat); i += 7 {
+		out = append(out, decodeJob(flat[i], flat[i+1:i+7]))
+	}
+	return out, nil
+}
+
+// decodeJob reads payload, owner, attempt, epoch, deadline, history.
+func decodeJob(id string, f []string) jobs.Job {
+	attempt, _ := strconv.Atoi(f[2])
+	epoch, _ := strconv.ParseUint(f[3], 10, 64)
+	deadline, _ := strconv.ParseInt(f[4], 10, 64)
+	return jobs.Job{ID: id, Payload: []byte(f[0]), Owner: f[1], Attempt: attempt, Epoch: epoch,
+		Deadline: time.UnixMilli(deadline), History: decodeHistory(f[5])}
+}
+
+func (r *Registry) Reclaim(ctx context.Context, ref jobs.Ref, by string, lease time.Duration) (jobs.Job, error) {
+	if err := jobs.CheckLease(ctx, ref.ID, lease); err != nil {
+		return jobs.Job{}, err
+	}
+	f, err := reclaimScript.Run(ctx, r.c, []string{r.jobKey(ref.ID), r.deadlines(), r.epochs()},
+		ref.ID, strconv.FormatUint(ref.Epoch, 10), by, ms(lease), recordSep, fieldSep).StringSlice()
+	switch {
+	case err != nil:
+		return jobs.Job{}, unavailable("reclaim", err)
+	case len(f) != 6:
+		return jobs.Job{}, stale(ref)
+	}
+	return decodeJob(ref.ID, f), nil
+}
+
+func (r *Registry) Bury(ctx context.Context, ref jobs.Ref, reason string) error {
+	if err := jobs.CheckID(ctx, ref.ID); err != nil {
+		return err
+	}
+	n, err := buryScript.Run(ctx, r.c, []string{r.jobKey(ref.ID), r.deadlines(), r.deadKey(ref.ID), r.deadset()},
+		ref.ID, strconv.FormatUint(ref.Epoch, 10), reason).Int64()
+	switch {
+	case err != nil:
+		return unavailable("bury", err)
+	case n == 0:
+		return stale(ref)
+	}
+	return nil
+}
+
+func (r *Registry) Dead(ctx context.Context, limit int) ([]jobs.DeadJob, error) {
+	if err := lock.CheckContext(ctx); err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		limit = 1 << 30
+	}
+	flat, err := deadScript.Run(ctx, r.c, []string{r.deadset()}, limit, r.ns+"dead:").StringSlice()
+	if err != nil {
+		return nil, unavailable("dead", err)
+	}
+	out := make([]jobs.DeadJob, 0, len(flat)/9)
+	for i := 0; i+9 <= len(flat); i += 9 {
+		died, _ := strconv.ParseInt(flat[i+7], 10, 64)
+		out = append(out, jobs.DeadJob{Job: decodeJob(flat[i], flat[i+1:i+7]), DiedAt: time.UnixMilli(died), Reason: flat[i+8]})
+	}
+	return out, nil
+}
+
+func (r *Registry) DeadJob(ctx context.Context, id string) (jobs.DeadJob, error) {
+	if err := jobs.CheckID(ctx, id); err != nil {
+		return jobs.DeadJob{}, err
+	}
+	f, err := r.c.HMGet(ctx, r.deadKey(id), "payload", "owner", "attempt", "epoch", "deadline", "history", "died", "reason").Result()
+	if err != nil {
+		return jobs.DeadJob{}, unavailable("dead job", err)
+	}
+	if f[3] == nil {
+		return jobs.DeadJob{}, fmt.Errorf("%w: dead job %q", jobs.ErrNotFound, id)
+	}
+	s := make([]string, len(f))
+	for i, v := range f {
+		s[i], _ = v.(string)
+	}
+	died, _ := strconv.ParseInt(s[6], 10, 64)
+	return jobs.DeadJob{Job: decodeJob(id, s[:6]), DiedAt: time.UnixMilli(died), Reason: s[7]}, nil
+}
+
+func (r *Registry) Purge(ctx context.Context, id string) error {
+	if err := jobs.CheckID(ctx, id); err != nil {
+		return err
+	}
+	n, err := purgeScript.Run(ctx, r.c, []string{r.deadKey(id), r.deadset()}, id).Int64()
+	switch {
+	case err != nil:
+		return unavailable("purge", err)
+	case n == 0:
+		return fmt.Errorf("%w: dead job %q", jobs.ErrNotFound, id)
+	}
+	return nil
+}
+
+func (r *Registry) Counts(ctx context.Context) (jobs.Counts, error) {
+	if err := lock.CheckContext(ctx); err != nil {
+		return jobs.Counts{}, err
+	}
+	n, err := countsScript.Run(ctx, r.c, []string{r.deadlines(), r.deadset()}).Int64Slice()
+	if err != nil || len(n) != 3 {
+		return jobs.Counts{}, unavailable("counts", errors.Join(err, fmt.Errorf("reply %v", n)))
+	}
+	return jobs.Counts{Tracked: n[0], Expired: n[1], Dead: n[2]}, nil
+}
+
+func encodeHistory(h []jobs.Recovery) string {
+	recs := make([]string, len(h))
+	for i, r := range h {
+		recs[i] = strings.Join([]string{strconv.FormatInt(r.At.UnixMilli(), 10), r.From, r.By, strconv.Itoa(r.Attempt)}, fieldSep)
+	}
+	return strings.Join(recs, recordSep)
+}
+
+func decodeHistory(s string) []jobs.Recovery {
+	if s == "" {
+		return nil
+	}
+	var out []jobs.Recovery
+	for rec := range strings.SplitSeq(s, recordSep) {
+		f := strings.Split(rec, fieldSep)
+		if len(f) != 4 {
+			continue
+		}
+		at, _ := strconv.ParseInt(f[0], 10, 64)
+		attempt, _ := strconv.Atoi(f[3])
+		out = append(out, jobs.Recovery{At: time.UnixMilli(at), From: f[1], By: f[2], Attempt: attempt})
+	}
+	return out
+}
