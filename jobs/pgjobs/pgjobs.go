@@ -1,0 +1,414 @@
+// Package pgjobs is the PostgreSQL jobs.Registry: two tables and a
+// sequence, which Setup creates (or the first operation, when the role may
+// create tables):
+//
+//	<table>        in-flight jobs; a b-tree index on deadline is the expiry index
+//	<table>_dead   the dead set, indexed by time of death
+//	<table>_epoch  the epoch sequence
+//
+// Every operation is one statement (one round trip) on the server's clock
+// (now()). Expired is an index range scan, ORDER BY deadline LIMIT n: its
+// cost grows with the number expired, not the number tracked. A heartbeat
+// for any number of jobs is one UPDATE … FROM unnest($ids, $epochs).
+//
+// The registry is as durable as the database: use a primary with
+// synchronous_commit on (the default) for it.
+package pgjobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leasehold-go/leasehold/jobs"
+	"github.com/leasehold-go/leasehold/lock"
+)
+
+// Registry is a jobs.Registry on PostgreSQL.
+type Registry struct {
+	pool  *pgxpool.Pool
+	table string
+	q     queries
+
+	setupMu sync.Mutex
+	ready   bool
+}
+
+var _ jobs.Registry = (*Registry)(nil)
+
+var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,50}$`)
+
+// New returns the registry stored in table ("" for "leasehold_jobs") of
+// pool's database.
+func New(pool *pgxpool.Pool, table string) (*Registry, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("%w: pgjobs.New: nil pool", lock.ErrInvalidArgument)
+	}
+	if table == "" {
+		table = "leasehold_jobs"
+	}
+	if !identifier.MatchString(table) {
+		return nil, fmt.Errorf("%w: pgjobs: table name %q must match %s", lock.ErrInvalidArgument, table, identifier)
+	}
+	return &Registry{pool: pool, table: table, q: newQueries(table)}, nil
+}
+
+type queries struct {
+	setup, track, heartbeat, remove, expired, inflight, reclaim, bury, dead, deadJob, purge, counts string
+}
+
+const cols = `id, payload, owner, attempt, epoch, deadline, history`
+
+func newQueries(t string) queries {
+	r := strings.NewReplacer("T_", t)
+	return queries{
+		setup: r.Replace(`
+CREATE SEQUENCE IF NOT EXISTS T__epoch;
+CREATE TABLE IF NOT EXISTS T_ (
+	id       text PRIMARY KEY,
+	payload  bytea NOT NULL,
+	owner    text NOT NULL,
+	attempt  int NOT NULL,
+	epoch    bigint NOT NULL,
+	deadline timestamptz NOT NULL,
+	history  jsonb NOT NULL DEFAULT '[]'
+);
+CREATE INDEX IF NOT EXISTS T__deadline ON T_ (deadline);
+CREATE TABLE IF NOT EXISTS T__dead (
+	id       text PRIMARY KEY,
+	payload  bytea NOT NULL,
+	owner    text NOT NULL,
+	attempt  int NOT NULL,
+	epoch    bigint NOT NULL,
+	deadline timestamptz NOT NULL,
+	history  jsonb NOT NULL,
+	died     timestamptz NOT NULL,
+	reason   text NOT NULL
+);
+CREATE INDEX IF NOT EXISTS T__dead_died ON T__dead (died);`),
+		track: r.Replace(`INSERT INTO T_ (` + cols + `)
+VALUES ($1, $2, $3, $4, nextval('T__epoch'), now() + $5::bigint * interval '1 millisecond', $6)
+ON CONFLICT (id) DO UPDATE SET payload = excluded.payload, owner = excluded.owner, attempt = excluded.attempt,
+	epoch = excluded.epoch, deadline = excluded.deadline, history = excluded.history
+RETURNING epoch, deadline`),
+		heartbeat: r.Replace(`UPDATE T_ AS j SET deadline = now() + $3::bigint * interval '1 millisecond'
+FROM unnest($1::text[], $2::bigint[]) AS r(id, epoch)
+WHERE j.id = r.id AND j.epoch = r.epoch RETURNING j.id`),
+		remove:   r.Replace(`DELETE FROM T_ WHERE id = $1 AND epoch = $2`),
+		expired:  r.Replace(`SELECT ` + cols + ` FROM T_ WHERE deadline <= now() ORDER BY deadline LIMIT $1`),
+		inflight: r.Replace(`SELECT ` + cols + ` FROM T_ ORDER BY deadline LIMIT $1`),
+		reclaim: r.Replace(`UPDATE T_ SET epoch = nextval('T__epoch'), attempt = attempt + 1, owner = $3,
+	deadline = now() + $4::bigint * interval '1 millisecond',
+	history = history || jsonb_build_array(jsonb_build_object('at', now(), 'from', owner, 'by', $3::text, 'attempt', attempt + 1))
+WHERE id = $1 AND epoch = $2 AND deadline <= now()
+RETURNING ` + cols),
+		bury: r.Replace(`WITH d AS (DELETE FROM T_ WHERE id = $1 AND epoch = $2 RETURNING ` + cols + `)
+INSERT INTO T__dead (` + cols + `, died, reason) SELECT ` + cols + `, now(), $3 FROM d
+ON CONFLICT (id) DO UPDATE SET payload = excluded.payload, owner = excluded.owner, attempt = excluded.attempt,
+	epoch = excluded.epoch, deadline = excluded.deadline, history = excluded.history, died = excluded.died, reason = excluded.reason`),
+		dead:    r.Replace(`SELECT ` + cols + `, died, reason FROM T__dead ORDER BY died DESC, id LIMIT $1`),
+		deadJob: r.Replace(`SELECT ` + cols + `, died, reason FROM T__dead WHERE id = $1`),
+		purge:   r.Replace(`DELETE FROM T__dead WHERE id = $1`),
+		counts: r.Replace(`SELECT (SELECT count(*) FROM T_), (SELECT count(*) FROM T_ WHERE deadline <= now()),
+	(SELECT count(*) FROM T__dead)`),
+	}
+}
+
+// Setup creates the tables, index and sequence if they do not exist. The
+// first operation runs it too; call it ahead when the application's role
+// may not create tables (run it once with a role that may).
+func (r *Registry) Setup(ctx context.Context) error {
+	r.setupMu.Lock()
+	defer r.setupMu.Unlock()
+	if r.ready {
+		return nil
+	}
+	if _, err := r.pool.Exec(ctx, r.q.setup); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+			// Two processes raced to create the same object: it exists now.
+			if _, err = r.pool.Exec(ctx, r.q.setup); err == nil {
+				r.ready = true
+				return nil
+			}
+		}
+		return unavailable("setup", err)
+	}
+	r.ready = true
+	return nil
+}
+
+func (r *Registry) ensure(ctx context.Context) error {
+	r.setupMu.Lock()
+	ready := r.ready
+	r.setupMu.Unlock()
+	if ready {
+		return nil
+	}
+	return r.Setup(ctx)
+}
+
+func unavailable(op string, err error) error { return lock.Unavailable("pgjobs: "+op, err) }
+
+func stale(ref jobs.Ref) error { return fmt.Errorf("%w: %s epoch %d", jobs.ErrStale, ref.ID, ref.Epoch) }
+
+type history struct {
+	At      time.Time `json:"at"`
+	From    string    `json:"from"`
+	By      string    `json:"by"`
+	Attempt int       `json:"attempt"`
+}
+
+func encodeHistory(h []jobs.Recovery) []byte {
+	out := make([]history, len(h))
+	for i, r := range h {
+		out[i] = history(r)
+	}
+	b, _ := json.Marshal(out)
+	return b
+}
+
+// scanJob reads the columns of cols (and more into extra).
+func scanJob(row pgx.Row, extra ...any) (jobs.Job, error) {
+	var j jobs.Job
+	var epoch int64
+	var hist []byte
+	if err := row.Scan(append([]any{&j.ID, &j.Payload, &j.Owner, &j.Attempt, &epoch, &j.Deadline, &hist}, extra...)...); err != nil {
+		return jobs.Job{}, err
+	}
+	j.Epoch = uint64(epoch)
+	var hs []history
+	if err := json.Unmarshal(hist, &hs); err != nil {
+		return jobs.Job{}, fmt.Errorf("pgjobs: history of %q: %w", j.ID, err)
+	}
+	for _, h := range hs {
+		j.History = append(j.History, jobs.Recovery(h))
+	}
+	return j, nil
+}
+
+func (r *Registry) Track(ctx context.Context, job jobs.Job, lease time.Duration) (jobs.Job, error) {
+	if err := jobs.CheckLease(ctx, job.ID, lease); err != nil {
+		return jobs.Job{}, err
+	}
+	if err := r.ensure(ctx); err != nil {
+		return jobs.Job{}, err
+	}
+	if job.Payload == nil {
+		job.Payload = []byte{}
+	}
+	var epoch int64
+	err := r.pool.QueryRow(ctx, r.q.track, job.ID, job.Payload, job.Owner, job.Attempt, lease.Milliseconds(), encodeHistory(job.History)).
+		Scan(&epoch, &job.Deadline)
+	if err != nil {
+		return jobs.Job{}, unavailable("track", err)
+	}
+	job.Epoch = uint64(epoch)
+	return job, nil
+}
+
+func (r *Registry) Heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Duration) ([]string, error) {
+	if err := jobs.CheckLease(ctx, "heartbeat", lease); err != nil {
+		return nil, err
+	}
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	if err := r.ensure(ctx); err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(refs))
+	epochs := make([]int64, len(refs))
+	for i, ref := range refs {
+		ids[i], epochs[i] = ref.ID, int64(ref.Epoch)
+	}
+	rows, err := r.pool.Query(ctx, r.q.heartbeat, ids, epochs, lease.Milliseconds())
+	if err != nil {
+		return nil, unavailable("heartbeat", err)
+	}
+	alive, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, unavailable("heartbeat", err)
+	}
+	ok := make(map[string]bool, len(alive))
+	for _, id := range alive {
+		ok[id] = true
+	}
+	var lost []string
+	for _, ref := range refs {
+		if !ok[ref.ID] {
+			lost = append(lost, ref.ID)
+		}
+	}
+	return lost, nil
+}
+
+func (r *Registry) remove(ctx context.Context, ref jobs.Ref, op string) error {
+	if err := jobs.CheckID(ctx, ref.ID); err != nil {
+		return err
+	}
+	if err := r.ensure(ctx); err != nil {
+		return err
+	}
+	tag, err := r.pool.Exec(ctx, r.q.remove, ref.ID, int64(ref.Epoch))
+	switch {
+	case err != nil:
+		return unavailable(op, err)
+	case tag.RowsAffected() == 0:
+		return stale(ref)
+	}
+	return nil
+}
+
+func (r *Registry) Done(ctx context.Context, ref jobs.Ref) error   { return r.remove(ctx, ref, "done") }
+func (r *Registry) Remove(ctx context.Context, ref jobs.Ref) error { return r.remove(ctx, ref, "remove") }
+
+func (r *Registry) Expired(ctx context.Context, limit int) ([]jobs.Job, error) {
+	return r.list(ctx, r.q.expired, limit)
+}
+
+func (r *Registry) InFlight(ctx context.Context, limit int) ([]jobs.Job, error) {
+	return r.list(ctx, r.q.inflight, limit)
+}
+
+// limitArg turns a limit of 0 (all) into SQL's LIMIT NULL.
+func limitArg(limit int) any {
+	if limit <= 0 {
+		return nil
+	}
+	return limit
+}
+
+func (r *Registry) list(ctx context.Context, query string, limit int) ([]jobs.Job, error) {
+	if err := lock.CheckContext(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.ensure(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := r.pool.Query(ctx, query, limitArg(limit))
+	if err != nil {
+		return nil, unavailable("list", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (jobs.Job, error) { return scanJob(row) })
+	if err != nil {
+		return nil, unavailable("list", err)
+	}
+	return out, nil
+}
+
+func (r *Registry) Reclaim(ctx context.Context, ref jobs.Ref, by string, lease time.Duration) (jobs.Job, error) {
+	if err := jobs.CheckLease(ctx, ref.ID, lease); err != nil {
+		return jobs.Job{}, err
+	}
+	if err := r.ensure(ctx); err != nil {
+		return jobs.Job{}, err
+	}
+	j, err := scanJob(r.pool.QueryRow(ctx, r.q.reclaim, ref.ID, int64(ref.Epoch), by, lease.Milliseconds()))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return jobs.Job{}, stale(ref)
+	case err != nil:
+		return jobs.Job{}, unavailable("reclaim", err)
+	}
+	return j, nil
+}
+
+func (r *Registry) Bury(ctx context.Context, ref jobs.Ref, reason string) error {
+	if err := jobs.CheckID(ctx, ref.ID); err != nil {
+		return err
+	}
+	if err := r.ensure(ctx); err != nil {
+		return err
+	}
+	tag, err := r.pool.Exec(ctx, r.q.bury, ref.ID, int64(ref.Epoch), reason)
+	switch {
+	case err != nil:
+		return unavailable("bury", err)
+	case tag.RowsAffected() == 0:
+		return stale(ref)
+	}
+	return nil
+}
+
+func scanDead(row pgx.Row) (jobs.DeadJob, error) {
+	var d jobs.DeadJob
+	j, err := scanJob(row, &d.DiedAt, &d.Reason)
+	d.Job = j
+	return d, err
+}
+
+func (r *Registry) Dead(ctx context.Context, limit int) ([]jobs.DeadJob, error) {
+	if err := lock.CheckContext(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.ensure(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := r.pool.Query(ctx, r.q.dead, limitArg(limit))
+	if err != nil {
+		return nil, unavailable("dead", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (jobs.DeadJob, error) { return scanDead(row) })
+	if err != nil {
+		return nil, unavailable("dead", err)
+	}
+	return out, nil
+}
+
+func (r *Registry) DeadJob(ctx context.Context, id string) (jobs.DeadJob, error) {
+	if err := jobs.CheckID(ctx, id); err != nil {
+		return jobs.DeadJob{}, err
+	}
+	if err := r.ensure(ctx); err != nil {
+		return jobs.DeadJob{}, err
+	}
+	d, err := scanDead(r.pool.QueryRow(ctx, r.q.deadJob, id))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return jobs.DeadJob{}, fmt.Errorf("%w: dead job %q", jobs.ErrNotFound, id)
+	case err != nil:
+		return jobs.DeadJob{}, unavailable("dead job", err)
+	}
+	return d, nil
+}
+
+func (r *Registry) Purge(ctx context.Context, id string) error {
+	if err := jobs.CheckID(ctx, id); err != nil {
+		return err
+	}
+	if err := r.ensure(ctx); err != nil {
+		return err
+	}
+	tag, err := r.pool.Exec(ctx, r.q.purge, id)
+	switch {
+	case err != nil:
+		return unavailable("purge", err)
+	case tag.RowsAffected() == 0:
+		return fmt.Errorf("%w: dead job %q", jobs.ErrNotFound, id)
+	}
+	return nil
+}
+
+func (r *Registry) Counts(ctx context.Context) (jobs.Counts, error) {
+	if err := lock.CheckContext(ctx); err != nil {
+		return jobs.Counts{}, err
+	}
+	if err := r.ensure(ctx); err != nil {
+		return jobs.Counts{}, err
+	}
+	var c jobs.Counts
+	if err := r.pool.QueryRow(ctx, r.q.counts).Scan(&c.Tracked, &c.Expired, &c.Dead); err != nil {
+		return jobs.Counts{}, unavailable("counts", err)
+	}
+	return c, nil
+}
