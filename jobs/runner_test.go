@@ -1,0 +1,275 @@
+package jobs_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leasehold-go/leasehold/jobs"
+	"github.com/leasehold-go/leasehold/jobs/memjobs"
+	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/memlock"
+)
+
+// queue records requeued jobs.
+type queue struct {
+	mu   sync.Mutex
+	jobs []jobs.Job
+	at   []time.Time
+	fail bool
+}
+
+func (q *queue) requeue(ctx context.Context, j jobs.Job, delay time.Duration) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.fail {
+		return errors.New("queue down")
+	}
+	q.jobs = append(q.jobs, j)
+	q.at = append(q.at, time.Now())
+	return nil
+}
+
+func (q *queue) len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.jobs)
+}
+
+func newRunner(t *testing.T, reg jobs.Registry, l lock.Lock, q *queue, opts ...lock.Option) *jobs.Runner {
+	t.Helper()
+	r, err := jobs.NewRunner(reg, l, q.requeue, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// A worker that stops heartbeating (crashed) has its jobs requeued within
+// lease + scan interval; the defaults make that about 20 s.
+func TestCrashedWorkerIsRecoveredWithinLeasePlusScan(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg, table := memjobs.New(), memlock.New()
+		var q queue
+		worker := newRunner(t, reg, table.Share(lock.WithOwner("worker")), &q)
+		recoverer := newRunner(t, reg, table.Share(lock.WithOwner("recoverer")), &q)
+		wctx, crash := context.WithCancel(t.Context())
+		go worker.Run(wctx)
+		rctx, stop := context.WithCancel(t.Context())
+		defer stop()
+		go recoverer.Run(rctx)
+		for _, id := range []string{"a", "b", "c"} {
+			if _, _, err := worker.Track(t.Context(), jobs.Job{ID: id, Payload: []byte(id)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(time.Minute) // heartbeats keep them alive
+		synctest.Wait()
+		if q.len() != 0 {
+			t.Fatalf("jobs requeued while their worker heartbeats: %+v", q.jobs)
+		}
+		crash() // the last heartbeat was at 60 s (every 4 s)
+		crashed := time.Now()
+		for q.len() < 3 {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if took := q.at[2].Sub(crashed); took > jobs.DefaultLease+jobs.DefaultScanEvery {
+			t.Fatalf("requeued %v after the crash, more than lease + scan (20 s)", took)
+		}
+		for _, j := range q.jobs {
+			if j.Attempt != 1 || len(j.History) != 1 || j.History[0].From != "worker" {
+				t.Fatalf("requeued %+v", j)
+			}
+		}
+		if c, _ := reg.Counts(t.Context()); c.Tracked != 0 {
+			t.Fatalf("entries left after the recovery: %+v", c)
+		}
+	})
+}
+
+// cutOff is a registry whose heartbeats fail: a worker cut off from it.
+type cutOff struct{ jobs.Registry }
+
+func (cutOff) Heartbeat(context.Context, []jobs.Ref, time.Duration) ([]string, error) {
+	return nil, lock.Unavailable("heartbeat", errors.New("network unreachable"))
+}
+
+// A zombie: cut off from the registry, its job context is cancelled when
+// its lease ends by its own clock, and its late Done is rejected.
+func TestZombieWorker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg, table := memjobs.New(), memlock.New()
+		var q queue
+		worker := newRunner(t, cutOff{reg}, table.Share(), &q)
+		recoverer := newRunner(t, reg, table.Share(), &q)
+		ctx, stop := context.WithCancel(t.Context())
+		defer stop()
+		go worker.Run(ctx)
+		jctx, done, err := worker.Track(t.Context(), jobs.Job{ID: "z"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tracked := time.Now()
+		<-jctx.Done()
+		if lived := time.Since(tracked); lived > jobs.DefaultLease {
+			t.Fatalf("job context lived %v without a heartbeat, longer than the lease", lived)
+		}
+		time.Sleep(jobs.DefaultScanEvery + time.Second)
+		recoverer.Scan(t.Context()) // whoever leads the recovery has requeued it by now
+		if q.len() != 1 {
+			t.Fatalf("requeued %d jobs, want 1", q.len())
+		}
+		// Its own deadline has cancelled the job's context meanwhile.
+		if !errors.Is(context.Cause(jctx), lock.ErrLost) {
+			t.Fatalf("job context after the lease: %v", context.Cause(jctx))
+		}
+		if err := done(nil); !errors.Is(err, jobs.ErrStale) {
+			t.Fatalf("the zombie's Done: %v, want ErrStale", err)
+		}
+	})
+}
+
+// A heartbeat that finds the job re-tracked elsewhere cancels it at once.
+func TestHeartbeatCancelsAReclaimedJob(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg, table := memjobs.New(), memlock.New()
+		var q queue
+		worker := newRunner(t, reg, table.Share(), &q)
+		ctx, stop := context.WithCancel(t.Context())
+		defer stop()
+		go worker.Run(ctx)
+		jctx, _, err := worker.Track(t.Context(), jobs.Job{ID: "j"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := reg.Track(t.Context(), jobs.Job{ID: "j", Owner: "someone else"}, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(jobs.DefaultHeartbeatEvery)
+		synctest.Wait()
+		if !errors.Is(context.Cause(jctx), jobs.ErrStale) {
+			t.Fatalf("job context after its entry went stale: %v", context.Cause(jctx))
+		}
+	})
+}
+
+// A job that keeps crashing its workers ends in the dead set after
+// MaxRetries, with its history; RetryDead requeues it.
+func TestPoisonJobGoesToTheDeadSet(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg, table := memjobs.New(), memlock.New()
+		var q queue
+		var dead []jobs.DeadJob
+		crashing := newRunner(t, reg, table.Share(lock.WithOwner("crashing")), &q)
+		recoverer := newRunner(t, reg, table.Share(lock.WithOwner("recoverer")), &q,
+			jobs.WithMaxRetries(2), jobs.OnDead(func(_ context.Context, d jobs.DeadJob) { dead = append(dead, d) }))
+		if _, _, err := crashing.Track(t.Context(), jobs.Job{ID: "poison"}); err != nil {
+			t.Fatal(err)
+		}
+		for round := 0; len(dead) == 0 && round < 10; round++ {
+			time.Sleep(jobs.DefaultLease + time.Second)
+			recoverer.Scan(t.Context())
+			if n := q.len(); n > 0 { // a worker picks the requeued job up and crashes again
+				j := q.jobs[n-1]
+				q.jobs = q.jobs[:n-1]
+				if _, _, err := crashing.Track(t.Context(), j); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if len(dead) != 1 || dead[0].Attempt != 3 || len(dead[0].History) != 3 {
+			t.Fatalf("dead %+v; want the job after 2 retries, attempt 3, 3 recoveries in its history", dead)
+		}
+		listed, _ := reg.Dead(t.Context(), 10)
+		if len(listed) != 1 || listed[0].ID != "poison" {
+			t.Fatalf("dead set %+v", listed)
+		}
+		if err := recoverer.RetryDead(t.Context(), "poison"); err != nil {
+			t.Fatal(err)
+		}
+		if q.len() != 1 || q.jobs[0].ID != "poison" || q.jobs[0].Attempt != 0 {
+			t.Fatalf("retried: %+v", q.jobs)
+		}
+		if listed, _ := reg.Dead(t.Context(), 10); len(listed) != 0 {
+			t.Fatalf("still dead after RetryDead: %+v", listed)
+		}
+	})
+}
+
+// A requeue that fails leaves the job reclaimed; it expires again and is
+// recovered by a later scan: never lost.
+func TestFailedRequeueIsRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg, table := memjobs.New(), memlock.New()
+		q := queue{fail: true}
+		recoverer := newRunner(t, reg, table.Share(), &q)
+		if _, err := reg.Track(t.Context(), jobs.Job{ID: "x"}, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second)
+		if n := recoverer.Scan(t.Context()); n != 0 {
+			t.Fatalf("recovered %d with the queue down", n)
+		}
+		q.mu.Lock()
+		q.fail = false
+		q.mu.Unlock()
+		time.Sleep(jobs.DefaultLease + time.Second)
+		if n := recoverer.Scan(t.Context()); n != 1 || q.len() != 1 {
+			t.Fatalf("recovered %d after the queue came back", n)
+		}
+	})
+}
+
+func TestBackoffIsFullJitterUnderTheCap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg, table := memjobs.New(), memlock.New()
+		var delays []time.Duration
+		r, err := jobs.NewRunner(reg, table, func(_ context.Context, j jobs.Job, d time.Duration) error {
+			delays = append(delays, d)
+			return nil
+		}, jobs.WithBackoff(time.Second, 4*time.Second), jobs.WithMaxRetries(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for attempt := range 6 {
+			if _, err := reg.Track(t.Context(), jobs.Job{ID: "b", Attempt: attempt}, time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Second)
+			r.Scan(t.Context())
+		}
+		bounds := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 4 * time.Second, 4 * time.Second, 4 * time.Second}
+		for i, d := range delays {
+			if d < 0 || d > bounds[i] {
+				t.Fatalf("attempt %d delay %v, want within [0, %v]", i+1, d, bounds[i])
+			}
+		}
+	})
+}
+
+func TestConfigIsValidated(t *testing.T) {
+	reg, l := memjobs.New(), memlock.New()
+	rq := func(context.Context, jobs.Job, time.Duration) error { return nil }
+	for name, opts := range map[string][]lock.Option{
+		"heartbeat at lease/3": {jobs.WithLease(15 * time.Second), jobs.WithHeartbeatEvery(5 * time.Second)},
+		"zero lease":           {jobs.WithLease(0)},
+		"negative retries":     {jobs.WithMaxRetries(-1)},
+		"cap below base":       {jobs.WithBackoff(time.Minute, time.Second)},
+		"zero scan":            {jobs.WithScanEvery(0)},
+		"zero batch":           {jobs.WithScanBatch(0)},
+	} {
+		if _, err := jobs.NewRunner(reg, l, rq, opts...); !errors.Is(err, lock.ErrInvalidArgument) {
+			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
+		}
+	}
+	if _, err := jobs.NewRunner(nil, l, rq); !errors.Is(err, lock.ErrInvalidArgument) {
+		t.Errorf("nil registry: %v", err)
+	}
+	// Seconds instead of the defaults' 20 s are fine.
+	if _, err := jobs.NewRunner(reg, l, rq, jobs.WithLease(time.Second), jobs.WithHeartbeatEvery(300*time.Millisecond), jobs.WithScanEvery(200*time.Millisecond)); err != nil {
+		t.Errorf("a fast configuration: %v", err)
+	}
+}
