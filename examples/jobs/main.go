@@ -1,0 +1,180 @@
+// Command jobs runs a small job queue with crash recovery: three workers
+// take jobs from a queue, track them with jobs.Runner, and one of them
+// "crashes" mid-job (it stops heartbeating and never finishes, as a
+// SIGKILLed process would). The recoverer requeues its jobs; in the end
+// every job has completed, and the program says how many ran twice.
+//
+//	go run ./examples/jobs                                  # in memory
+//	go run ./examples/jobs -redis 127.0.0.1:6379            # registry, queue and lock on Redis
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold-go/leasehold/jobs"
+	"github.com/leasehold-go/leasehold/jobs/memjobs"
+	"github.com/leasehold-go/leasehold/jobs/redisjobs"
+	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/memlock"
+	"github.com/leasehold-go/leasehold/lock/redislock"
+)
+
+func main() {
+	addr := flag.String("redis", "", "Redis address for the registry, the queue and the lock (default: in memory)")
+	n := flag.Int("jobs", 30, "jobs to run")
+	flag.Parse()
+	if err := run(context.Background(), os.Stdout, *addr, *n); err != nil {
+		fmt.Fprintln(os.Stderr, "jobs:", err)
+		os.Exit(1)
+	}
+}
+
+// queue is the application's own queue: a Redis list, or a channel.
+type queue interface {
+	push(ctx context.Context, j jobs.Job) error
+	pop(ctx context.Context) (jobs.Job, bool)
+}
+
+type chanQueue chan jobs.Job
+
+func (q chanQueue) push(_ context.Context, j jobs.Job) error { q <- j; return nil }
+func (q chanQueue) pop(ctx context.Context) (jobs.Job, bool) {
+	select {
+	case j := <-q:
+		return j, true
+	case <-time.After(100 * time.Millisecond):
+		return jobs.Job{}, false
+	}
+}
+
+type redisQueue struct {
+	c   *redis.Client
+	key string
+}
+
+func (q redisQueue) push(ctx context.Context, j jobs.Job) error {
+	return q.c.LPush(ctx, q.key, fmt.Sprintf("%s|%d", j.ID, j.Attempt)).Err()
+}
+func (q redisQueue) pop(ctx context.Context) (jobs.Job, bool) {
+	v, err := q.c.BRPop(ctx, 100*time.Millisecond, q.key).Result()
+	if err != nil {
+		return jobs.Job{}, false
+	}
+	id, attempt, _ := strings.Cut(v[1], "|")
+	j := jobs.Job{ID: id}
+	j.Attempt, _ = strconv.Atoi(attempt)
+	return j, true
+}
+
+func run(ctx context.Context, out io.Writer, addr string, total int) error {
+	quiet := lock.WithLogger(slog.New(slog.DiscardHandler))
+	var (
+		reg   jobs.Registry
+		q     queue
+		newLk func(owner string) lock.Lock
+	)
+	if addr == "" {
+		reg, q = memjobs.New(), make(chanQueue, total*2)
+		table := memlock.New()
+		newLk = func(owner string) lock.Lock { return table.Share(lock.WithOwner(owner), quiet) }
+	} else {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		defer c.Close()
+		ns := fmt.Sprintf("example-jobs-%d", time.Now().UnixNano())
+		r, err := redisjobs.New(c, ns)
+		if err != nil {
+			return err
+		}
+		reg, q = r, redisQueue{c, ns + ":queue"}
+		newLk = func(owner string) lock.Lock {
+			l, _ := redislock.New(c, lock.WithOwner(owner), quiet)
+			return l
+		}
+	}
+	var (
+		mu        sync.Mutex
+		completed = map[string]int{}
+		start     = time.Now()
+	)
+	say := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(out, "+%5.2fs  %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+	}
+	for i := range total {
+		if err := q.push(ctx, jobs.Job{ID: fmt.Sprintf("job-%02d", i)}); err != nil {
+			return err
+		}
+	}
+	requeue := func(ctx context.Context, j jobs.Job, _ time.Duration) error {
+		say("recovered %s (attempt %d, was held by %s): requeued", j.ID, j.Attempt, j.History[len(j.History)-1].From)
+		return q.push(ctx, j)
+	}
+	fast := []lock.Option{jobs.WithLease(time.Second), jobs.WithHeartbeatEvery(250 * time.Millisecond), jobs.WithScanEvery(250 * time.Millisecond), jobs.WithBackoff(0, 0), quiet}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	for w := range 3 {
+		name := fmt.Sprintf("worker-%d", w)
+		runner, err := jobs.NewRunner(reg, newLk(name), requeue, fast...)
+		if err != nil {
+			return err
+		}
+		wctx, crash := context.WithCancel(ctx)
+		wg.Go(func() { _ = runner.Run(wctx) })
+		wg.Go(func() {
+			for done := 0; wctx.Err() == nil; {
+				j, ok := q.pop(wctx)
+				if !ok {
+					continue
+				}
+				jctx, finish, err := runner.Track(wctx, j)
+				if err != nil {
+					continue
+				}
+				if w == 2 && done == 3 {
+					say("%s crashes in the middle of %s (and of whatever it holds)", name, j.ID)
+					crash() // no more heartbeats, no finish: as if SIGKILLed
+					return
+				}
+				select {
+				case <-time.After(30 * time.Millisecond): // the work
+				case <-jctx.Done():
+				}
+				if err := finish(nil); errors.Is(err, jobs.ErrStale) {
+					say("%s: its completion of %s was rejected (recovered meanwhile)", name, j.ID)
+				}
+				mu.Lock()
+				completed[j.ID]++
+				n := len(completed)
+				mu.Unlock()
+				done++
+				if n == total {
+					cancel()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	dups := 0
+	for _, n := range completed {
+		dups += n - 1
+	}
+	fmt.Fprintf(out, "\n%d of %d jobs completed; %d ran twice; none lost\n", len(completed), total, dups)
+	if len(completed) != total {
+		return fmt.Errorf("%d jobs never completed", total-len(completed))
+	}
+	return nil
+}

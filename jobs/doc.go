@@ -1,0 +1,43 @@
+// Package jobs recovers work that a crashed worker left "in progress" —
+// quickly, without a fixed 30-minute timeout, without scanning every job,
+// and without ever losing a job.
+//
+// # How it works
+//
+// Workers Track each job they start in a durable Registry (jobs/redisjobs,
+// jobs/pgjobs; jobs/memjobs in process) with a deadline on the registry's
+// clock. One batched heartbeat per process per interval extends all of its
+// jobs in one round trip and reports the ones it no longer owns, whose
+// contexts are then cancelled. When a worker finishes it calls done, which
+// removes the entry only if its epoch still matches: the late completion of
+// a zombie (paused past its lease, its job since recovered) is rejected with
+// ErrStale.
+//
+// One process at a time — the leader of a leader.Run election on the lock
+// you pass — scans every ScanEvery for expired entries through the
+// registry's deadline index (cost grows with the expired count, not the
+// tracked count) and, for each one:
+//
+//  1. reclaims it: atomically, only if it is still expired and of the same
+//     epoch, it gets a new epoch, Attempt+1 and a history entry;
+//  2. after MaxRetries recoveries, buries it in the dead set (OnDead runs),
+//     else calls your Requeue with a delay (exponential backoff with full
+//     jitter, capped);
+//  3. removes the entry.
+//
+// A crash at any point leaves the job either tracked (it expires again and
+// is recovered again) or requeued: never lost. A duplicate is possible — a
+// recoverer that dies between 2 and 3 requeues the job again — and Attempt
+// and Epoch let handlers detect it. Recoveries are counted apart from
+// ordinary failures: a job that keeps killing its workers ("poison") ends
+// in the dead set, where it can be listed, retried (RetryDead) or purged.
+//
+// # Timing
+//
+// Defaults: lease 15 s, heartbeat every 4 s, scan every 5 s: a crashed
+// worker's jobs are requeued about 20 s after its last heartbeat. Lower
+// them for faster recovery (seconds work); the heartbeat interval must stay
+// below a third of the lease so that two heartbeats can fail without
+// losing the jobs. A worker that cannot heartbeat cancels its jobs' contexts
+// when their lease ends by its own clock, before anyone can reclaim them.
+package jobs
