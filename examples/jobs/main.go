@@ -68,11 +68,12 @@ func (q redisQueue) push(ctx context.Context, j jobs.Job) error {
 	return q.c.LPush(ctx, q.key, fmt.Sprintf("%s|%d", j.ID, j.Attempt)).Err()
 }
 func (q redisQueue) pop(ctx context.Context) (jobs.Job, bool) {
-	v, err := q.c.BRPop(ctx, 100*time.Millisecond, q.key).Result()
-	if err != nil {
+	v, err := q.c.RPop(ctx, q.key).Result()
+	if err != nil { // empty (redis.Nil) or unreachable: look again soon
+		time.Sleep(20 * time.Millisecond)
 		return jobs.Job{}, false
 	}
-	id, attempt, _ := strings.Cut(v[1], "|")
+	id, attempt, _ := strings.Cut(v, "|")
 	j := jobs.Job{ID: id}
 	j.Attempt, _ = strconv.Atoi(attempt)
 	return j, true
