@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold-go/leasehold/internal/backends"
+	"github.com/leasehold-go/leasehold/internal/childproc"
 	"github.com/leasehold-go/leasehold/internal/testenv"
 	"github.com/leasehold-go/leasehold/jobs"
 	"github.com/leasehold-go/leasehold/jobs/pgjobs"
@@ -88,15 +88,7 @@ var fast = []lock.Option{jobs.WithLease(time.Second), jobs.WithHeartbeatEvery(30
 // "REQUEUED <id> <attempt>", and kills itself with SIGKILL right after the
 // step JOBS_KILL_AT of its first recovery.
 func childMain() {
-	mode := os.Getenv("JOBS_CHILD")
-	if mode == "" {
-		return
-	}
-	if err := child(mode); err != nil {
-		fmt.Println("ERROR", err)
-		os.Exit(2)
-	}
-	os.Exit(0)
+	childproc.Main("JOBS_CHILD", func() error { return child(os.Getenv("JOBS_CHILD")) })
 }
 
 func child(mode string) error {
@@ -161,56 +153,6 @@ func child(mode string) error {
 	return nil
 }
 
-type proc struct {
-	cmd   *exec.Cmd
-	stdin interface{ Write([]byte) (int, error) }
-	lines chan string
-}
-
-func startChild(t *testing.T, env ...string) *proc {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stderr = os.Stderr
-	stdin, _ := cmd.StdinPipe()
-	out, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGCONT); _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	p := &proc{cmd: cmd, stdin: stdin, lines: make(chan string, 256)}
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			p.lines <- sc.Text()
-		}
-		close(p.lines)
-	}()
-	return p
-}
-
-// expect waits up to d for a line with prefix and returns it.
-func (p *proc) expect(t *testing.T, prefix string, d time.Duration) string {
-	t.Helper()
-	deadline := time.After(d)
-	for {
-		select {
-		case line, ok := <-p.lines:
-			if !ok {
-				t.Fatalf("child exited before %q", prefix)
-			}
-			if strings.HasPrefix(line, "ERROR") {
-				t.Fatalf("child: %s", line)
-			}
-			if strings.HasPrefix(line, prefix) {
-				return line
-			}
-		case <-deadline:
-			t.Fatalf("no %q within %v", prefix, d)
-		}
-	}
-}
-
 // recorder is the parent's requeue function.
 type recorder struct {
 	mu   sync.Mutex
@@ -271,9 +213,9 @@ func TestKilledWorkersJobsAreRequeued(t *testing.T) {
 		ns := nsFor(t)
 		reg := s.open(t, ns)
 		ids := []string{"j1", "j2", "j3", "j4", "j5"}
-		w := startChild(t, append(append(s.env, b.Env...), "JOBS_CHILD=worker", "JOBS_NS="+ns, "JOBS_IDS="+strings.Join(ids, ","))...)
+		w := childproc.Start(t, append(append(s.env, b.Env...), "JOBS_CHILD=worker", "JOBS_NS="+ns, "JOBS_IDS="+strings.Join(ids, ","))...)
 		for range ids {
-			w.expect(t, "TRACKED", 30*time.Second)
+			w.Expect(t, "TRACKED", 30*time.Second)
 		}
 		var rec recorder
 		runRecoverer(t, reg, b.New(t), ns, &rec)
@@ -283,7 +225,7 @@ func TestKilledWorkersJobsAreRequeued(t *testing.T) {
 				t.Fatalf("%s requeued while its worker heartbeats", id)
 			}
 		}
-		_ = w.cmd.Process.Signal(syscall.SIGKILL)
+		w.Signal(t, syscall.SIGKILL)
 		killed := time.Now()
 		bound := time.Second + 200*time.Millisecond + time.Second
 		for _, id := range ids {
@@ -315,9 +257,9 @@ func TestRecovererKilledBetweenSteps(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				r := startChild(t, append(append(s.env, b.Env...), "JOBS_CHILD=recoverer", "JOBS_NS="+ns, "JOBS_KILL_AT="+string(step))...)
+				r := childproc.Start(t, append(append(s.env, b.Env...), "JOBS_CHILD=recoverer", "JOBS_NS="+ns, "JOBS_KILL_AT="+string(step))...)
 				childRequeued := map[string]int{}
-				for line := range r.lines { // until the child dies
+				for line := range r.Lines { // until the child dies
 					var id string
 					var attempt int
 					if _, err := fmt.Sscanf(line, "REQUEUED %s %d", &id, &attempt); err == nil {
@@ -363,11 +305,11 @@ func TestZombieWorkerProcess(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store, b backends.Backend) {
 		ns := nsFor(t)
 		reg := s.open(t, ns)
-		w := startChild(t, append(append(s.env, b.Env...), "JOBS_CHILD=worker", "JOBS_NS="+ns, "JOBS_IDS=z")...)
-		w.expect(t, "TRACKED", 30*time.Second)
+		w := childproc.Start(t, append(append(s.env, b.Env...), "JOBS_CHILD=worker", "JOBS_NS="+ns, "JOBS_IDS=z")...)
+		w.Expect(t, "TRACKED", 30*time.Second)
 		var rec recorder
 		runRecoverer(t, reg, b.New(t), ns, &rec)
-		_ = w.cmd.Process.Signal(syscall.SIGSTOP)
+		w.Signal(t, syscall.SIGSTOP)
 		deadline := time.Now().Add(5 * time.Second)
 		for rec.count("z") == 0 && time.Now().Before(deadline) {
 			<-time.After(20 * time.Millisecond)
@@ -375,11 +317,11 @@ func TestZombieWorkerProcess(t *testing.T) {
 		if rec.count("z") == 0 {
 			t.Fatal("the stopped worker's job was not requeued within 5 s")
 		}
-		_ = w.cmd.Process.Signal(syscall.SIGCONT)
-		cancelled := w.expect(t, "CANCELLED z", 3*time.Second)
+		w.Signal(t, syscall.SIGCONT)
+		cancelled := w.Expect(t, "CANCELLED z", 3*time.Second)
 		t.Logf("zombie: %s", cancelled)
-		_, _ = w.stdin.Write([]byte("DONE\n"))
-		if got := w.expect(t, "DONE z", 3*time.Second); got != "DONE z stale" {
+		w.Send(t, "DONE")
+		if got := w.Expect(t, "DONE z", 3*time.Second); got != "DONE z stale" {
 			t.Fatalf("the zombie's Done: %q, want rejected", got)
 		}
 	})

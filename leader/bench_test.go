@@ -30,9 +30,9 @@ func BenchmarkLeaderFailover(b *testing.B) {
 					time.Sleep(50 * time.Millisecond)
 					start := time.Now()
 					if how == "sigkill" {
-						_ = cs[e1.who].cmd.Process.Signal(syscall.SIGKILL)
+						cs[e1.who].Signal(b, syscall.SIGKILL)
 					} else {
-						_, _ = cs[e1.who].stdin.Write([]byte("QUIT\n"))
+						cs[e1.who].Send(b, "QUIT")
 					}
 					e2 := next(b, events, "ELECTED", 10*time.Second, func(i int) bool { return i == other })
 					took = append(took, e2.at.Sub(start))

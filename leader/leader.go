@@ -143,7 +143,7 @@ func (e *election) run(ctx context.Context) error {
 				return err
 			}
 			e.cfg.Logger.Warn("leasehold: leader campaign failed, retrying", "election", e.key, "err", err)
-			if sleep(ctx, e.s.retry) != nil {
+			if lock.Sleep(ctx, e.s.retry) != nil {
 				return nil
 			}
 			continue
@@ -152,7 +152,7 @@ func (e *election) run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if !errors.Is(cause, lock.ErrLost) && sleep(ctx, e.s.retry) != nil {
+		if !errors.Is(cause, lock.ErrLost) && lock.Sleep(ctx, e.s.retry) != nil {
 			return nil // fn ended its term: let a peer have a go first
 		}
 	}
@@ -186,17 +186,6 @@ func (e *election) lead(ctx context.Context, h lock.Handle) error {
 		e.s.onDemoted(term, cause)
 	}
 	return cause
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // Observe reports the current leader of name without campaigning; ok is

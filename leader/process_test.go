@@ -5,13 +5,13 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/leasehold-go/leasehold/internal/backends"
+	"github.com/leasehold-go/leasehold/internal/childproc"
 	"github.com/leasehold-go/leasehold/leader"
 	"github.com/leasehold-go/leasehold/lock"
 )
@@ -78,9 +78,8 @@ func childMain() {
 }
 
 type candidate struct {
-	i     int
-	cmd   *exec.Cmd
-	stdin interface{ Write([]byte) (int, error) }
+	i int
+	*childproc.Proc
 }
 
 type event struct {
@@ -93,22 +92,13 @@ func startCandidates(t testing.TB, b backends.Backend, name string, n int) ([]*c
 	events := make(chan event, 256)
 	var cs []*candidate
 	for i := range n {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(append(os.Environ(), b.Env...), childEnv+"=1", "LEADER_NAME="+name)
-		cmd.Stderr = os.Stderr
-		stdin, _ := cmd.StdinPipe()
-		stdout, _ := cmd.StdoutPipe()
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGCONT); _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		p := childproc.Start(t, append(b.Env, childEnv+"=1", "LEADER_NAME="+name)...)
 		go func() {
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				events <- event{i, sc.Text(), time.Now()}
+			for line := range p.Lines {
+				events <- event{i, line, time.Now()}
 			}
 		}()
-		cs = append(cs, &candidate{i, cmd, stdin})
+		cs = append(cs, &candidate{i, p})
 	}
 	return cs, events
 }
@@ -189,7 +179,7 @@ func TestThreeProcesses(t *testing.T) {
 				others = append(others, i)
 			}
 		}
-		_ = cs[e1.who].cmd.Process.Signal(syscall.SIGKILL)
+		cs[e1.who].Signal(t, syscall.SIGKILL)
 		killed := time.Now()
 		e2 := next(t, events, "ELECTED", lease+retry+time.Second, anyOf(others...))
 		t2 := termOf(t, e2.line)
@@ -206,7 +196,7 @@ func TestThreeProcesses(t *testing.T) {
 		if third == e2.who {
 			third = others[1]
 		}
-		_ = cs[e2.who].cmd.Process.Signal(syscall.SIGSTOP)
+		cs[e2.who].Signal(t, syscall.SIGSTOP)
 		stopped := time.Now()
 		e3 := next(t, events, "ELECTED", lease+retry+time.Second, anyOf(third))
 		t3 := termOf(t, e3.line)
@@ -217,8 +207,8 @@ func TestThreeProcesses(t *testing.T) {
 		if err := fence.Do(t3, nil); err != nil {
 			t.Fatal(err)
 		}
-		_ = cs[e2.who].cmd.Process.Signal(syscall.SIGCONT)
-		_, _ = cs[e2.who].stdin.Write([]byte("WRITE\n"))
+		cs[e2.who].Signal(t, syscall.SIGCONT)
+		cs[e2.who].Send(t, "WRITE")
 		sawDemoted, sawWrite := false, false
 		for !sawDemoted || !sawWrite {
 			e := next(t, events, "", 2*time.Second, anyOf(e2.who))
@@ -237,7 +227,7 @@ func TestThreeProcesses(t *testing.T) {
 		}
 
 		// Graceful shutdown of the current leader: the resumed one takes over.
-		_, _ = cs[third].stdin.Write([]byte("QUIT\n"))
+		cs[third].Send(t, "QUIT")
 		quit := time.Now()
 		e4 := next(t, events, "ELECTED", time.Second, anyOf(e2.who))
 		t.Logf("failover after a graceful shutdown: %v", e4.at.Sub(quit).Round(time.Millisecond))

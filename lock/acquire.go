@@ -117,7 +117,7 @@ func AcquireWith(ctx context.Context, cfg *Config, l Lock, keys []string, try fu
 			if notAcquired && hint > 0 && hint < d {
 				d = hint + jitter(hint)
 			}
-			werr = sleep(ctx, d)
+			werr = Sleep(ctx, d)
 		}
 		if werr != nil {
 			if ctx.Err() != nil {
@@ -152,7 +152,9 @@ func (b *backoff) next() time.Duration {
 	return d
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
+// Sleep waits for d or until ctx ends, whichever comes first, and returns
+// ctx's cause in the second case. The packages above lock wait with it.
+func Sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -1,20 +1,18 @@
 package semaphore_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/leasehold-go/leasehold/internal/backends"
+	"github.com/leasehold-go/leasehold/internal/childproc"
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/semaphore"
 )
@@ -26,16 +24,7 @@ import (
 
 const childEnv = "SEM_CHILD"
 
-func childMain() {
-	if os.Getenv(childEnv) == "" {
-		return
-	}
-	if err := worker(); err != nil {
-		fmt.Println("ERROR", err)
-		os.Exit(2)
-	}
-	os.Exit(0)
-}
+func childMain() { childproc.Main(childEnv, worker) }
 
 func worker() error {
 	l, err := backends.FromEnv()
@@ -76,20 +65,9 @@ func worker() error {
 	return nil
 }
 
-func startWorker(t *testing.T, b backends.Backend, env ...string) (*exec.Cmd, *bufio.Scanner) {
+func startWorker(t *testing.T, b backends.Backend, env ...string) *childproc.Proc {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(append(append(os.Environ(), b.Env...), childEnv+"=1"), env...)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	return cmd, bufio.NewScanner(out)
+	return childproc.Start(t, append(append(b.Env, childEnv+"=1"), env...)...)
 }
 
 type use struct {
@@ -111,12 +89,11 @@ func TestSixProcesses(t *testing.T) {
 			wg   sync.WaitGroup
 		)
 		for i := range procs {
-			_, sc := startWorker(t, b, "SEM_NAME="+name, "SEM_SIZE=3", "SEM_ROUNDS="+strconv.Itoa(rounds), "SEM_TTL=10s")
+			w := startWorker(t, b, "SEM_NAME="+name, "SEM_SIZE=3", "SEM_ROUNDS="+strconv.Itoa(rounds), "SEM_TTL=10s")
 			wg.Go(func() {
 				finished := false
-				for sc.Scan() {
+				for line := range w.Lines {
 					var u use
-					line := sc.Text()
 					if line == "FINISHED" {
 						finished = true
 						continue
@@ -196,13 +173,9 @@ func TestKilledHolderFreesItsSlot(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer mine.Release(context.Background())
-		cmd, sc := startWorker(t, b, "SEM_NAME="+name, "SEM_SIZE=2", "SEM_HOLD=forever", "SEM_TTL="+ttl.String())
-		if !sc.Scan() || !strings.HasPrefix(sc.Text(), "GOT ") {
-			t.Fatalf("worker: %q", sc.Text())
-		}
-		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
+		w := startWorker(t, b, "SEM_NAME="+name, "SEM_SIZE=2", "SEM_HOLD=forever", "SEM_TTL="+ttl.String())
+		w.Expect(t, "GOT ", 30*time.Second)
+		w.Signal(t, syscall.SIGKILL)
 		killed := time.Now()
 		ctx, cancel := context.WithTimeout(t.Context(), ttl+time.Second)
 		defer cancel()

@@ -1,11 +1,9 @@
 package timers_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leasehold-go/leasehold/internal/backends"
+	"github.com/leasehold-go/leasehold/internal/childproc"
 	"github.com/leasehold-go/leasehold/internal/testenv"
 	"github.com/leasehold-go/leasehold/semaphore"
 	"github.com/leasehold-go/leasehold/timers"
@@ -33,16 +32,7 @@ func TestMain(m *testing.M) {
 
 const childEnv = "TIMERS_CHILD"
 
-func childMain() {
-	if os.Getenv(childEnv) == "" {
-		return
-	}
-	if err := host(); err != nil {
-		fmt.Println("ERROR", err)
-		os.Exit(2)
-	}
-	os.Exit(0)
-}
+func childMain() { childproc.Main(childEnv, host) }
 
 func host() error {
 	l, err := backends.FromEnv()
@@ -79,30 +69,9 @@ func host() error {
 	return nil
 }
 
-type hostProc struct {
-	cmd   *exec.Cmd
-	lines chan string
-}
-
-func startHost(t *testing.T, b backends.Backend, env ...string) *hostProc {
+func startHost(t *testing.T, b backends.Backend, env ...string) *childproc.Proc {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(append(append(os.Environ(), b.Env...), childEnv+"=1"), env...)
-	cmd.Stderr = os.Stderr
-	out, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	h := &hostProc{cmd: cmd, lines: make(chan string, 1024)}
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			h.lines <- sc.Text()
-		}
-		close(h.lines)
-	}()
-	return h
+	return childproc.Start(t, append(append(b.Env, childEnv+"=1"), env...)...)
 }
 
 type run struct {
@@ -121,7 +90,7 @@ func threeHosts(t *testing.T, b backends.Backend, name string, interval, runFor,
 			"TIMERS_FOR="+(runFor-time.Duration(i)*300*time.Millisecond).String(), "TIMERS_HOLD="+hold.String(),
 			"TIMERS_CONCURRENCY="+strconv.Itoa(conc))
 		wg.Go(func() {
-			for line := range h.lines {
+			for line := range h.Lines {
 				var r run
 				var rs, sk, el int64
 				switch {
@@ -222,12 +191,8 @@ func TestKilledRunnerFreesItsSlot(t *testing.T) {
 		name := "killed-" + uniq()
 		h := startHost(t, b, "TIMERS_NAME="+name, "TIMERS_OFFSET=0s", "TIMERS_INTERVAL=1s", "TIMERS_FOR=1m",
 			"TIMERS_HOLD=1h", "TIMERS_CONCURRENCY=1")
-		for line := range h.lines {
-			if strings.HasPrefix(line, "START ") {
-				break
-			}
-		}
-		_ = h.cmd.Process.Signal(syscall.SIGKILL)
+		h.Expect(t, "START ", 30*time.Second)
+		h.Signal(t, syscall.SIGKILL)
 		killed := time.Now()
 		sem, err := semaphore.New(b.New(t), "timer/"+name, 1)
 		if err != nil {

@@ -273,12 +273,8 @@ func (e *entry) call(ctx context.Context) error {
 			return err
 		}
 		e.s.cfg.Logger.Debug("leasehold: timer run failed, retrying", "timer", e.t.name, "attempt", attempt+1, "err", err)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if lock.Sleep(ctx, backoff) != nil {
 			return errors.Join(err, context.Cause(ctx))
-		case <-t.C:
 		}
 		backoff *= 2
 	}

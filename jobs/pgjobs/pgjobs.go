@@ -159,7 +159,9 @@ func (r *Registry) ensure(ctx context.Context) error {
 
 func unavailable(op string, err error) error { return lock.Unavailable("pgjobs: "+op, err) }
 
-func stale(ref jobs.Ref) error { return fmt.Errorf("%w: %s epoch %d", jobs.ErrStale, ref.ID, ref.Epoch) }
+func stale(ref jobs.Ref) error {
+	return fmt.Errorf("%w: %s epoch %d", jobs.ErrStale, ref.ID, ref.Epoch)
+}
 
 type history struct {
 	At      time.Time `json:"at"`
@@ -269,8 +271,10 @@ func (r *Registry) remove(ctx context.Context, ref jobs.Ref, op string) error {
 	return nil
 }
 
-func (r *Registry) Done(ctx context.Context, ref jobs.Ref) error   { return r.remove(ctx, ref, "done") }
-func (r *Registry) Remove(ctx context.Context, ref jobs.Ref) error { return r.remove(ctx, ref, "remove") }
+func (r *Registry) Done(ctx context.Context, ref jobs.Ref) error { return r.remove(ctx, ref, "done") }
+func (r *Registry) Remove(ctx context.Context, ref jobs.Ref) error {
+	return r.remove(ctx, ref, "remove")
+}
 
 func (r *Registry) Expired(ctx context.Context, limit int) ([]jobs.Job, error) {
 	return r.list(ctx, r.q.expired, limit)

@@ -159,8 +159,10 @@ func (r *Registry) remove(ctx context.Context, ref jobs.Ref, op string) error {
 	return nil
 }
 
-func (r *Registry) Done(ctx context.Context, ref jobs.Ref) error   { return r.remove(ctx, ref, "done") }
-func (r *Registry) Remove(ctx context.Context, ref jobs.Ref) error { return r.remove(ctx, ref, "remove") }
+func (r *Registry) Done(ctx context.Context, ref jobs.Ref) error { return r.remove(ctx, ref, "done") }
+func (r *Registry) Remove(ctx context.Context, ref jobs.Ref) error {
+	return r.remove(ctx, ref, "remove")
+}
 
 func (r *Registry) Expired(ctx context.Context, limit int) ([]jobs.Job, error) {
 	return r.list(ctx, limit, "0")
