@@ -121,7 +121,14 @@ func postgresTemplate(binDir string, cred *syscall.Credential) (string, error) {
 	return pgTemplate.data, pgTemplate.err
 }
 
-func buildPostgres(binDir, dir string, _ config) (*Server, error) {
+// PostgresSetting makes NewPostgres start the server with a configuration
+// parameter set (postgres -c name=value), for example
+// PostgresSetting("max_locks_per_transaction", "10").
+func PostgresSetting(name, value string) Option {
+	return func(c *config) { c.pgSettings = append(c.pgSettings, name+"="+value) }
+}
+
+func buildPostgres(binDir, dir string, cfg config) (*Server, error) {
 	cred, err := postgresCredential()
 	if err != nil {
 		return nil, err
@@ -143,24 +150,28 @@ func buildPostgres(binDir, dir string, _ config) (*Server, error) {
 	}
 	addr := loopback(ports[0])
 	dsn := "postgres://postgres@" + addr + "/postgres?sslmode=disable"
+	argv := []string{filepath.Join(binDir, "postgres"),
+		"-D", data,
+		"-p", strconv.Itoa(ports[0]),
+		"-k", dir, // Unix socket directory
+		"-c", "listen_addresses=127.0.0.1",
+		"-c", "fsync=off",
+		"-c", "synchronous_commit=off",
+		"-c", "full_page_writes=off",
+		"-c", "max_connections=200",
+		"-c", "shared_buffers=32MB",
+	}
+	for _, s := range cfg.pgSettings {
+		argv = append(argv, "-c", s)
+	}
 	return &Server{
 		addr:      addr,
 		dsn:       dsn,
 		endpoints: []string{addr},
 		envValue:  dsn,
 		members: []*proc{{
-			name: "PostgreSQL " + addr,
-			argv: []string{filepath.Join(binDir, "postgres"),
-				"-D", data,
-				"-p", strconv.Itoa(ports[0]),
-				"-k", dir, // Unix socket directory
-				"-c", "listen_addresses=127.0.0.1",
-				"-c", "fsync=off",
-				"-c", "synchronous_commit=off",
-				"-c", "full_page_writes=off",
-				"-c", "max_connections=200",
-				"-c", "shared_buffers=32MB",
-			},
+			name:    "PostgreSQL " + addr,
+			argv:    argv,
 			dir:     dir,
 			logPath: filepath.Join(dir, "postgres.log"),
 			cred:    cred,

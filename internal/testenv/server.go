@@ -84,7 +84,8 @@ func (s *Server) Env() []string { return []string{s.kind.envVar + "=" + s.envVal
 type Option func(*config)
 
 type config struct {
-	members int
+	members    int
+	pgSettings []string // "name=value", NewPostgres only
 }
 
 // Members makes NewEtcd start a cluster of n members, and NewRedis a Redis
@@ -489,6 +490,9 @@ func dedicated(t testing.TB, k *kind, opts []Option) *Server {
 	cfg := config{members: 1}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if len(cfg.pgSettings) > 0 && k != postgresKind {
+		t.Fatalf("testenv: New%s: PostgresSetting applies to NewPostgres only", k.short)
 	}
 	if cfg.members < 1 || (cfg.members > 1 && k == postgresKind) {
 		t.Fatalf("testenv: New%s: Members(%d): only etcd and Redis take more than one member", k.short, cfg.members)

@@ -1,0 +1,135 @@
+package pglock
+
+import (
+	"context"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/leasehold-go/leasehold/lock"
+)
+
+// Inspect implements lock.Inspector in one round trip: pg_locks joined with
+// the holding session's activity. Owner, token and ttl come from the
+// session's application_name; Remaining is the ttl less the time the
+// session has been idle, as idle_session_timeout counts it (the ttl itself
+// while a statement runs on it, and 0 when the role reading it may not see
+// the holder's activity: grant it pg_read_all_stats). Since is not known.
+func (l *Lock) Inspect(ctx context.Context, key string) (lock.Grant, bool, error) {
+	if err := lock.CheckContext(ctx); err != nil {
+		return lock.Grant{}, false, err
+	}
+	if err := lock.CheckKey(key); err != nil {
+		return lock.Grant{}, false, err
+	}
+	if err := l.ensureSetup(ctx); err != nil {
+		return lock.Grant{}, false, err
+	}
+	var app *string
+	var rem *int64
+	rows, err := l.pool.Query(ctx, l.sql.inspect, l.id(key))
+	if err != nil {
+		return lock.Grant{}, false, lock.Unavailable("pglock: inspect", err)
+	}
+	defer rows.Close()
+	found := false
+	for rows.Next() {
+		if err := rows.Scan(&app, &rem); err != nil {
+			return lock.Grant{}, false, lock.Unavailable("pglock: inspect", err)
+		}
+		found = true
+	}
+	if err := rows.Err(); err != nil {
+		return lock.Grant{}, false, lock.Unavailable("pglock: inspect", err)
+	}
+	if !found {
+		return lock.Grant{}, false, nil
+	}
+	return parseGrant(key, app, rem), true, nil
+}
+
+// parseGrant reads "<token> <ttl ms> <owner>" from a holder's
+// application_name. A session of another program that holds the same
+// advisory lock shows its own application_name as the owner.
+func parseGrant(key string, app *string, rem *int64) lock.Grant {
+	g := lock.Grant{Key: key}
+	if app == nil {
+		return g
+	}
+	g.Owner = *app
+	parts := strings.SplitN(*app, " ", 3)
+	if len(parts) != 3 {
+		return g
+	}
+	tok, err1 := strconv.ParseUint(parts[0], 10, 64)
+	ttl, err2 := strconv.ParseInt(parts[1], 10, 64)
+	if err1 != nil || err2 != nil {
+		return g
+	}
+	g.Owner, g.Token = parts[2], tok
+	g.Remaining = time.Duration(ttl) * time.Millisecond
+	if rem != nil {
+		g.Remaining = time.Duration(*rem) * time.Millisecond
+	}
+	return g
+}
+
+// List implements lock.Inspector: the held locks of this namespace whose
+// key names start with prefix. Names come from the table leasehold_keys,
+// where each Lock instance records a key the first time it tries it.
+func (l *Lock) List(ctx context.Context, prefix string) ([]lock.Grant, error) {
+	if err := lock.CheckContext(ctx); err != nil {
+		return nil, err
+	}
+	if err := l.ensureSetup(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := l.pool.Query(ctx, l.sql.list, l.namespace, []byte(prefix))
+	if err != nil {
+		return nil, lock.Unavailable("pglock: list", err)
+	}
+	defer rows.Close()
+	var out []lock.Grant
+	for rows.Next() {
+		var (
+			key []byte
+			app *string
+			rem *int64
+		)
+		if err := rows.Scan(&key, &app, &rem); err != nil {
+			return nil, lock.Unavailable("pglock: list", err)
+		}
+		out = append(out, parseGrant(string(key), app, rem))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, lock.Unavailable("pglock: list", err)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, nil
+}
+
+// ForceRelease ends the session that holds key (pg_terminate_backend, which
+// needs the holder's role, pg_signal_backend or a superuser) and wakes the
+// key's waiters; it reports whether there was a holder. The holder's
+// handle learns of it at once (LossNotifier) or at its next Extend or
+// Release. An operator's tool: fencing still protects the resource from
+// the evicted holder, which may have been paused mid-write.
+func (l *Lock) ForceRelease(ctx context.Context, key string) (bool, error) {
+	if err := lock.CheckContext(ctx); err != nil {
+		return false, err
+	}
+	if err := lock.CheckKey(key); err != nil {
+		return false, err
+	}
+	if err := l.ensureSetup(ctx); err != nil {
+		return false, err
+	}
+	id := l.id(key)
+	var n int64
+	var notified *string
+	if err := l.pool.QueryRow(ctx, l.sql.force, id, l.channel, payload(id)).Scan(&n, &notified); err != nil {
+		return false, lock.Unavailable("pglock: force release", err)
+	}
+	return n > 0, nil
+}

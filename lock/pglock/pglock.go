@@ -1,0 +1,542 @@
+package pglock
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leasehold-go/leasehold/lock"
+)
+
+const (
+	// DefaultNamespace is the namespace of a Lock without WithNamespace.
+	DefaultNamespace = "leasehold"
+	// MinTTL is the smallest ttl; ttls are whole milliseconds (rounded up),
+	// the unit of idle_session_timeout.
+	MinTTL = 10 * time.Millisecond
+	// MaxTTL is the largest ttl idle_session_timeout can hold.
+	MaxTTL = math.MaxInt32 * time.Millisecond
+	// DefaultMaxConns is the pool size NewFromDSN uses unless the DSN sets
+	// pool_max_conns: every held grant keeps one connection.
+	DefaultMaxConns = 64
+)
+
+var (
+	// ErrPooler: the connection reaches PostgreSQL through a pooler
+	// (PgBouncer, Pgpool, a cloud proxy) that does not pin one server
+	// session to it, so a session advisory lock taken in one statement may
+	// be on another client's session by the next. TryAcquire refuses such
+	// a connection. It matches lock.ErrInvalidArgument: it is a
+	// configuration error, and Acquire does not retry it.
+	ErrPooler error = &configError{"pglock: the connection goes through a pooler, not a dedicated PostgreSQL session"}
+
+	// ErrLockTableFull: the server's shared lock table is full (SQLSTATE
+	// 53200, sized by max_locks_per_transaction × max_connections). It also
+	// matches lock.ErrUnavailable, so Acquire retries until locks are freed.
+	ErrLockTableFull = errors.New("pglock: the server's lock table is full (raise max_locks_per_transaction)")
+)
+
+type configError struct{ msg string }
+
+func (e *configError) Error() string        { return e.msg }
+func (e *configError) Is(target error) bool { return target == lock.ErrInvalidArgument }
+
+// Lock is a lock.Lock on PostgreSQL session advisory locks. It is safe for
+// concurrent use; share one per process and Close it at the end.
+type Lock struct {
+	pool      *pgxpool.Pool
+	ownsPool  bool
+	namespace string
+	channel   string
+	owner     string
+	appOwner  string // the owner as application_name can hold it
+	pooled    bool
+	schema    string
+	log       *slog.Logger
+	metrics   *lock.BackendMetrics
+
+	setupMu  sync.Mutex
+	setupOK  bool
+	sql      statements
+	ttlGUC   string // idle_session_timeout, or a placeholder before 14
+	ttlReset string // its value outside grants
+
+	namesMu sync.Mutex
+	names   map[int64]struct{} // ids whose key names this instance registered
+
+	heldMu sync.Mutex
+	held   map[*handle]struct{}
+	closed bool
+
+	notifier lock.Notifier
+	listener listener
+}
+
+var (
+	_ lock.Lock      = (*Lock)(nil)
+	_ lock.Waiter    = (*Lock)(nil)
+	_ lock.MultiLock = (*Lock)(nil)
+	_ lock.Inspector = (*Lock)(nil)
+)
+
+type settings struct {
+	namespace string
+	schema    string
+	pooled    bool
+}
+
+// WithNamespace sets the namespace hashed with every key (default
+// DefaultNamespace). Instances that should see each other's locks use the
+// same namespace and database.
+func WithNamespace(ns string) lock.Option {
+	return lock.BackendOption("pglock.WithNamespace", func(s *settings) error {
+		if ns == "" {
+			return errors.New("empty namespace")
+		}
+		s.namespace = ns
+		return nil
+	})
+}
+
+// WithSchema sets the schema of the token sequence and the key-name table
+// (default: none, found through the search_path).
+func WithSchema(schema string) lock.Option {
+	return lock.BackendOption("pglock.WithSchema", func(s *settings) error {
+		if !validSchema(schema) {
+			return fmt.Errorf("schema %q: want a plain identifier", schema)
+		}
+		s.schema = schema
+		return nil
+	})
+}
+
+// WithSessionPooler says that the pool's connections go through a pooler
+// in session mode (PgBouncer pool_mode=session), which pins one server
+// session to each client connection for its whole life. Without it,
+// TryAcquire refuses any connection whose server session is not the one
+// the client was told at connect time (ErrPooler). Extend still checks that
+// the lock is held by the session it was taken on.
+func WithSessionPooler() lock.Option {
+	return lock.BackendOption("pglock.WithSessionPooler", func(s *settings) error {
+		s.pooled = true
+		return nil
+	})
+}
+
+// New returns a Lock over pool. Each held grant keeps one of the pool's
+// connections until it is released, so size the pool (MaxConns) for the
+// grants a process holds at once plus one for waiting; a pool of its own is
+// best, since a connection comes back with application_name set to the
+// owner. New sends nothing: the first operation checks the server, and
+// creates the token sequence and key-name table if they are missing
+// (see Setup).
+func New(pool *pgxpool.Pool, opts ...lock.Option) (*Lock, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("%w: pglock.New: nil pool", lock.ErrInvalidArgument)
+	}
+	s := &settings{namespace: DefaultNamespace}
+	cfg, err := lock.NewConfig(s, opts)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256([]byte(s.namespace))
+	l := &Lock{
+		pool:      pool,
+		namespace: s.namespace,
+		channel:   "leasehold_" + hex.EncodeToString(sum[:8]),
+		owner:     cfg.Owner,
+		appOwner:  appName(cfg.Owner),
+		pooled:    s.pooled,
+		schema:    s.schema,
+		log:       cfg.Logger,
+		metrics:   cfg.Telemetry().Backend("pglock"),
+		names:     map[int64]struct{}{},
+		held:      map[*handle]struct{}{},
+	}
+	l.listener.l = l
+	return l, nil
+}
+
+// NewFromDSN makes a pool from dsn (pgxpool syntax; pool_max_conns defaults
+// to DefaultMaxConns here) and returns a Lock over it. Close closes the pool.
+func NewFromDSN(ctx context.Context, dsn string, opts ...lock.Option) (*Lock, error) {
+	if err := lock.CheckContext(ctx); err != nil {
+		return nil, err
+	}
+	pcfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("%w: pglock: %w", lock.ErrInvalidArgument, err)
+	}
+	if !strings.Contains(dsn, "pool_max_conns") {
+		pcfg.MaxConns = DefaultMaxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, lock.Unavailable("pglock: connect", err)
+	}
+	l, err := New(pool, opts...)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	l.ownsPool = true
+	return l, nil
+}
+
+// Owner is this instance's owner identity, shown by Inspect and List.
+func (l *Lock) Owner() string { return l.owner }
+
+// appName is owner as the server keeps it in application_name: printable
+// ASCII only (the server turns anything else into '?'), and short enough
+// that "<token> <ttl> " fits before it in 63 bytes (longer owners are cut).
+func appName(owner string) string {
+	b := []byte(owner)
+	for i, c := range b {
+		if c < 32 || c > 126 {
+			b[i] = '?'
+		}
+	}
+	if len(b) > 40 {
+		b = b[:40]
+	}
+	return string(b)
+}
+
+// ID returns the 64-bit advisory lock id of key in namespace: the first 8
+// bytes of SHA-256(namespace, 0, key). Tools outside Go can compute it to
+// find a key in pg_locks.
+func ID(namespace, key string) int64 {
+	h := sha256.New()
+	h.Write([]byte(namespace))
+	h.Write([]byte{0})
+	h.Write([]byte(key))
+	var sum [sha256.Size]byte
+	return int64(binary.BigEndian.Uint64(h.Sum(sum[:0])))
+}
+
+func (l *Lock) id(key string) int64 { return ID(l.namespace, key) }
+
+// Setup creates the token sequence and the key-name table if they are
+// missing. The first operation of a Lock does it by itself; call it (or run
+// its statements, see the package documentation) once with a role that may
+// create them when the application's role may not.
+func (l *Lock) Setup(ctx context.Context) error {
+	if err := lock.CheckContext(ctx); err != nil {
+		return err
+	}
+	l.setupMu.Lock()
+	defer l.setupMu.Unlock()
+	return l.setup(ctx, true)
+}
+
+// ensureSetup runs setup once per Lock (again after a failure).
+func (l *Lock) ensureSetup(ctx context.Context) error {
+	l.setupMu.Lock()
+	defer l.setupMu.Unlock()
+	if l.setupOK {
+		return nil
+	}
+	return l.setup(ctx, false)
+}
+
+func (l *Lock) setup(ctx context.Context, create bool) error {
+	c, err := l.pool.Acquire(ctx)
+	if err != nil {
+		return lock.Unavailable("pglock: setup", err)
+	}
+	defer c.Release()
+	probe := buildStatements(l.schema, 0)
+	var (
+		version int
+		idle    *string
+		exists  bool
+	)
+	if err := c.QueryRow(ctx, probe.setupCheck).Scan(&version, &idle, &exists); err != nil {
+		if perr := poolerError(err); perr != nil {
+			return perr
+		}
+		return lock.Unavailable("pglock: setup", err)
+	}
+	if create || !exists {
+		for _, stmt := range probe.setup {
+			// Concurrent CREATE ... IF NOT EXISTS can still collide in the
+			// catalogs (23505, 42P07): the object exists then. The commit
+			// is synchronous: a sequence lost in a crash would restart the
+			// tokens.
+			err := pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = on"); err != nil {
+					return err
+				}
+				_, err := tx.Exec(ctx, stmt)
+				return err
+			})
+			if err != nil && !isCode(err, "23505", "42P07") {
+				return lock.Unavailable("pglock: setup: "+stmt, err)
+			}
+		}
+	}
+	l.sql = buildStatements(l.schema, version/10000)
+	l.ttlGUC, l.ttlReset = "leasehold.ttl", "0"
+	if idle != nil { // PostgreSQL 14 and later
+		l.ttlGUC, l.ttlReset = "idle_session_timeout", *idle
+	} else {
+		l.log.Warn("leasehold: pglock: this PostgreSQL has no idle_session_timeout (before 14): the server does not enforce ttls; see the package documentation", "server_version_num", version)
+	}
+	l.setupOK = true
+	return nil
+}
+
+// poolerError recognises what a transaction-mode pooler does to the
+// prepared statements pgx keeps per connection: a statement prepared in one
+// server session is unknown in the next (26000), or one prepared by another
+// client is already there (42P05).
+func poolerError(err error) error {
+	if !isCode(err, "26000", "42P05") {
+		return nil
+	}
+	return fmt.Errorf("%w: the server session does not match the prepared statements of this connection: "+
+		"a pooler in transaction mode sits in between; connect to PostgreSQL directly: %w", ErrPooler, err)
+}
+
+func isCode(err error, codes ...string) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	for _, c := range codes {
+		if pgErr.Code == c {
+			return true
+		}
+	}
+	return false
+}
+
+func ms(d time.Duration) string {
+	return strconv.FormatInt(int64((d+time.Millisecond-1)/time.Millisecond), 10)
+}
+
+func checkTTL(ttl time.Duration) error {
+	if ttl > MaxTTL {
+		return fmt.Errorf("%w: ttl %v is above the maximum %v (idle_session_timeout is a 32-bit count of ms)", lock.ErrInvalidTTL, ttl, MaxTTL)
+	}
+	return nil
+}
+
+// TryAcquire implements lock.Lock in one round trip on a connection of its
+// own, which the grant keeps until Release.
+func (l *Lock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
+	if err := lock.Validate(ctx, key, ttl, MinTTL); err != nil {
+		return nil, err
+	}
+	if err := checkTTL(ttl); err != nil {
+		return nil, err
+	}
+	return l.acquire(ctx, []string{key}, ttl)
+}
+
+// TryAcquireAny implements lock.MultiLock: one statement tries the keys in
+// turn from a random offset and takes the first free one.
+func (l *Lock) TryAcquireAny(ctx context.Context, keys []string, ttl time.Duration) (lock.Handle, error) {
+	if err := lock.ValidateKeys(ctx, keys, ttl, MinTTL); err != nil {
+		return nil, err
+	}
+	if err := checkTTL(ttl); err != nil {
+		return nil, err
+	}
+	off := rand.N(len(keys))
+	return l.acquire(ctx, append(append([]string(nil), keys[off:]...), keys[:off]...), ttl)
+}
+
+func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration) (h lock.Handle, err error) {
+	start := time.Now()
+	defer func() { l.metrics.Attempt(ctx, start, err) }()
+	if err := l.ensureSetup(ctx); err != nil {
+		return nil, err
+	}
+	ids := make([]int64, len(keys))
+	for i, k := range keys {
+		ids[i] = l.id(k)
+	}
+	c, err := l.pool.Acquire(ctx)
+	if err != nil {
+		return nil, lock.Unavailable("pglock: acquire: getting a connection", err)
+	}
+	if err := l.prepare(ctx, c); err != nil {
+		destroy(c)
+		return nil, err
+	}
+	expect := int32(c.Conn().PgConn().PID())
+	ttlMS := ms(ttl)
+	sql, args := l.sql.acquire, []any{ids, expect, l.pooled, l.ttlGUC, ttlMS, l.appOwner}
+	register := l.unregistered(ids)
+	if register {
+		names := make([][]byte, len(keys))
+		for i, k := range keys {
+			names[i] = []byte(k)
+		}
+		sql, args = l.sql.acquireRegister, append(args, names, l.namespace)
+	}
+	var (
+		pid  int32
+		idx  *int32
+		tok  *int64
+		set  *string
+		hint *int64
+	)
+	sent := time.Now()
+	err = c.QueryRow(ctx, sql, args...).Scan(&pid, &idx, &tok, &set, &hint)
+	if err == nil && register {
+		l.registered(ids)
+	}
+	switch {
+	case err != nil:
+		// The statement may have taken the lock before it failed: end the
+		// session so that nothing stays behind.
+		destroy(c)
+		if perr := poolerError(err); perr != nil {
+			return nil, perr
+		}
+		if isCode(err, "53200") {
+			return nil, fmt.Errorf("%w: %w: acquire %q: %w", lock.ErrUnavailable, ErrLockTableFull, keys[0], err)
+		}
+		if isCode(err, "42P01", "42704") { // the sequence or table was dropped
+			l.setupMu.Lock()
+			l.setupOK = false
+			l.setupMu.Unlock()
+		}
+		return nil, lock.Unavailable("pglock: acquire", err)
+	case pid != expect && !l.pooled:
+		c.Release()
+		return nil, fmt.Errorf("%w: the server session answering is pid %d, the connection was opened for pid %d: "+
+			"a pooler sits in between, and unless it pins the session (PgBouncer pool_mode=session, then use "+
+			"pglock.WithSessionPooler) a session advisory lock would not stay with this connection; connect to "+
+			"PostgreSQL directly", ErrPooler, pid, expect)
+	case idx == nil:
+		c.Release()
+		var rem time.Duration
+		if hint != nil {
+			rem = time.Duration(*hint) * time.Millisecond
+		}
+		return nil, lock.NotAcquired(strings.Join(keys, ","), rem)
+	case tok == nil || *idx < 1 || int(*idx) > len(keys):
+		destroy(c)
+		return nil, lock.Unavailable("pglock: acquire", fmt.Errorf("unexpected reply: index %v token %v", idx, tok))
+	}
+	i := *idx - 1
+	hd := &handle{
+		l: l, key: keys[i], id: ids[i], token: uint64(*tok), pid: pid, conn: c,
+		validUntil: lock.ValidUntil(sent, ttl),
+	}
+	if !l.track(hd) {
+		hd.end()
+		return nil, fmt.Errorf("%w: pglock: Lock is closed", lock.ErrInvalidArgument)
+	}
+	return hd, nil
+}
+
+// prepare sets a connection up the first time this package uses it:
+// synchronous_commit on for the session, so that the commit of a statement
+// whose nextval wrote WAL (once per 32 tokens) waits for the flush, and a
+// token is never handed out twice after a crash.
+func (l *Lock) prepare(ctx context.Context, c *pgxpool.Conn) error {
+	data := c.Conn().PgConn().CustomData()
+	if data[customKey] != nil {
+		return nil
+	}
+	if _, err := c.Exec(ctx, "SELECT set_config('synchronous_commit', 'on', false)"); err != nil {
+		if perr := poolerError(err); perr != nil {
+			return perr
+		}
+		return lock.Unavailable("pglock: preparing a connection", err)
+	}
+	data[customKey] = true
+	return nil
+}
+
+const customKey = "leasehold/pglock"
+
+// unregistered reports whether some of ids have no key name recorded by
+// this instance yet. The names table is written once per key and
+// instance, for List; the hot path does not write.
+func (l *Lock) unregistered(ids []int64) bool {
+	l.namesMu.Lock()
+	defer l.namesMu.Unlock()
+	for _, id := range ids {
+		if _, ok := l.names[id]; !ok {
+			return true
+		}
+	}
+	return false
+}
+
+func (l *Lock) registered(ids []int64) {
+	l.namesMu.Lock()
+	defer l.namesMu.Unlock()
+	if len(l.names) > 100_000 { // bound the memory of processes with endless distinct keys
+		clear(l.names)
+	}
+	for _, id := range ids {
+		l.names[id] = struct{}{}
+	}
+}
+
+func (l *Lock) track(h *handle) bool {
+	l.heldMu.Lock()
+	defer l.heldMu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.held[h] = struct{}{}
+	return true
+}
+
+func (l *Lock) untrack(h *handle) {
+	l.heldMu.Lock()
+	defer l.heldMu.Unlock()
+	delete(l.held, h)
+}
+
+// destroy closes a pooled connection's session and takes it out of the
+// pool: whatever the session held is released by the server.
+func destroy(c *pgxpool.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = c.Conn().Close(ctx)
+	c.Release() // a closed connection is dropped, not pooled
+}
+
+// Close ends the waiting connection and every grant this Lock still holds
+// (their sessions are closed, so the server frees their locks at once),
+// and, for a Lock from NewFromDSN, closes the pool.
+func (l *Lock) Close() error {
+	l.heldMu.Lock()
+	l.closed = true
+	held := make([]*handle, 0, len(l.held))
+	for h := range l.held {
+		held = append(held, h)
+	}
+	l.heldMu.Unlock()
+	for _, h := range held {
+		h.abandon()
+	}
+	l.listener.close()
+	l.notifier.NotifyAll()
+	if l.ownsPool {
+		l.pool.Close()
+	}
+	return nil
+}

@@ -1,0 +1,123 @@
+package pglock
+
+import (
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The statements. Every operation on a grant is one of them, sent as one
+// round trip (pgx caches the prepared statement per connection).
+//
+// Lock ids are the 64-bit keys of pg_try_advisory_lock(bigint); pg_locks
+// shows them as classid (high 32 bits) and objid (low 32 bits) with
+// objsubid 1, so ((classid::int8 << 32) | objid::int8) is the id again.
+// A waiter's interest in a key is a shared lock on the same 64 bits in the
+// other advisory space, pg_advisory_lock_shared(int4, int4) (objsubid 2).
+//
+// A holding session's application_name is "<token> <ttl ms> <owner>": the
+// only per-session text another session can read without a write.
+
+const lockID = `((l.classid::int8 << 32) | l.objid::int8)`
+
+// remaining is the remaining ttl in ms of the idle holder session s, as the
+// server's idle_session_timeout counts it; NULL when unknown.
+const remaining = `CASE WHEN s.application_name ~ '^[0-9]+ [0-9]+ ' AND s.state = 'idle'
+		THEN GREATEST(0, split_part(s.application_name, ' ', 2)::int8
+			- (extract(epoch FROM clock_timestamp() - s.state_change) * 1000)::int8) END`
+
+// holders joins the granted locks of this database on pg_stat_get_activity
+// (a function, so that no shared catalog is locked: it works while the
+// lock table is full).
+const holders = `pg_locks l JOIN pg_stat_get_activity(NULL) s ON s.pid = l.pid
+	WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted
+	  AND l.database = (SELECT datid FROM pg_stat_get_activity(pg_backend_pid()))`
+
+type statements struct {
+	acquire, acquireRegister string
+	extend, release          string
+	inspect, list, force     string
+	setupCheck               string
+	setup                    []string
+}
+
+func buildStatements(schema string, serverMajor int) statements {
+	seq := qualified(schema, "leasehold_tokens")
+	keys := qualified(schema, "leasehold_keys")
+	// $1 ids, $2 the backend pid the client was told, $3 pooler allowed,
+	// $4 ttl setting name, $5 ttl ms, $6 owner, [$7 key names, $8 namespace].
+	acquire := func(register string) string {
+		return `WITH RECURSIVE ` + register + `r(i, got) AS (
+	SELECT 0, false
+	UNION ALL
+	SELECT i + 1, pg_try_advisory_lock(($1::int8[])[i + 1]) FROM r
+	 WHERE NOT got AND i < cardinality($1::int8[])
+), a AS MATERIALIZED (
+	SELECT pg_backend_pid() AS pid,
+	       CASE WHEN $3::bool OR pg_backend_pid() = $2::int4 THEN (SELECT i FROM r WHERE got) END AS idx
+), t AS MATERIALIZED (
+	SELECT pid, idx, CASE WHEN idx IS NOT NULL THEN nextval('` + seq + `'::regclass) END AS tok FROM a
+)
+SELECT pid, idx, tok,
+	CASE WHEN tok IS NOT NULL THEN set_config($4::text, $5::text, false)
+		|| set_config('application_name', tok || ' ' || $5::text || ' ' || $6::text, false) END,
+	CASE WHEN idx IS NULL AND (pid = $2::int4 OR $3::bool) THEN (
+		SELECT min(` + remaining + `) FROM ` + holders + ` AND ` + lockID + ` = ANY($1::int8[])) END
+FROM t`
+	}
+	terminate := "pg_terminate_backend(l.pid)"
+	if serverMajor >= 14 {
+		terminate = "pg_terminate_backend(l.pid, 5000)" // waits until the session is gone
+	}
+	return statements{
+		acquire: acquire(""),
+		acquireRegister: acquire(`reg AS (
+	INSERT INTO ` + keys + ` (id, namespace, key)
+	SELECT id, $8::text, key FROM unnest($1::int8[], $7::bytea[]) AS u(id, key)
+	ON CONFLICT (id) DO NOTHING
+), `),
+		// $1 pid at acquire, $2 id, $3 ttl setting, $4 ttl ms, $5 application_name.
+		extend: `WITH h AS MATERIALIZED (
+	SELECT pg_backend_pid() = $1::int4 AND EXISTS (
+		SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted
+		   AND l.pid = pg_backend_pid() AND ` + lockID + ` = $2::int8) AS held
+)
+SELECT held, CASE WHEN held THEN set_config($3::text, $4::text, false)
+	|| set_config('application_name', $5::text, false) END FROM h`,
+		// $1 id, $2 ttl setting, $3 its value outside grants,
+		// $4 and $5 the interest lock, $6 channel, $7 payload.
+		release: `WITH u AS MATERIALIZED (SELECT pg_advisory_unlock($1::int8) AS ok)
+SELECT ok, set_config($2::text, $3::text, false),
+	CASE WHEN ok THEN CASE WHEN pg_try_advisory_xact_lock($4::int4, $5::int4) THEN NULL
+		ELSE pg_notify($6::text, $7::text) END END
+FROM u`,
+		inspect: `SELECT s.application_name, ` + remaining + ` FROM ` + holders + ` AND ` + lockID + ` = $1::int8`,
+		list: `SELECT k.key, s.application_name, ` + remaining + `
+FROM ` + keys + ` k, ` + holders + ` AND ` + lockID + ` = k.id
+  AND k.namespace = $1::text AND substring(k.key FROM 1 FOR octet_length($2::bytea)) = $2::bytea`,
+		// $1 id, $2 channel, $3 payload.
+		force: `WITH x AS MATERIALIZED (SELECT count(` + terminate + `) AS n FROM ` + holders + ` AND ` + lockID + ` = $1::int8)
+SELECT n, CASE WHEN n > 0 THEN pg_notify($2::text, $3::text) END FROM x`,
+		setupCheck: `SELECT current_setting('server_version_num')::int,
+	current_setting('idle_session_timeout', true),
+	to_regclass('` + seq + `') IS NOT NULL AND to_regclass('` + keys + `') IS NOT NULL`,
+		setup: []string{
+			`CREATE SEQUENCE IF NOT EXISTS ` + seq + ` AS bigint MINVALUE 1`,
+			`CREATE TABLE IF NOT EXISTS ` + keys + ` (id bigint PRIMARY KEY, namespace text NOT NULL, key bytea NOT NULL)`,
+		},
+	}
+}
+
+// qualified returns schema.name quoted, or name alone (found through the
+// search_path) when schema is empty. The result is also safe inside a
+// string literal: identifiers are checked in WithSchema.
+func qualified(schema, name string) string {
+	if schema == "" {
+		return pgx.Identifier{name}.Sanitize()
+	}
+	return pgx.Identifier{schema, name}.Sanitize()
+}
+
+func validSchema(s string) bool {
+	return s != "" && len(s) < 64 && !strings.ContainsAny(s, "'\"\x00")
+}
