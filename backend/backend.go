@@ -5,6 +5,7 @@
 //	mem://NAME           the in-process table NAME, shared by every Open of it in this process
 //	redis://[:password@]host:port[/db]    rediss:// for TLS   (redislock)
 //	redis+cluster://host:port,host:port   Redis Cluster       (redislock)
+//	postgres://user:pass@host:port/db?... postgresql:// too     (pglock)
 //
 // Options of package lock (WithOwner, WithLogger, ...) are passed through.
 // The returned close function releases what Open made (clients, pools,
@@ -22,6 +23,7 @@ import (
 
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/memlock"
+	"github.com/leasehold-go/leasehold/lock/pglock"
 	"github.com/leasehold-go/leasehold/lock/redislock"
 )
 
@@ -49,10 +51,16 @@ func Open(ctx context.Context, rawURL string, opts ...lock.Option) (lock.Lock, f
 	case "redis+cluster":
 		addrs := strings.Split(u.Host, ",")
 		return openRedis(ctx, redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs}), opts)
+	case "postgres", "postgresql":
+		l, err := pglock.NewFromDSN(ctx, rawURL, opts...)
+		if err != nil {
+			return nil, nil, err
+		}
+		return l, l.Close, nil
 	case "":
 		return nil, nil, fmt.Errorf("%w: backend URL %q has no scheme (mem://, redis://, ...)", lock.ErrInvalidArgument, rawURL)
 	}
-	return nil, nil, fmt.Errorf("%w: backend URL scheme %q is not one of mem, redis, rediss, redis+cluster", lock.ErrInvalidArgument, u.Scheme)
+	return nil, nil, fmt.Errorf("%w: backend URL scheme %q is not one of mem, redis, rediss, redis+cluster, postgres", lock.ErrInvalidArgument, u.Scheme)
 }
 
 func openMem(name string, opts []lock.Option) lock.Lock {

@@ -31,9 +31,10 @@ func TestMain(m *testing.M) {
 
 // store is a registry kind under test, with what a child needs to open it.
 type store struct {
-	name string
-	open func(t testing.TB, ns string) jobs.Registry
-	env  []string
+	name  string
+	open  func(t testing.TB, ns string) jobs.Registry
+	env   []string
+	locks func(testing.TB) backends.Backend // the recovery election's backend
 }
 
 func stores(t *testing.T) []store {
@@ -48,7 +49,7 @@ func stores(t *testing.T) []store {
 				t.Fatal(err)
 			}
 			return r
-		}, append(rs.Env(), "JOBS_STORE=redis")},
+		}, append(rs.Env(), "JOBS_STORE=redis"), backends.Redis},
 		{"postgres", func(t testing.TB, ns string) jobs.Registry {
 			pool, err := pgxpool.New(context.Background(), ps.DSN())
 			if err != nil {
@@ -60,7 +61,7 @@ func stores(t *testing.T) []store {
 				t.Fatal(err)
 			}
 			return r
-		}, append(ps.Env(), "JOBS_STORE=postgres")},
+		}, append(ps.Env(), "JOBS_STORE=postgres"), backends.Postgres},
 	}
 }
 
@@ -190,8 +191,8 @@ func runRecoverer(t *testing.T, reg jobs.Registry, l lock.Lock, ns string, rec *
 }
 
 func eachStore(t *testing.T, f func(t *testing.T, s store, b backends.Backend)) {
-	b := backends.Redis(t)
 	for _, s := range stores(t) {
+		b := s.locks(t)
 		t.Run(s.name, func(t *testing.T) {
 			t.Parallel()
 			f(t, s, b)

@@ -7,15 +7,18 @@
 package backends
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold-go/leasehold/internal/testenv"
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/memlock"
+	"github.com/leasehold-go/leasehold/lock/pglock"
 	"github.com/leasehold-go/leasehold/lock/redislock"
 )
 
@@ -76,15 +79,39 @@ func (r *closingRedis) Close() error {
 	return err
 }
 
+// Postgres is pglock on the test binary's shared PostgreSQL server; each
+// instance has its own small pool.
+func Postgres(t testing.TB) Backend {
+	srv := testenv.Postgres(t)
+	return Backend{
+		Name: "postgres",
+		New: func(t testing.TB) lock.Lock {
+			l, err := pgFromDSN(srv.DSN())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = l.Close() })
+			return l
+		},
+		Env: append(srv.Env(), EnvName+"=postgres"),
+	}
+}
+
+func pgFromDSN(dsn string) (*pglock.Lock, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return pglock.NewFromDSN(ctx, dsn+"&pool_max_conns=32")
+}
+
 // All returns every backend, each as a subtest-ready value. The servers are
 // started lazily by testenv as the backends are asked for.
 func All(t testing.TB) []func(testing.TB) Backend {
-	return []func(testing.TB) Backend{Memlock, Redis}
+	return []func(testing.TB) Backend{Memlock, Redis, Postgres}
 }
 
 // Networked returns the backends a child process can share.
 func Networked(t testing.TB) []func(testing.TB) Backend {
-	return []func(testing.TB) Backend{Redis}
+	return []func(testing.TB) Backend{Redis, Postgres}
 }
 
 // Each runs f as a subtest per backend.
@@ -101,6 +128,8 @@ func FromEnv() (lock.Lock, error) {
 	switch name := os.Getenv(EnvName); name {
 	case "redis":
 		return redisFromAddr(os.Getenv("LEASEHOLD_REDIS_ADDR"))
+	case "postgres":
+		return pgFromDSN(os.Getenv("LEASEHOLD_PG_DSN"))
 	default:
 		return nil, fmt.Errorf("backends: %s=%q names no networked backend", EnvName, name)
 	}
