@@ -1,0 +1,55 @@
+package chaos_test
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold-go/leasehold/internal/testenv"
+	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/pglock"
+	"github.com/leasehold-go/leasehold/lock/redislock"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+func TestNemesisRedis(t *testing.T) {
+	srv := testenv.NewRedis(t)
+	runNemesis(t, target{
+		name: "redis", ttl: 500 * time.Millisecond, addr: srv.Addr(), losesGrants: true,
+		connect: func(t *testing.T, proxy string) (lock.Lock, func()) {
+			c := redis.NewClient(&redis.Options{Addr: proxy, DialTimeout: time.Second, ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond})
+			l, err := redislock.New(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l, func() { _ = l.Close(); _ = c.Close() }
+		},
+		restart: srv.Restart,
+	}, chaosConfig(t))
+}
+
+func TestNemesisPostgres(t *testing.T) {
+	srv := testenv.NewPostgres(t)
+	runNemesis(t, target{
+		// A crash restart ends every session, and so every grant; holders
+		// learn it from their connection (LossNotifier).
+		name: "postgres", ttl: time.Second, addr: srv.Addr(), losesGrants: true,
+		connect: func(t *testing.T, proxy string) (lock.Lock, func()) {
+			_, port, _ := net.SplitHostPort(proxy)
+			dsn := strings.Replace(srv.DSN(), srv.Addr(), "127.0.0.1:"+port, 1) + "&connect_timeout=2"
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			l, err := pglock.NewFromDSN(ctx, dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l, func() { _ = l.Close() }
+		},
+		restart: srv.Restart,
+	}, chaosConfig(t))
+}

@@ -1,0 +1,39 @@
+package chaos_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// The checker must be able to fail: each history below breaks one rule.
+func TestCheckerCatchesViolations(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	ok := func(worker int, token uint64, from, to int) grant {
+		return grant{Worker: worker, Token: token, Start: at(from), End: at(to), ValidUntil: at(to + 100), Release: "ok", ReleaseEnd: at(to + 1)}
+	}
+	for _, c := range []struct {
+		name string
+		h    history
+		want string
+	}{
+		{"clean", history{Grants: []grant{ok(0, 1, 0, 100), ok(1, 2, 150, 300)}, Writes: []write{{Worker: 0, Token: 1, At: at(50)}}}, ""},
+		{"overlap", history{Grants: []grant{ok(0, 1, 0, 200), ok(1, 2, 150, 300)}}, "grant safety"},
+		{"token order", history{Grants: []grant{ok(0, 5, 0, 100), ok(1, 4, 150, 300)}}, "fencing"},
+		{"write outside", history{Grants: []grant{ok(0, 1, 0, 100)}, Writes: []write{{Worker: 0, Token: 1, At: at(150)}}}, "write outside the grant"},
+		{"unknown token", history{Grants: []grant{ok(0, 1, 0, 100)}, Writes: []write{{Worker: 0, Token: 9, At: at(50)}}}, "never granted"},
+		{"early expiry", history{Grants: []grant{{Worker: 0, Token: 1, Start: at(0), End: at(50), ValidUntil: at(500), Release: "lost", ReleaseEnd: at(60)}}}, "not conservative"},
+		{"overlap across a restart", history{Grants: []grant{ok(0, 1, 0, 200), ok(1, 2, 150, 300)}, Losses: []time.Time{at(100)}}, "loss not reported"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			bad := c.h.check()
+			switch {
+			case c.want == "" && len(bad) > 0:
+				t.Fatalf("violations in a clean history: %v", bad)
+			case c.want != "" && (len(bad) == 0 || !strings.Contains(strings.Join(bad, "\n"), c.want)):
+				t.Fatalf("want a %q violation, got %v", c.want, bad)
+			}
+		})
+	}
+}

@@ -1,0 +1,252 @@
+package chaos_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold-go/leasehold/internal/faultproxy"
+	"github.com/leasehold-go/leasehold/lock"
+)
+
+// target is a backend under the nemesis: a server the test may restart,
+// and clients that reach it through a proxy.
+type target struct {
+	name    string
+	ttl     time.Duration
+	addr    string                                               // the server's host:port, behind the proxies
+	connect func(t *testing.T, proxy string) (lock.Lock, func()) // a Lock whose client dials proxy, and its closer
+	restart func(t testing.TB)                                   // a crash restart of the server
+	// losesGrants: a restart loses the grants (Redis without persistence):
+	// holders across it may overlap their successors until their next
+	// renewal, as redislock's documentation says; fencing still orders them.
+	losesGrants bool
+}
+
+type config struct {
+	seed     int64
+	duration time.Duration
+	workers  int
+}
+
+func chaosConfig(t *testing.T) config {
+	c := config{seed: time.Now().UnixNano() % 1e6, duration: 8 * time.Second, workers: 4}
+	if os.Getenv("LEASEHOLD_CHAOS") == "1" {
+		c.duration = time.Minute
+	}
+	if s := os.Getenv("LEASEHOLD_CHAOS_SEED"); s != "" {
+		c.seed, _ = strconv.ParseInt(s, 10, 64)
+	}
+	return c
+}
+
+// runNemesis runs workers contending for one key, each through its own
+// proxy, while a seeded nemesis injects faults; then it checks the history.
+func runNemesis(t *testing.T, tg target, c config) {
+	t.Logf("seed %d (replay: LEASEHOLD_CHAOS_SEED=%d go test -run '%s' ./chaos/)", c.seed, c.seed, t.Name())
+	h := &history{Seed: c.seed, Backend: tg.name}
+	rng := rand.New(rand.NewPCG(uint64(c.seed), 0))
+	goroutines := runtime.NumGoroutine()
+	ctx, cancel := context.WithTimeout(context.Background(), c.duration)
+	defer cancel()
+	key := fmt.Sprintf("chaos/%s/%d", tg.name, c.seed)
+	var fence lock.Fence
+	proxies := make([]*faultproxy.Proxy, c.workers)
+	stall := make([]chan time.Duration, c.workers)
+	var closers []func()
+	var wg sync.WaitGroup
+	for i := range c.workers {
+		proxies[i] = faultproxy.Start(t, tg.addr)
+		stall[i] = make(chan time.Duration, 1)
+		l, closeFn := tg.connect(t, proxies[i].Addr())
+		closers = append(closers, closeFn)
+		seed := rng.Int64()
+		wg.Go(func() { work(ctx, i, l, key, tg.ttl, &fence, h, stall[i], seed) })
+	}
+	// The nemesis: a fault every so often, healed before the next.
+	for ctx.Err() == nil {
+		wait := time.Duration(200+rng.IntN(600)) * time.Millisecond
+		victim := rng.IntN(c.workers)
+		p := proxies[victim]
+		switch f := rng.IntN(10); {
+		case f < 3:
+			d := tg.ttl/2 + time.Duration(rng.Int64N(int64(tg.ttl)*2))
+			h.fault("blackhole worker %d for %v", victim, d)
+			p.SetMode(faultproxy.Blackhole)
+			sleep(ctx, d)
+			p.SetMode(faultproxy.Pass)
+		case f < 5:
+			d := time.Duration(5+rng.IntN(60)) * time.Millisecond
+			h.fault("delay worker %d by %v", victim, d)
+			p.SetDelay(d)
+			sleep(ctx, wait)
+			p.SetDelay(0)
+		case f < 7:
+			h.fault("reset the connections of worker %d", victim)
+			p.ResetAll()
+		case f < 9:
+			d := tg.ttl + time.Duration(rng.Int64N(int64(tg.ttl)))
+			h.fault("stall worker %d for %v", victim, d)
+			select {
+			case stall[victim] <- d:
+			default:
+			}
+		default:
+			if tg.restart != nil {
+				h.fault("restart the server")
+				h.restarted(time.Now(), tg.losesGrants)
+				tg.restart(t)
+			}
+		}
+		sleep(ctx, wait)
+	}
+	for _, p := range proxies {
+		p.SetMode(faultproxy.Pass)
+		p.SetDelay(0)
+	}
+	wg.Wait()
+	for _, closeFn := range closers {
+		closeFn()
+	}
+	for _, p := range proxies {
+		p.Close()
+	}
+	if bad := h.check(); len(bad) > 0 {
+		path := h.save()
+		for _, b := range bad[:min(len(bad), 10)] {
+			t.Error(b)
+		}
+		t.Fatalf("%d violations with seed %d; history saved to %s", len(bad), c.seed, path)
+	}
+	// Everything the workers started has ended.
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > goroutines+4 && time.Now().Before(deadline) {
+		<-time.After(50 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > goroutines+4 {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("goroutines: %d before, %d after:\n%s", goroutines, n, buf[:runtime.Stack(buf, true)])
+	}
+	accepted := 0
+	for _, w := range h.Writes {
+		if w.Accepted {
+			accepted++
+		}
+	}
+	t.Logf("%d grants, %d writes (%d accepted), %d faults, exceptions %v", len(h.Grants), len(h.Writes), accepted, len(h.Faults), h.Relaxed)
+	if len(h.Grants) < 3 {
+		t.Fatalf("only %d grants: the run did not exercise the lock", len(h.Grants))
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) { _ = lock.Sleep(ctx, d) }
+
+// work is one worker: acquire, keep, write under the lease while it is
+// valid, release; or, when the nemesis stalls it, stop looking at the lease
+// for a while and then write anyway, as a paused process would.
+func work(ctx context.Context, id int, l lock.Lock, key string, ttl time.Duration, fence *lock.Fence, h *history, stall chan time.Duration, seed int64) {
+	rng := rand.New(rand.NewPCG(uint64(seed), 1))
+	for ctx.Err() == nil {
+		actx, cancel := context.WithTimeout(ctx, 2*ttl)
+		hd, err := lock.Acquire(actx, l, key, ttl)
+		cancel()
+		if err != nil {
+			continue
+		}
+		g := grant{Worker: id, Token: hd.Token(), Start: time.Now()}
+		ph := &pausable{Handle: hd}
+		lease, err := lock.Keep(context.Background(), ph, ttl)
+		if err != nil {
+			_ = hd.Release(context.Background())
+			continue
+		}
+		var lossMu sync.Mutex
+		var lossAt time.Time
+		context.AfterFunc(lease.Context(), func() {
+			lossMu.Lock()
+			lossAt = time.Now()
+			lossMu.Unlock()
+		})
+		hold := time.Duration(rng.Int64N(int64(ttl) * 2))
+		end := time.Now().Add(hold)
+		for time.Now().Before(end) {
+			select {
+			case d := <-stall:
+				g.Stalled = true
+				ph.pause(d) // the pause: neither the work nor the renewals run
+				accepted := fence.Do(g.Token, nil) == nil
+				h.addWrite(write{Worker: id, Token: g.Token, At: time.Now(), Accepted: accepted, Stalled: true})
+			default:
+			}
+			now := time.Now()
+			if lease.Context().Err() != nil || !now.Before(lease.ValidUntil()) {
+				break
+			}
+			accepted := fence.Do(g.Token, nil) == nil
+			h.addWrite(write{Worker: id, Token: g.Token, At: now, Accepted: accepted})
+			time.Sleep(time.Duration(5+rng.IntN(20)) * time.Millisecond)
+			if g.Stalled {
+				break
+			}
+		}
+		g.ValidUntil = lease.ValidUntil()
+		g.End = g.ValidUntil
+		if g.LossSeen = lease.Err() != nil; g.LossSeen {
+			lossMu.Lock()
+			g.LossAt = lossAt
+			lossMu.Unlock()
+			if !g.LossAt.IsZero() && g.LossAt.Before(g.End) {
+				g.End = g.LossAt
+			}
+		}
+		rctx, cancel := context.WithTimeout(context.Background(), 2*ttl)
+		if releasing := time.Now(); releasing.Before(g.End) {
+			g.End = releasing
+		}
+		err = lease.Release(rctx)
+		g.ReleaseEnd = time.Now()
+		switch {
+		case err == nil:
+			g.Release = "ok"
+		case errors.Is(err, lock.ErrLost):
+			g.Release = "lost"
+		default:
+			g.Release = "error"
+		}
+		cancel()
+		h.addGrant(g)
+	}
+}
+
+// pausable stalls a handle's renewals as a paused process would.
+type pausable struct {
+	lock.Handle
+	mu    sync.Mutex
+	until time.Time
+}
+
+func (p *pausable) pause(d time.Duration) {
+	p.mu.Lock()
+	p.until = time.Now().Add(d)
+	p.mu.Unlock()
+	time.Sleep(d)
+}
+
+func (p *pausable) Extend(ctx context.Context, ttl time.Duration) error {
+	p.mu.Lock()
+	wait := time.Until(p.until)
+	p.mu.Unlock()
+	if wait > 0 {
+		if err := lock.Sleep(ctx, wait); err != nil {
+			return err
+		}
+	}
+	return p.Handle.Extend(ctx, ttl)
+}
