@@ -15,16 +15,16 @@ func TestCheckerCatchesViolations(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name string
-		h    history
+		h    *history
 		want string
 	}{
-		{"clean", history{Grants: []grant{ok(0, 1, 0, 100), ok(1, 2, 150, 300)}, Writes: []write{{Worker: 0, Token: 1, At: at(50)}}}, ""},
-		{"overlap", history{Grants: []grant{ok(0, 1, 0, 200), ok(1, 2, 150, 300)}}, "grant safety"},
-		{"token order", history{Grants: []grant{ok(0, 5, 0, 100), ok(1, 4, 150, 300)}}, "fencing"},
-		{"write outside", history{Grants: []grant{ok(0, 1, 0, 100)}, Writes: []write{{Worker: 0, Token: 1, At: at(150)}}}, "write outside the grant"},
-		{"unknown token", history{Grants: []grant{ok(0, 1, 0, 100)}, Writes: []write{{Worker: 0, Token: 9, At: at(50)}}}, "never granted"},
-		{"early expiry", history{Grants: []grant{{Worker: 0, Token: 1, Start: at(0), End: at(50), ValidUntil: at(500), Release: "lost", ReleaseEnd: at(60)}}}, "not conservative"},
-		{"overlap across a restart", history{Grants: []grant{ok(0, 1, 0, 200), ok(1, 2, 150, 300)}, Losses: []time.Time{at(100)}}, "loss not reported"},
+		{"clean", &history{Grants: []grant{ok(0, 1, 0, 100), ok(1, 2, 150, 300)}, Writes: []write{{Worker: 0, Token: 1, At: at(50)}}}, ""},
+		{"overlap", &history{Grants: []grant{ok(0, 1, 0, 200), ok(1, 2, 150, 300)}}, "grant safety"},
+		{"token order", &history{Grants: []grant{ok(0, 5, 0, 100), ok(1, 4, 150, 300)}}, "fencing"},
+		{"write outside", &history{Grants: []grant{ok(0, 1, 0, 100)}, Writes: []write{{Worker: 0, Token: 1, At: at(150)}}}, "write outside the grant"},
+		{"unknown token", &history{Grants: []grant{ok(0, 1, 0, 100)}, Writes: []write{{Worker: 0, Token: 9, At: at(50)}}}, "never granted"},
+		{"early expiry", &history{Grants: []grant{{Worker: 0, Token: 1, Start: at(0), End: at(50), ValidUntil: at(500), Release: "lost", ReleaseEnd: at(60)}}}, "not conservative"},
+		{"overlap across a restart", &history{Grants: []grant{ok(0, 1, 0, 200), ok(1, 2, 150, 300)}, Losses: []time.Time{at(100)}}, "loss not reported"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			bad := c.h.check()
