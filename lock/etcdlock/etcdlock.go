@@ -1,0 +1,355 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasehold-go/leasehold/lock"
+)
+
+const (
+	// DefaultPrefix starts every etcd key this package writes. Instances
+	// that should see each other's locks use the same prefix.
+	DefaultPrefix = "leasehold/lock/"
+	// DefaultMinTTL is the smallest lease ttl granted unless WithMinTTL says
+	// otherwise: etcd's own minimum for its default election timeout of
+	// 1 s (ceil(1.5 × election timeout)). A smaller ttl is rounded up to it.
+	DefaultMinTTL = 2 * time.Second
+	// MaxTTL is the longest ttl etcd grants a lease (9,000,000,000 s).
+	MaxTTL = 9_000_000_000 * time.Second
+
+	// maxSpares is how many unused leases one Lock keeps per ttl.
+	maxSpares = 4
+	// bgTimeout bounds every request made in the background (spare grants,
+	// revokes of leftovers).
+	bgTimeout = 5 * time.Second
+)
+
+var errClosed = errors.New("etcdlock: Lock is closed")
+
+// Lock is a lock.Lock on etcd. It is safe for concurrent use; share one per
+// process and Close it at the end (the client stays the caller's).
+type Lock struct {
+	client  *clientv3.Client
+	prefix  string
+	owner   string
+	minSec  int64
+	log     *slog.Logger
+	metrics *lock.BackendMetrics
+
+	ctx    context.Context // ends at Close; background requests derive from it
+	cancel context.CancelFunc
+	bg     sync.WaitGroup // background requests
+
+	poolMu  sync.Mutex
+	spares  map[int64][]spare // unused leases by requested ttl in seconds
+	filling map[int64]bool    // a background grant is under way
+	closed  bool
+
+	notifier lock.Notifier
+	w        watchState
+}
+
+var (
+	_ lock.Lock      = (*Lock)(nil)
+	_ lock.Waiter    = (*Lock)(nil)
+	_ lock.MultiLock = (*Lock)(nil)
+	_ lock.Inspector = (*Lock)(nil)
+)
+
+type settings struct {
+	prefix string
+	minTTL time.Duration
+}
+
+// WithPrefix sets the prefix of every etcd key (default DefaultPrefix). A
+// user's key k is stored as prefix+k; Inspector and the release watch look
+// only under the prefix.
+func WithPrefix(prefix string) lock.Option {
+	return lock.BackendOption("etcdlock.WithPrefix", func(s *settings) error {
+		if prefix == "" {
+			return errors.New("empty prefix: the release watch would cover the whole keyspace")
+		}
+		s.prefix = prefix
+		return nil
+	})
+}
+
+// WithMinTTL sets the smallest lease ttl (default DefaultMinTTL, 2 s); a
+// smaller ttl is rounded up to it. etcd itself refuses to expire a lease
+// sooner than ceil(1.5 × its election timeout) and silently raises a
+// shorter one; lower this only for servers run with a shorter election
+// timeout than the default (1 s). It must be at least one second, the
+// granularity of etcd leases.
+func WithMinTTL(d time.Duration) lock.Option {
+	return lock.BackendOption("etcdlock.WithMinTTL", func(s *settings) error {
+		if d < time.Second || d > MaxTTL {
+			return fmt.Errorf("minimum ttl %v is outside [1s, %v]", d, MaxTTL)
+		}
+		s.minTTL = d
+		return nil
+	})
+}
+
+// New returns a Lock over client. It sends nothing until the first
+// operation. For bounded failures, give the client a DialTimeout and every
+// call a context with a deadline: the etcd client waits for a connection
+// as long as the context allows.
+func New(client *clientv3.Client, opts ...lock.Option) (*Lock, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: etcdlock.New: nil client", lock.ErrInvalidArgument)
+	}
+	s := &settings{prefix: DefaultPrefix, minTTL: DefaultMinTTL}
+	cfg, err := lock.NewConfig(s, opts)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Lock{
+		client:  client,
+		prefix:  s.prefix,
+		owner:   cfg.Owner,
+		minSec:  seconds(s.minTTL),
+		log:     cfg.Logger,
+		metrics: cfg.Telemetry().Backend("etcdlock"),
+		ctx:     ctx,
+		cancel:  cancel,
+		spares:  map[int64][]spare{},
+		filling: map[int64]bool{},
+	}, nil
+}
+
+// Owner is this instance's owner identity, stored with every grant.
+func (l *Lock) Owner() string { return l.owner }
+
+// MinTTL is the smallest lease ttl this Lock grants (see WithMinTTL).
+func (l *Lock) MinTTL() time.Duration { return time.Duration(l.minSec) * time.Second }
+
+func seconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
+
+// leaseSeconds is the lease ttl for a requested ttl: whole seconds, rounded
+// up, and at least the minimum.
+func (l *Lock) leaseSeconds(ttl time.Duration) int64 { return max(seconds(ttl), l.minSec) }
+
+func checkTTL(ttl time.Duration) error {
+	if err := lock.CheckTTL(ttl, 0); err != nil {
+		return err
+	}
+	if ttl > MaxTTL {
+		return fmt.Errorf("%w: ttl %v is above etcd's maximum lease ttl %v", lock.ErrInvalidTTL, ttl, MaxTTL)
+	}
+	return nil
+}
+
+func (l *Lock) etcdKey(key string) string { return l.prefix + key }
+
+// value is what a grant stores: "<granted at, µs since the epoch>|<owner>".
+func (l *Lock) value(at time.Time) string {
+	return strconv.FormatInt(at.UnixMicro(), 10) + "|" + l.owner
+}
+
+// TryAcquire implements lock.Lock. With a spare lease at hand (the usual
+// case) it is one round trip: a Txn that puts the key, attached to the
+// lease, if the key does not exist. When the key is held, a second request
+// reads the holder's remaining lease ttl for the error's hint.
+func (l *Lock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
+	if err := lock.Validate(ctx, key, ttl, 0); err != nil {
+		return nil, err
+	}
+	if err := checkTTL(ttl); err != nil {
+		return nil, err
+	}
+	return l.acquire(ctx, []string{key}, ttl)
+}
+
+// TryAcquireAny implements lock.MultiLock in one round trip: one Txn whose
+// else branches nest, one level per key, starting at a random key, so the
+// first free key in that order is put and the others are left alone.
+func (l *Lock) TryAcquireAny(ctx context.Context, keys []string, ttl time.Duration) (lock.Handle, error) {
+	if err := lock.ValidateKeys(ctx, keys, ttl, 0); err != nil {
+		return nil, err
+	}
+	if err := checkTTL(ttl); err != nil {
+		return nil, err
+	}
+	order := make([]string, 0, len(keys))
+	seen := make(map[string]bool, len(keys))
+	off := rand.N(len(keys))
+	for i := range keys {
+		k := keys[(off+i)%len(keys)]
+		if !seen[k] {
+			seen[k] = true
+			order = append(order, k)
+		}
+	}
+	return l.acquire(ctx, order, ttl)
+}
+
+func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration) (lock.Handle, error) {
+	start := time.Now()
+	h, err := l.tryAcquire(ctx, keys, ttl)
+	l.metrics.Attempt(ctx, start, err)
+	return h, err
+}
+
+// txnFor builds the nested Txn over keys[i:]: put keys[i] if it is free,
+// else read its holder and try the rest.
+func (l *Lock) txnFor(keys []string, value string, lease clientv3.LeaseID) (cmps []clientv3.Cmp, then, els []clientv3.Op) {
+	ek := l.etcdKey(keys[0])
+	cmps = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(ek), "=", 0)}
+	then = []clientv3.Op{clientv3.OpPut(ek, value, clientv3.WithLease(lease))}
+	els = []clientv3.Op{clientv3.OpGet(ek)}
+	if len(keys) > 1 {
+		c, t, e := l.txnFor(keys[1:], value, lease)
+		els = append(els, clientv3.OpTxn(c, t, e))
+	}
+	return cmps, then, els
+}
+
+func (l *Lock) tryAcquire(ctx context.Context, keys []string, ttl time.Duration) (lock.Handle, error) {
+	sec := l.leaseSeconds(ttl)
+	for attempt := 0; ; attempt++ {
+		sp, err := l.lease(ctx, sec, ttl)
+		if err != nil {
+			return nil, err
+		}
+		sent := time.Now()
+		value := l.value(sent)
+		cmps, then, els := l.txnFor(keys, value, sp.id)
+		resp, err := l.client.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()
+		switch {
+		case errors.Is(err, rpctypes.ErrLeaseNotFound) && attempt == 0:
+			// The spare is gone (revoked by an operator, or the server
+			// lost it): nothing was written. Try once more with a new lease.
+			continue
+		case err != nil:
+			// Unknown outcome: the key may be ours. Revoking the lease
+			// deletes it if so, and frees the lease otherwise.
+			l.revokeLater(sp.id)
+			return nil, lock.Unavailable("etcdlock: acquire", err)
+		}
+		idx, holders := granted(resp)
+		if idx < 0 {
+			l.giveBack(sp)
+			return nil, lock.NotAcquired(strings.Join(keys, ","), l.remaining(ctx, holders))
+		}
+		return &handle{
+			l: l, key: keys[idx], ekey: l.etcdKey(keys[idx]), token: uint64(resp.Header.Revision),
+			lease: sp, lost: make(chan struct{}),
+			validUntil: validUntil(sent, ttl, sp),
+		}, nil
+	}
+}
+
+// validUntil is the grant's deadline: from the send time with the requested
+// ttl, but never past the lease's own end, which counts from the send time
+// of its grant (or last renewal) with the ttl the server granted.
+func validUntil(sent time.Time, ttl time.Duration, sp spare) time.Time {
+	vu := lock.ValidUntil(sent, ttl)
+	if end := lock.ValidUntil(sp.sent, sp.granted); end.Before(vu) {
+		return end
+	}
+	return vu
+}
+
+// granted walks the nested Txn's responses: the index of the key that was
+// put, or -1 and the holders read on the way.
+func granted(r *clientv3.TxnResponse) (int, []int64) {
+	var leases []int64
+	for i := 0; r != nil; i++ {
+		if r.Succeeded {
+			return i, nil
+		}
+		var next *clientv3.TxnResponse
+		for _, op := range r.Responses {
+			if rr := op.GetResponseRange(); rr != nil && len(rr.Kvs) > 0 {
+				leases = append(leases, rr.Kvs[0].Lease)
+			}
+			if tr := op.GetResponseTxn(); tr != nil {
+				next = (*clientv3.TxnResponse)(tr)
+			}
+		}
+		r = next
+	}
+	return -1, leases
+}
+
+// remaining asks the server for the shortest remaining lease ttl among the
+// holders (0 when unknown). Leases count in whole seconds.
+func (l *Lock) remaining(ctx context.Context, leases []int64) time.Duration {
+	var (
+		mu   sync.Mutex
+		best time.Duration
+		wg   sync.WaitGroup
+	)
+	for _, id := range leases {
+		wg.Go(func() {
+			r, err := l.client.TimeToLive(ctx, clientv3.LeaseID(id))
+			if err != nil {
+				return
+			}
+			d := leaseRemaining(r.TTL)
+			mu.Lock()
+			if best == 0 || d < best {
+				best = d
+			}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return best
+}
+
+// Close ends the release watch, revokes the spare leases and waits for
+// background requests. The client stays open: it is the caller's.
+// Subscriptions still open are woken. Operations after Close fail.
+func (l *Lock) Close() error {
+	l.poolMu.Lock()
+	if l.closed {
+		l.poolMu.Unlock()
+		return nil
+	}
+	l.closed = true
+	l.poolMu.Unlock()
+	l.stopWatch()
+	l.cancel() // spare grants under way; revokes run on to their own timeout
+	l.bg.Wait()
+	l.poolMu.Lock()
+	var ids []clientv3.LeaseID
+	for _, ss := range l.spares {
+		for _, s := range ss {
+			ids = append(ids, s.id)
+		}
+	}
+	l.spares = map[int64][]spare{}
+	l.poolMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(l.ctx), bgTimeout)
+	defer cancel()
+	var errs []error
+	for _, id := range ids {
+		if _, err := l.client.Revoke(ctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	l.notifier.NotifyAll()
+	if err := errors.Join(errs...); err != nil {
+		return lock.Unavailable("etcdlock: close: revoking spare leases", err)
+	}
+	return nil
+}
+
+func (l *Lock) isClosed() bool {
+	l.poolMu.Lock()
+	defer l.poolMu.Unlock()
+	return l.closed
+}

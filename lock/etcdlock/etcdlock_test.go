@@ -1,0 +1,276 @@
+package etcdlock_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/leasehold-go/leasehold/internal/testenv"
+	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/etcdlock"
+	"github.com/leasehold-go/leasehold/lock/locktest"
+)
+
+// testMinTTL is the minimum the tests use: testenv's servers run with a
+// 100 ms election timeout, so etcd's own minimum is 1 s (ceil(150 ms)).
+const testMinTTL = time.Second
+
+func TestMain(m *testing.M) {
+	locktest.HolderMain(func() (lock.Lock, error) {
+		c, err := clientv3.New(clientConfig(strings.Split(os.Getenv("LEASEHOLD_ETCD_ENDPOINTS"), ",")))
+		if err != nil {
+			return nil, err
+		}
+		return etcdlock.New(c, etcdlock.WithMinTTL(testMinTTL))
+	})
+	testenv.Main(m)
+}
+
+func clientConfig(endpoints []string) clientv3.Config {
+	return clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+}
+
+func newClient(t testing.TB, endpoints []string) *clientv3.Client {
+	t.Helper()
+	c, err := clientv3.New(clientConfig(endpoints))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// newLock returns a Lock with its own client, closed at the end.
+func newLock(t testing.TB, endpoints []string, opts ...lock.Option) *etcdlock.Lock {
+	t.Helper()
+	c := newClient(t, endpoints)
+	l, err := etcdlock.New(c, append([]lock.Option{etcdlock.WithMinTTL(testMinTTL)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+func suiteOptions() []locktest.Option {
+	return []locktest.Option{locktest.MinTTL(testMinTTL), locktest.RoundsUpTTL(), locktest.ShortTTL(testMinTTL)}
+}
+
+func TestConformance(t *testing.T) {
+	srv := testenv.Etcd(t)
+	locktest.Run(t, func(t testing.TB) lock.Lock { return newLock(t, srv.Endpoints()) }, suiteOptions()...)
+}
+
+func TestConformanceCluster(t *testing.T) {
+	srv := testenv.NewEtcd(t, testenv.Members(3))
+	locktest.Run(t, func(t testing.TB) lock.Lock { return newLock(t, srv.Endpoints()) }, suiteOptions()...)
+}
+
+func TestProcessFaults(t *testing.T) {
+	srv := testenv.Etcd(t)
+	locktest.RunProcessFaults(t, func(t testing.TB) lock.Lock { return newLock(t, srv.Endpoints()) }, srv.Env(), suiteOptions()...)
+}
+
+func ctxFor(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// A ttl below the minimum is rounded up, not refused; ValidUntil still
+// counts the ttl asked for; zero and negative ttls are refused.
+func TestTTLRounding(t *testing.T) {
+	srv := testenv.Etcd(t)
+	c := newClient(t, srv.Endpoints())
+	l, err := etcdlock.New(c) // the library's default minimum, 2 s
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if l.MinTTL() != etcdlock.DefaultMinTTL {
+		t.Fatalf("MinTTL = %v, want %v", l.MinTTL(), etcdlock.DefaultMinTTL)
+	}
+	ctx := ctxFor(t, 10*time.Second)
+	for _, ttl := range []time.Duration{time.Nanosecond, 300 * time.Millisecond, 2500 * time.Millisecond} {
+		h, err := l.TryAcquire(ctx, "rounding/"+ttl.String(), ttl)
+		if err != nil {
+			t.Fatalf("TryAcquire(ttl %v): %v", ttl, err)
+		}
+		if vu, after := h.ValidUntil(), time.Now(); vu.After(after.Add(ttl)) {
+			t.Fatalf("ttl %v: ValidUntil %v past the reply + ttl: it must count the ttl asked for", ttl, vu.Sub(after))
+		}
+		g, ok, err := l.Inspect(ctx, h.Key())
+		want := time.Duration((ttl+time.Second-1)/time.Second) * time.Second
+		want = max(want, etcdlock.DefaultMinTTL)
+		if err != nil || !ok || g.Remaining > want || g.Remaining < want-time.Second {
+			t.Fatalf("ttl %v: Inspect = %+v, %v, %v; want a lease of %v", ttl, g, ok, err, want)
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, ttl := range []time.Duration{0, -time.Second, etcdlock.MaxTTL + time.Second} {
+		if _, err := l.TryAcquire(ctx, "rounding/bad", ttl); !errors.Is(err, lock.ErrInvalidTTL) {
+			t.Errorf("ttl %v: %v, want ErrInvalidTTL", ttl, err)
+		}
+	}
+}
+
+// Extend cannot stretch a lease past the ttl it was granted with:
+// ValidUntil never claims more than the server grants.
+func TestExtendLongerThanTheLease(t *testing.T) {
+	srv := testenv.Etcd(t)
+	l := newLock(t, srv.Endpoints())
+	ctx := ctxFor(t, 10*time.Second)
+	h, err := l.TryAcquire(ctx, "extend/"+t.Name(), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release(context.Background())
+	before := time.Now()
+	if err := h.Extend(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if vu := h.ValidUntil(); vu.After(before.Add(2 * time.Second)) {
+		t.Fatalf("ValidUntil %v after an Extend(1m) of a 2 s lease: more than the server grants", vu.Sub(before))
+	}
+	before = time.Now()
+	if err := h.Extend(ctx, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if vu := h.ValidUntil(); vu.After(before.Add(time.Second)) {
+		t.Fatalf("ValidUntil %v after an Extend(1s): more than asked", vu.Sub(before))
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	if _, err := etcdlock.New(nil); !errors.Is(err, lock.ErrInvalidArgument) {
+		t.Errorf("New(nil): %v", err)
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:1"}, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for name, opt := range map[string]lock.Option{
+		"empty prefix":           etcdlock.WithPrefix(""),
+		"min ttl below 1 s":      etcdlock.WithMinTTL(500 * time.Millisecond),
+		"another backend option": lock.BackendOption("other", func(*struct{ x int }) error { return nil }),
+	} {
+		if _, err := etcdlock.New(c, opt); !errors.Is(err, lock.ErrInvalidArgument) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	l, err := etcdlock.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err = l.TryAcquire(ctx, "k", time.Second)
+	if !errors.Is(err, lock.ErrUnavailable) {
+		t.Errorf("unreachable server: %v, want ErrUnavailable", err)
+	}
+	if d := time.Since(start); d > 2*time.Second+500*time.Millisecond {
+		t.Errorf("unreachable server answered after %v, past the 2 s deadline", d)
+	}
+	sctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	if _, err := l.Subscribe(sctx, "k"); !errors.Is(err, lock.ErrUnavailable) {
+		t.Errorf("Subscribe on an unreachable server: %v", err)
+	}
+	ictx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	if _, _, err := l.Inspect(ictx, "k"); !errors.Is(err, lock.ErrUnavailable) {
+		t.Errorf("Inspect on an unreachable server: %v", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if _, err := l.TryAcquire(t.Context(), "k", time.Second); !errors.Is(err, lock.ErrInvalidArgument) {
+		t.Errorf("TryAcquire after Close: %v", err)
+	}
+}
+
+// Failed attempts reuse their lease for the next attempt, and Close
+// revokes what is left: no lease outlives the Locks.
+func TestNoLeaseLeak(t *testing.T) {
+	srv := testenv.NewEtcd(t)
+	c := newClient(t, srv.Endpoints())
+	holder, other := newLock(t, srv.Endpoints()), newLock(t, srv.Endpoints())
+	ctx := ctxFor(t, 30*time.Second)
+	h, err := holder.TryAcquire(ctx, "leak", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 50 {
+		if _, err := other.TryAcquire(ctx, "leak", time.Minute); !errors.Is(err, lock.ErrNotAcquired) {
+			t.Fatalf("TryAcquire of a held key: %v", err)
+		}
+	}
+	leases := func() int {
+		r, err := c.Leases(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(r.Leases)
+	}
+	if n := leases(); n > 5 { // the grant, and at most two spares per Lock
+		t.Fatalf("%d leases after 50 failed attempts", n)
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := leases(); n != 0 {
+		t.Fatalf("%d leases left after Close", n)
+	}
+}
+
+// A grant deleted behind the library's back (an operator's etcdctl del)
+// is reported through Lost, and Extend then returns ErrLost.
+func TestLostOnDelete(t *testing.T) {
+	srv := testenv.Etcd(t)
+	c := newClient(t, srv.Endpoints())
+	l := newLock(t, srv.Endpoints())
+	ctx := ctxFor(t, 10*time.Second)
+	key := "lost/" + t.Name()
+	h, err := l.TryAcquire(ctx, key, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Subscribe establishes the Lock's watch before the deletion.
+	sub, err := l.Subscribe(ctx, "lost/other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	lost := h.(lock.LossNotifier).Lost()
+	if _, err := c.Delete(ctx, etcdlock.DefaultPrefix+key); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lost:
+	case <-ctx.Done():
+		t.Fatal("Lost not closed after the key was deleted")
+	}
+	if err := h.Extend(ctx, time.Minute); !errors.Is(err, lock.ErrLost) {
+		t.Fatalf("Extend after the deletion: %v, want ErrLost", err)
+	}
+	if err := h.Release(ctx); !errors.Is(err, lock.ErrLost) {
+		t.Fatalf("Release after the deletion: %v, want ErrLost", err)
+	}
+}

@@ -1,0 +1,80 @@
+package etcdlock_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/etcdlock"
+)
+
+func ExampleNew() {
+	client, err := clientv3.New(clientv3.Config{
+		Endpoints:   []string{"10.0.0.1:2379", "10.0.0.2:2379", "10.0.0.3:2379"},
+		DialTimeout: 5 * time.Second,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	l, err := etcdlock.New(client, etcdlock.WithPrefix("myapp/locks/"), lock.WithOwner("worker-7"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	err = lock.Do(context.Background(), l, "reports/daily", func(ctx context.Context) error {
+		token, _ := lock.TokenFrom(ctx)
+		fmt.Println("generating the report under token", token)
+		return nil
+	}, lock.WithTTL(30*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+func ExampleWithMinTTL() {
+	// A cluster run with --election-timeout=100 accepts 1 s leases.
+	client, _ := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:2379"}})
+	l, err := etcdlock.New(client, etcdlock.WithMinTTL(time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	h, err := l.TryAcquire(ctx, "short", 300*time.Millisecond) // a 1 s lease
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("valid for", time.Until(h.ValidUntil()).Round(100*time.Millisecond)) // the 300 ms asked for, less the drift
+	_ = h.Release(ctx)
+}
+
+func ExampleLock_TryAcquireAny() {
+	client, _ := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:2379"}})
+	l, _ := etcdlock.New(client)
+	defer l.Close()
+	// One Txn tries the slots, from a random one, and takes the first free.
+	h, err := l.TryAcquireAny(context.Background(), []string{"gpu/0", "gpu/1", "gpu/2"}, time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("got", h.Key(), "token", h.Token())
+}
+
+func ExampleLock_List() {
+	client, _ := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:2379"}})
+	l, _ := etcdlock.New(client)
+	defer l.Close()
+	grants, err := l.List(context.Background(), "reports/")
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, g := range grants {
+		fmt.Printf("%s held by %s, token %d, %v left\n", g.Key, g.Owner, g.Token, g.Remaining)
+	}
+}

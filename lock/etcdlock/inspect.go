@@ -1,0 +1,116 @@
+package etcdlock
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasehold-go/leasehold/lock"
+)
+
+// Inspect implements lock.Inspector in two round trips: the key, then its
+// lease's remaining ttl (whole seconds, rounded down).
+func (l *Lock) Inspect(ctx context.Context, key string) (lock.Grant, bool, error) {
+	if err := lock.CheckContext(ctx); err != nil {
+		return lock.Grant{}, false, err
+	}
+	if err := lock.CheckKey(key); err != nil {
+		return lock.Grant{}, false, err
+	}
+	r, err := l.client.Get(ctx, l.etcdKey(key))
+	if err != nil {
+		return lock.Grant{}, false, lock.Unavailable("etcdlock: inspect", err)
+	}
+	if len(r.Kvs) == 0 {
+		return lock.Grant{}, false, nil
+	}
+	gs, err := l.grants(ctx, r.Kvs)
+	if err != nil || len(gs) == 0 {
+		return lock.Grant{}, false, err
+	}
+	return gs[0], true, nil
+}
+
+// List implements lock.Inspector: one range read of the keys under prefix
+// (sorted by key, as etcd returns them), then the remaining ttl of their
+// leases, read in parallel.
+func (l *Lock) List(ctx context.Context, prefix string) ([]lock.Grant, error) {
+	if err := lock.CheckContext(ctx); err != nil {
+		return nil, err
+	}
+	r, err := l.client.Get(ctx, l.etcdKey(prefix), clientv3.WithPrefix())
+	if err != nil {
+		return nil, lock.Unavailable("etcdlock: list", err)
+	}
+	return l.grants(ctx, r.Kvs)
+}
+
+// grants turns key-values into grants, dropping those whose lease has just
+// ended (the key is being deleted) and those this package did not write.
+func (l *Lock) grants(ctx context.Context, kvs []*mvccpb.KeyValue) ([]lock.Grant, error) {
+	out := make([]lock.Grant, len(kvs))
+	keep := make([]bool, len(kvs))
+	errs := make([]error, len(kvs))
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for i, kv := range kvs {
+		g, ok := parseGrant(string(kv.Key)[len(l.prefix):], string(kv.Value), kv.CreateRevision)
+		if !ok || kv.Lease == 0 {
+			continue
+		}
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			r, err := l.client.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
+			switch {
+			case err != nil:
+				errs[i] = err
+			case r.TTL >= 0:
+				g.Remaining = leaseRemaining(r.TTL)
+				out[i], keep[i] = g, true
+			}
+		})
+	}
+	wg.Wait()
+	var res []lock.Grant
+	for i := range out {
+		if errs[i] != nil {
+			return nil, lock.Unavailable("etcdlock: lease ttl", errs[i])
+		}
+		if keep[i] {
+			res = append(res, out[i])
+		}
+	}
+	return res, nil
+}
+
+// parseGrant reads a grant's value, "<granted at, µs>|<owner>".
+func parseGrant(key, value string, createRev int64) (lock.Grant, bool) {
+	at, owner, ok := strings.Cut(value, "|")
+	if !ok {
+		return lock.Grant{}, false
+	}
+	us, err := strconv.ParseInt(at, 10, 64)
+	if err != nil {
+		return lock.Grant{}, false
+	}
+	return lock.Grant{Key: key, Owner: owner, Token: uint64(createRev), Since: time.UnixMicro(us)}, true
+}
+
+// leaseRemaining converts a remaining lease ttl as etcd reports it (whole
+// seconds, rounded down; -1 for a lease that is gone) to a duration: under
+// a second counts as half a second.
+func leaseRemaining(ttl int64) time.Duration {
+	switch {
+	case ttl > 0:
+		return time.Duration(ttl) * time.Second
+	case ttl == 0:
+		return 500 * time.Millisecond
+	}
+	return time.Millisecond
+}

@@ -1,0 +1,131 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasehold-go/leasehold/lock"
+)
+
+// Spare leases. An acquire needs a lease before its Txn; granting it first
+// would cost a second round trip. So each Lock keeps unused leases per ttl,
+// granted in the background after one is taken, and puts back the lease of
+// a failed attempt for the next one. A lease's ttl runs from its grant: a
+// spare is used only while it still covers the requested ttl (give or take
+// a tenth of it, at most 500 ms), and ValidUntil counts from the spare's
+// grant when that ends first.
+
+// spare is a lease that no key is attached to.
+type spare struct {
+	id      clientv3.LeaseID
+	sec     int64         // the ttl asked for, in seconds: the pool's index
+	granted time.Duration // the ttl the server granted (it may raise sec)
+	sent    time.Time     // when the grant request was sent
+}
+
+// fresh reports whether s still covers ttl from now, within tolerance.
+func (s spare) fresh(ttl time.Duration, now time.Time) bool {
+	tolerance := min(ttl/10, 500*time.Millisecond)
+	return !s.sent.Add(s.granted).Before(now.Add(ttl - tolerance))
+}
+
+// lease returns a spare for sec that covers ttl, or grants a lease now.
+func (l *Lock) lease(ctx context.Context, sec int64, ttl time.Duration) (spare, error) {
+	now := time.Now()
+	l.poolMu.Lock()
+	if l.closed {
+		l.poolMu.Unlock()
+		return spare{}, fmt.Errorf("%w: %w", lock.ErrInvalidArgument, errClosed)
+	}
+	var (
+		got   spare
+		ok    bool
+		stale []clientv3.LeaseID
+	)
+	ss := l.spares[sec]
+	for len(ss) > 0 && !ok {
+		s := ss[len(ss)-1]
+		ss = ss[:len(ss)-1]
+		if s.fresh(ttl, now) {
+			got, ok = s, true
+		} else {
+			stale = append(stale, s.id)
+		}
+	}
+	l.spares[sec] = ss
+	l.refillLocked(sec)
+	l.poolMu.Unlock()
+	for _, id := range stale {
+		l.revokeLater(id)
+	}
+	if ok {
+		return got, nil
+	}
+	s, err := l.grant(ctx, sec)
+	if err != nil {
+		return spare{}, lock.Unavailable("etcdlock: lease grant", err)
+	}
+	return s, nil
+}
+
+func (l *Lock) grant(ctx context.Context, sec int64) (spare, error) {
+	sent := time.Now()
+	r, err := l.client.Grant(ctx, sec)
+	if err != nil {
+		return spare{}, err
+	}
+	return spare{id: r.ID, sec: sec, granted: time.Duration(r.TTL) * time.Second, sent: sent}, nil
+}
+
+// refillLocked starts a background grant for sec when none is pooled and
+// none is under way. poolMu is held.
+func (l *Lock) refillLocked(sec int64) {
+	if l.closed || l.filling[sec] || len(l.spares[sec]) > 0 {
+		return
+	}
+	l.filling[sec] = true
+	l.bg.Go(func() {
+		ctx, cancel := context.WithTimeout(l.ctx, bgTimeout)
+		s, err := l.grant(ctx, sec)
+		cancel()
+		l.poolMu.Lock()
+		l.filling[sec] = false
+		l.poolMu.Unlock()
+		if err != nil {
+			l.log.Debug("leasehold: etcdlock spare lease grant failed", "ttl_s", sec, "err", err)
+			return
+		}
+		l.giveBack(s)
+	})
+}
+
+// giveBack pools an unused lease, or revokes it when the pool is full or
+// closed.
+func (l *Lock) giveBack(s spare) {
+	l.poolMu.Lock()
+	ok := !l.closed && len(l.spares[s.sec]) < maxSpares
+	if ok {
+		l.spares[s.sec] = append(l.spares[s.sec], s)
+	}
+	l.poolMu.Unlock()
+	if !ok {
+		l.revokeLater(s.id)
+	}
+}
+
+// revokeLater revokes a lease in the background: a leftover of a failed
+// attempt or a stale spare. If it fails, the lease expires with its ttl.
+func (l *Lock) revokeLater(id clientv3.LeaseID) {
+	l.bg.Go(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(l.ctx), bgTimeout)
+		defer cancel()
+		if _, err := l.client.Revoke(ctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			l.log.Debug("leasehold: etcdlock lease revoke failed; it expires with its ttl", "lease", int64(id), "err", err)
+		}
+	})
+}
