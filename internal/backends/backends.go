@@ -10,13 +10,16 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold-go/leasehold/internal/testenv"
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/etcdlock"
 	"github.com/leasehold-go/leasehold/lock/memlock"
 	"github.com/leasehold-go/leasehold/lock/pglock"
 	"github.com/leasehold-go/leasehold/lock/redislock"
@@ -103,15 +106,58 @@ func pgFromDSN(dsn string) (*pglock.Lock, error) {
 	return pglock.NewFromDSN(ctx, dsn+"&pool_max_conns=32")
 }
 
+// Etcd is etcdlock on the test binary's shared etcd server, with a 1 s
+// minimum ttl (the test server elects in 100 ms; the library's default is 2 s).
+func Etcd(t testing.TB) Backend {
+	srv := testenv.Etcd(t)
+	return Backend{
+		Name: "etcd",
+		New: func(t testing.TB) lock.Lock {
+			l, err := etcdFromEndpoints(srv.Endpoints())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = l.Close() })
+			return l
+		},
+		Env: append(srv.Env(), EnvName+"=etcd"),
+	}
+}
+
+func etcdFromEndpoints(endpoints []string) (*closingEtcd, error) {
+	c, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	l, err := etcdlock.New(c, etcdlock.WithMinTTL(time.Second))
+	if err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return &closingEtcd{l, c}, nil
+}
+
+// closingEtcd closes its client with the Lock.
+type closingEtcd struct {
+	*etcdlock.Lock
+	c *clientv3.Client
+}
+
+func (e *closingEtcd) Close() error {
+	err := e.Lock.Close()
+	_ = e.c.Close()
+	return err
+}
+
 // All returns every backend, each as a subtest-ready value. The servers are
 // started lazily by testenv as the backends are asked for.
 func All(t testing.TB) []func(testing.TB) Backend {
-	return []func(testing.TB) Backend{Memlock, Redis, Postgres}
+	return []func(testing.TB) Backend{Memlock, Redis, Postgres, Etcd}
 }
 
 // Networked returns the backends a child process can share.
 func Networked(t testing.TB) []func(testing.TB) Backend {
-	return []func(testing.TB) Backend{Redis, Postgres}
+	return []func(testing.TB) Backend{Redis, Postgres, Etcd}
 }
 
 // Each runs f as a subtest per backend.
@@ -130,6 +176,8 @@ func FromEnv() (lock.Lock, error) {
 		return redisFromAddr(os.Getenv("LEASEHOLD_REDIS_ADDR"))
 	case "postgres":
 		return pgFromDSN(os.Getenv("LEASEHOLD_PG_DSN"))
+	case "etcd":
+		return etcdFromEndpoints(strings.Split(os.Getenv("LEASEHOLD_ETCD_ENDPOINTS"), ","))
 	default:
 		return nil, fmt.Errorf("backends: %s=%q names no networked backend", EnvName, name)
 	}
