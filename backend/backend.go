@@ -6,6 +6,7 @@
 //	redis://[:password@]host:port[/db]    rediss:// for TLS   (redislock)
 //	redis+cluster://host:port,host:port   Redis Cluster       (redislock)
 //	postgres://user:pass@host:port/db?... postgresql:// too     (pglock)
+//	etcd://host:port,host:port            etcd endpoints      (etcdlock)
 //
 // Options of package lock (WithOwner, WithLogger, ...) are passed through.
 // The returned close function releases what Open made (clients, pools,
@@ -18,10 +19,13 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/etcdlock"
 	"github.com/leasehold-go/leasehold/lock/memlock"
 	"github.com/leasehold-go/leasehold/lock/pglock"
 	"github.com/leasehold-go/leasehold/lock/redislock"
@@ -57,10 +61,27 @@ func Open(ctx context.Context, rawURL string, opts ...lock.Option) (lock.Lock, f
 			return nil, nil, err
 		}
 		return l, l.Close, nil
+	case "etcd":
+		c, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(u.Host, ","), DialTimeout: 5 * time.Second})
+		if err != nil {
+			return nil, nil, lock.Unavailable("backend: etcd", err)
+		}
+		l, err := etcdlock.New(c, opts...)
+		if err != nil {
+			_ = c.Close()
+			return nil, nil, err
+		}
+		return l, func() error {
+			err := l.Close()
+			if cerr := c.Close(); err == nil {
+				err = cerr
+			}
+			return err
+		}, nil
 	case "":
 		return nil, nil, fmt.Errorf("%w: backend URL %q has no scheme (mem://, redis://, ...)", lock.ErrInvalidArgument, rawURL)
 	}
-	return nil, nil, fmt.Errorf("%w: backend URL scheme %q is not one of mem, redis, rediss, redis+cluster, postgres", lock.ErrInvalidArgument, u.Scheme)
+	return nil, nil, fmt.Errorf("%w: backend URL scheme %q is not one of mem, redis, rediss, redis+cluster, postgres, etcd", lock.ErrInvalidArgument, u.Scheme)
 }
 
 func openMem(name string, opts []lock.Option) lock.Lock {

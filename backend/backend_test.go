@@ -3,6 +3,7 @@ package backend_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,7 +17,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 func TestOpen(t *testing.T) {
 	ctx := t.Context()
 	srv := testenv.Redis(t)
-	for _, url := range []string{"mem://", "mem://shared", "redis://" + srv.Addr() + "/0", testenv.Postgres(t).DSN()} {
+	for _, url := range []string{"mem://", "mem://shared", "redis://" + srv.Addr() + "/0", testenv.Postgres(t).DSN(), "etcd://" + strings.Join(testenv.Etcd(t).Endpoints(), ",")} {
 		l, closeFn, err := backend.Open(ctx, url, lock.WithOwner("tester"))
 		if err != nil {
 			t.Fatalf("%s: %v", url, err)
