@@ -8,9 +8,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold-go/leasehold/internal/testenv"
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/etcdlock"
 	"github.com/leasehold-go/leasehold/lock/pglock"
 	"github.com/leasehold-go/leasehold/lock/redislock"
 )
@@ -49,6 +51,27 @@ func TestNemesisPostgres(t *testing.T) {
 				t.Fatal(err)
 			}
 			return l, func() { _ = l.Close() }
+		},
+		restart: srv.Restart,
+	}, chaosConfig(t))
+}
+
+func TestNemesisEtcd(t *testing.T) {
+	srv := testenv.NewEtcd(t)
+	runNemesis(t, target{
+		// etcd keeps leases across a restart (its WAL is fsynced), and
+		// extends them on a new leader: a restart loses no grant.
+		name: "etcd", ttl: time.Second, addr: srv.Addr(),
+		connect: func(t *testing.T, proxy string) (lock.Lock, func()) {
+			c, err := clientv3.New(clientv3.Config{Endpoints: []string{proxy}, DialTimeout: 2 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := etcdlock.New(c, etcdlock.WithMinTTL(time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l, func() { _ = l.Close(); _ = c.Close() }
 		},
 		restart: srv.Restart,
 	}, chaosConfig(t))
