@@ -1,11 +1,10 @@
 // Command jobs runs a small job queue with crash recovery: three workers
 // take jobs from a queue, track them with jobs.Runner, and one of them
-// "crashes" mid-job (it stops heartbeating and never finishes, as a
-// SIGKILLed process would). The recoverer requeues its jobs; in the end
-// every job has completed, and the program says how many ran twice.
+// crashes mid-job. The survivors recover its jobs; in the end every job has
+// completed, and the program says how many ran twice.
 //
-//	go run ./examples/jobs                                  # in memory
-//	go run ./examples/jobs -redis 127.0.0.1:6379            # registry, queue and lock on Redis
+//	go run ./examples/jobs                         # in memory: workers are goroutines, one stops as if killed
+//	go run ./examples/jobs -redis 127.0.0.1:6379   # three worker processes on Redis, one SIGKILLed
 package main
 
 import (
@@ -25,17 +24,26 @@ import (
 
 	"github.com/leasehold-go/leasehold/jobs"
 	"github.com/leasehold-go/leasehold/jobs/memjobs"
-	"github.com/leasehold-go/leasehold/jobs/redisjobs"
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/memlock"
-	"github.com/leasehold-go/leasehold/lock/redislock"
 )
 
 func main() {
-	addr := flag.String("redis", "", "Redis address for the registry, the queue and the lock (default: in memory)")
+	addr := flag.String("redis", "", "Redis address: three worker processes share a queue, a registry and a lock there (default: in memory, three workers as goroutines)")
 	n := flag.Int("jobs", 30, "jobs to run")
+	worker := flag.Int("worker", -1, "internal: run as worker process N")
+	ns := flag.String("ns", "", "internal: the worker's namespace")
 	flag.Parse()
-	if err := run(context.Background(), os.Stdout, *addr, *n); err != nil {
+	var err error
+	switch {
+	case *worker >= 0:
+		err = workerMain(*addr, *ns, *worker)
+	case *addr != "":
+		err = runProcesses(context.Background(), os.Stdout, *addr, *n)
+	default:
+		err = run(context.Background(), os.Stdout, *n)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "jobs:", err)
 		os.Exit(1)
 	}
@@ -79,31 +87,14 @@ func (q redisQueue) pop(ctx context.Context) (jobs.Job, bool) {
 	return j, true
 }
 
-func run(ctx context.Context, out io.Writer, addr string, total int) error {
+// run is the in-memory demo: the workers are goroutines, and the one that
+// "crashes" stops heartbeating and never finishes its job, as a SIGKILLed
+// process would.
+func run(ctx context.Context, out io.Writer, total int) error {
 	quiet := lock.WithLogger(slog.New(slog.DiscardHandler))
-	var (
-		reg   jobs.Registry
-		q     queue
-		newLk func(owner string) lock.Lock
-	)
-	if addr == "" {
-		reg, q = memjobs.New(), make(chanQueue, total*2)
-		table := memlock.New()
-		newLk = func(owner string) lock.Lock { return table.Share(lock.WithOwner(owner), quiet) }
-	} else {
-		c := redis.NewClient(&redis.Options{Addr: addr})
-		defer c.Close()
-		ns := fmt.Sprintf("example-jobs-%d", time.Now().UnixNano())
-		r, err := redisjobs.New(c, ns)
-		if err != nil {
-			return err
-		}
-		reg, q = r, redisQueue{c, ns + ":queue"}
-		newLk = func(owner string) lock.Lock {
-			l, _ := redislock.New(c, lock.WithOwner(owner), quiet)
-			return l
-		}
-	}
+	reg, q := memjobs.New(), make(chanQueue, total*2)
+	table := memlock.New()
+	newLk := func(owner string) lock.Lock { return table.Share(lock.WithOwner(owner), quiet) }
 	var (
 		mu        sync.Mutex
 		completed = map[string]int{}
