@@ -15,7 +15,9 @@ package backend
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"strings"
 	"sync"
@@ -71,13 +73,7 @@ func Open(ctx context.Context, rawURL string, opts ...lock.Option) (lock.Lock, f
 			_ = c.Close()
 			return nil, nil, err
 		}
-		return l, func() error {
-			err := l.Close()
-			if cerr := c.Close(); err == nil {
-				err = cerr
-			}
-			return err
-		}, nil
+		return l, closeBoth(l, c), nil
 	case "":
 		return nil, nil, fmt.Errorf("%w: backend URL %q has no scheme (mem://, redis://, ...)", lock.ErrInvalidArgument, rawURL)
 	}
@@ -108,11 +104,10 @@ func openRedis(ctx context.Context, c redis.UniversalClient, opts []lock.Option)
 		_ = c.Close()
 		return nil, nil, err
 	}
-	return l, func() error {
-		err := l.Close()
-		if cerr := c.Close(); err == nil {
-			err = cerr
-		}
-		return err
-	}, nil
+	return l, closeBoth(l, c), nil
+}
+
+// closeBoth closes a Lock, then the client it was made on.
+func closeBoth(l, client io.Closer) func() error {
+	return func() error { return errors.Join(l.Close(), client.Close()) }
 }

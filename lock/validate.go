@@ -43,6 +43,15 @@ func CheckContext(ctx context.Context) error {
 	return nil
 }
 
+// ValidateKey checks the context and the key of an operation that takes no
+// ttl (Inspect, ForceRelease, and the like).
+func ValidateKey(ctx context.Context, key string) error {
+	if err := CheckContext(ctx); err != nil {
+		return err
+	}
+	return CheckKey(key)
+}
+
 // Validate is the one input check every backend runs before TryAcquire:
 // context, key and ttl (against the backend's minimum, 0 for none).
 func Validate(ctx context.Context, key string, ttl, minTTL time.Duration) error {

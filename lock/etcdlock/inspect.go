@@ -16,10 +16,7 @@ import (
 // Inspect implements lock.Inspector in two round trips: the key, then its
 // lease's remaining ttl (whole seconds, rounded down).
 func (l *Lock) Inspect(ctx context.Context, key string) (lock.Grant, bool, error) {
-	if err := lock.CheckContext(ctx); err != nil {
-		return lock.Grant{}, false, err
-	}
-	if err := lock.CheckKey(key); err != nil {
+	if err := lock.ValidateKey(ctx, key); err != nil {
 		return lock.Grant{}, false, err
 	}
 	r, err := l.client.Get(ctx, l.etcdKey(key))

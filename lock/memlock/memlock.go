@@ -179,10 +179,7 @@ func (g *grant) markLost() {
 // through its handle's Lost channel. It reports whether a grant was removed.
 // It is an operator's tool: fencing tokens still protect the resource.
 func (l *Lock) ForceRelease(ctx context.Context, key string) (bool, error) {
-	if err := lock.CheckContext(ctx); err != nil {
-		return false, err
-	}
-	if err := lock.CheckKey(key); err != nil {
+	if err := lock.ValidateKey(ctx, key); err != nil {
 		return false, err
 	}
 	l.mu.Lock()
@@ -199,10 +196,7 @@ func (l *Lock) ForceRelease(ctx context.Context, key string) (bool, error) {
 
 // Inspect implements lock.Inspector.
 func (l *Lock) Inspect(ctx context.Context, key string) (lock.Grant, bool, error) {
-	if err := lock.CheckContext(ctx); err != nil {
-		return lock.Grant{}, false, err
-	}
-	if err := lock.CheckKey(key); err != nil {
+	if err := lock.ValidateKey(ctx, key); err != nil {
 		return lock.Grant{}, false, err
 	}
 	now := time.Now()

@@ -17,10 +17,7 @@ import (
 // while a statement runs on it, and 0 when the role reading it may not see
 // the holder's activity: grant it pg_read_all_stats). Since is not known.
 func (l *Lock) Inspect(ctx context.Context, key string) (lock.Grant, bool, error) {
-	if err := lock.CheckContext(ctx); err != nil {
-		return lock.Grant{}, false, err
-	}
-	if err := lock.CheckKey(key); err != nil {
+	if err := lock.ValidateKey(ctx, key); err != nil {
 		return lock.Grant{}, false, err
 	}
 	if err := l.ensureSetup(ctx); err != nil {
@@ -116,10 +113,7 @@ func (l *Lock) List(ctx context.Context, prefix string) ([]lock.Grant, error) {
 // Release. An operator's tool: fencing still protects the resource from
 // the evicted holder, which may have been paused mid-write.
 func (l *Lock) ForceRelease(ctx context.Context, key string) (bool, error) {
-	if err := lock.CheckContext(ctx); err != nil {
-		return false, err
-	}
-	if err := lock.CheckKey(key); err != nil {
+	if err := lock.ValidateKey(ctx, key); err != nil {
 		return false, err
 	}
 	if err := l.ensureSetup(ctx); err != nil {

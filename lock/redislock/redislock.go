@@ -247,10 +247,7 @@ func (h *handle) Release(ctx context.Context) error {
 // Extend or Release. An operator's tool: fencing still protects the
 // resource from the evicted holder.
 func (l *Lock) ForceRelease(ctx context.Context, key string) (bool, error) {
-	if err := lock.CheckContext(ctx); err != nil {
-		return false, err
-	}
-	if err := lock.CheckKey(key); err != nil {
+	if err := lock.ValidateKey(ctx, key); err != nil {
 		return false, err
 	}
 	n, err := forceReleaseScript.Run(ctx, l.client, []string{l.lockKey(key)}, l.channel, key).Int64()
