@@ -49,12 +49,7 @@ func main() {
 	}
 }
 
-// queue is the application's own queue: a Redis list, or a channel.
-type queue interface {
-	push(ctx context.Context, j jobs.Job) error
-	pop(ctx context.Context) (jobs.Job, bool)
-}
-
+// chanQueue is the in-memory queue; redisQueue the list of the process demo.
 type chanQueue chan jobs.Job
 
 func (q chanQueue) push(_ context.Context, j jobs.Job) error { q <- j; return nil }
