@@ -9,7 +9,7 @@
 -- The token is max(last + 1, server time in µs): the per-key fence counter
 -- makes tokens strictly increasing, and the clock keeps them increasing when
 -- the counter was lost (a restart without persistence, FLUSHALL, its own
--- expiry a day after the last grant).
+-- expiry an hour after the last grant).
 local n = #KEYS / 2
 local shortest = -1
 for i = 0, n - 1 do

@@ -15,7 +15,7 @@
 //     counter. The counter makes them strictly increasing; the clock keeps
 //     them increasing when the counter is lost (a restart without
 //     persistence, FLUSHALL, a failover to a replica that had not received
-//     it, or its own expiry a day after the key's last grant).
+//     it, or its own expiry an hour after the key's last grant).
 //   - Extend and Release compare the stored value with the grant's before
 //     they touch the key, so they never act on a newer holder's grant.
 //     Release also PUBLISHes the key on the release channel.

@@ -42,9 +42,12 @@ const (
 	// MinTTL is the smallest ttl: Redis expires keys with millisecond
 	// precision, so ttls are rounded up to whole milliseconds too.
 	MinTTL = 10 * time.Millisecond
-	// fenceLifetime is how long a fence counter outlives its last grant:
-	// long enough that the server clock has overtaken any token drawn.
-	fenceLifetime = 24 * time.Hour
+	// fenceLifetime is how long a fence counter outlives its last grant.
+	// Tokens are max(last+1, server µs), so the counter only matters while
+	// the server clock could fall behind a token already drawn (a clock
+	// step back); an hour covers that and keeps short-lived keys (a
+	// timer's per-tick claims) from piling up.
+	fenceLifetime = time.Hour
 )
 
 // Lock is a lock.Lock on Redis. It is safe for concurrent use; share one
