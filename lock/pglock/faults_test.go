@@ -367,3 +367,32 @@ func TestAcquireWritesLittleWAL(t *testing.T) {
 		t.Fatalf("1,000 acquires added %d WAL records, want fewer than 100", after-before)
 	}
 }
+
+// A holder that lets its grants expire instead of releasing them (timers
+// do that with tick claims) must not keep their pool connections: once a
+// grant's ttl has passed, its connection is closed and the pool serves
+// new grants. Regression test: without it the ninth grant on a pool of
+// four connections waited forever.
+func TestExpiredGrantsFreeTheirConnections(t *testing.T) {
+	ctx := t.Context()
+	l, err := pglock.NewFromDSN(ctx, testenv.Postgres(t).DSN()+"&pool_max_conns=4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	start := time.Now()
+	var abandoned []lock.Handle
+	for i := range 9 {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		h, err := l.TryAcquire(actx, fmt.Sprintf("abandoned/%d", i), 200*time.Millisecond)
+		cancel()
+		if err != nil {
+			t.Fatalf("grant %d (pool of 4, earlier grants left to expire): %v", i, err)
+		}
+		abandoned = append(abandoned, h) // never released
+	}
+	t.Logf("9 grants on a pool of 4 in %v", time.Since(start).Round(time.Millisecond))
+	if err := abandoned[0].Release(ctx); !errors.Is(err, lock.ErrLost) {
+		t.Fatalf("Release of an expired grant: %v, want ErrLost", err)
+	}
+}

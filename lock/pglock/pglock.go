@@ -445,6 +445,7 @@ func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration) (h
 		hd.end()
 		return nil, fmt.Errorf("%w: pglock: Lock is closed", lock.ErrInvalidArgument)
 	}
+	hd.watchAbandon()
 	return hd, nil
 }
 
