@@ -29,7 +29,7 @@ type handle struct {
 
 	lost     chan struct{} // made by the first Lost call, closed on loss
 	lostOnce sync.Once
-	expiry   *time.Timer // frees the connection of a grant left to expire
+	expiry   *time.Timer        // frees the connection of a grant left to expire
 	watching context.CancelFunc // stops the watcher
 	watched  chan struct{}      // closed when the watcher has returned
 }
