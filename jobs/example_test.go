@@ -1,0 +1,68 @@
+package jobs_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/leasehold-go/leasehold/jobs"
+	"github.com/leasehold-go/leasehold/jobs/memjobs"
+	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/memlock"
+)
+
+func ExampleRunner_Track() {
+	reg := memjobs.New()                         // or redisjobs / pgjobs: durable
+	l := memlock.New(lock.WithOwner("worker-1")) // elects the recoverer
+	requeue := func(ctx context.Context, j jobs.Job, delay time.Duration) error {
+		return nil // put j back on your queue, to run after delay
+	}
+	r, err := jobs.NewRunner(reg, l, requeue)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	// In a worker, for each job taken from the queue:
+	ctx, done, err := r.Track(context.Background(), jobs.Job{ID: "invoice-42", Payload: []byte(`{"customer": 7}`)})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_ = ctx // do the work under ctx: it is cancelled if the job is reclaimed elsewhere
+	fmt.Println(done(nil))
+	// Output: <nil>
+}
+
+func ExampleRunner_Scan() {
+	reg := memjobs.New()
+	l := memlock.New(lock.WithOwner("recoverer"))
+	r, _ := jobs.NewRunner(reg, l, func(ctx context.Context, j jobs.Job, delay time.Duration) error {
+		fmt.Printf("requeue %s, attempt %d, held by %s\n", j.ID, j.Attempt, j.History[0].From)
+		return nil
+	})
+	// A worker that crashed: its job's lease runs out without a heartbeat.
+	_, _ = reg.Track(context.Background(), jobs.Job{ID: "report-9", Owner: "worker-2"}, time.Millisecond)
+	time.Sleep(5 * time.Millisecond)
+	fmt.Println("recovered:", r.Scan(context.Background())) // Run does this every ScanEvery while it leads
+	// Output:
+	// requeue report-9, attempt 1, held by worker-2
+	// recovered: 1
+}
+
+func ExampleRunner_RetryDead() {
+	reg := memjobs.New()
+	r, _ := jobs.NewRunner(reg, memlock.New(), func(ctx context.Context, j jobs.Job, delay time.Duration) error {
+		fmt.Println("requeued", j.ID, "attempt", j.Attempt)
+		return nil
+	}, jobs.WithMaxRetries(0))
+	_, _ = reg.Track(context.Background(), jobs.Job{ID: "poison"}, time.Millisecond)
+	time.Sleep(5 * time.Millisecond)
+	r.Scan(context.Background()) // MaxRetries 0: straight to the dead set
+	dead, _ := reg.Dead(context.Background(), 10)
+	fmt.Println(len(dead), dead[0].ID)
+	fmt.Println(r.RetryDead(context.Background(), "poison"))
+	// Output:
+	// 1 poison
+	// requeued poison attempt 0
+	// <nil>
+}

@@ -1,0 +1,73 @@
+package semaphore_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/memlock"
+	"github.com/leasehold-go/leasehold/semaphore"
+)
+
+func ExampleNew() {
+	l := memlock.New() // any lock.Lock shared by the processes
+	gpus, err := semaphore.New(l, "gpu-pool", 2)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(gpus.Name(), gpus.Size())
+	// Output: gpu-pool 2
+}
+
+func ExampleSemaphore_TryAcquire() {
+	sem, _ := semaphore.New(memlock.New(), "api-quota", 1)
+	ctx := context.Background()
+	p, _ := sem.TryAcquire(ctx, time.Minute)
+	fmt.Println("slot", p.Slot())
+	_, err := sem.TryAcquire(ctx, time.Minute)
+	fmt.Println(err != nil) // all slots busy: lock.ErrNotAcquired
+	_ = p.Release(ctx)
+	// Output:
+	// slot 0
+	// true
+}
+
+func ExampleSemaphore_Acquire() {
+	sem, _ := semaphore.New(memlock.New(), "exports", 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	p, err := sem.Acquire(ctx, 30*time.Second) // waits for a free slot
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer p.Release(context.Background())
+	fmt.Println("holding a slot with token", p.Token())
+	// Output: holding a slot with token 2
+}
+
+func ExampleSemaphore_Do() {
+	sem, _ := semaphore.New(memlock.New(), "fragile-downstream", 2, lock.WithTTL(10*time.Second))
+	err := sem.Do(context.Background(), func(ctx context.Context) error {
+		token, _ := lock.TokenFrom(ctx)
+		fmt.Println("calling the downstream under token", token)
+		return nil
+	})
+	fmt.Println(err)
+	// Output:
+	// calling the downstream under token 2
+	// <nil>
+}
+
+func ExampleSemaphore_Occupancy() {
+	l := memlock.New(lock.WithOwner("host-a"))
+	sem, _ := semaphore.New(l, "workers", 2)
+	p, _ := sem.TryAcquire(context.Background(), time.Minute)
+	defer p.Release(context.Background())
+	slots, _ := sem.Occupancy(context.Background())
+	for _, s := range slots {
+		fmt.Println(s.Slot, s.Held, s.Grant.Owner)
+	}
+}
