@@ -19,9 +19,26 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-func TestNemesisRedis(t *testing.T) {
+func TestNemesisRedis(t *testing.T) { runNemesis(t, redisTarget(t), chaosConfig(t)) }
+
+func TestNemesisPostgres(t *testing.T) { runNemesis(t, postgresTarget(t), chaosConfig(t)) }
+
+func TestNemesisEtcd(t *testing.T) { runNemesis(t, etcdTarget(t), chaosConfig(t)) }
+
+// The semaphore workload: four workers share three slots.
+func TestNemesisSemaphore(t *testing.T) {
+	for name, tg := range map[string]func(*testing.T) target{"redis": redisTarget, "postgres": postgresTarget, "etcd": etcdTarget} {
+		t.Run(name, func(t *testing.T) {
+			c := chaosConfig(t)
+			c.slots = 3
+			runNemesis(t, tg(t), c)
+		})
+	}
+}
+
+func redisTarget(t *testing.T) target {
 	srv := testenv.NewRedis(t)
-	runNemesis(t, target{
+	return target{
 		name: "redis", ttl: 500 * time.Millisecond, addr: srv.Addr(), losesGrants: true,
 		connect: func(t *testing.T, proxy string) (lock.Lock, func()) {
 			c := redis.NewClient(&redis.Options{Addr: proxy, DialTimeout: time.Second, ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond})
@@ -32,15 +49,15 @@ func TestNemesisRedis(t *testing.T) {
 			return l, func() { _ = l.Close(); _ = c.Close() }
 		},
 		restart: srv.Restart,
-	}, chaosConfig(t))
+	}
 }
 
-func TestNemesisPostgres(t *testing.T) {
+func postgresTarget(t *testing.T) target {
 	srv := testenv.NewPostgres(t)
-	runNemesis(t, target{
+	return target{
 		// A crash restart ends every session, and so every grant; holders
 		// learn it from their connection (LossNotifier).
-		name: "postgres", ttl: time.Second, addr: srv.Addr(), losesGrants: true,
+		name: "postgres", ttl: time.Second, addr: srv.Addr(), losesGrants: true, resetFrees: true,
 		connect: func(t *testing.T, proxy string) (lock.Lock, func()) {
 			_, port, _ := net.SplitHostPort(proxy)
 			dsn := strings.Replace(srv.DSN(), srv.Addr(), "127.0.0.1:"+port, 1) + "&connect_timeout=2"
@@ -53,12 +70,12 @@ func TestNemesisPostgres(t *testing.T) {
 			return l, func() { _ = l.Close() }
 		},
 		restart: srv.Restart,
-	}, chaosConfig(t))
+	}
 }
 
-func TestNemesisEtcd(t *testing.T) {
+func etcdTarget(t *testing.T) target {
 	srv := testenv.NewEtcd(t)
-	runNemesis(t, target{
+	return target{
 		// etcd keeps leases across a restart (its WAL is fsynced), and
 		// extends them on a new leader: a restart loses no grant.
 		name: "etcd", ttl: time.Second, addr: srv.Addr(),
@@ -74,5 +91,5 @@ func TestNemesisEtcd(t *testing.T) {
 			return l, func() { _ = l.Close(); _ = c.Close() }
 		},
 		restart: srv.Restart,
-	}, chaosConfig(t))
+	}
 }

@@ -24,6 +24,15 @@ func TestCheckerCatchesViolations(t *testing.T) {
 		{"write outside", &history{Grants: []grant{ok(0, 1, 0, 100)}, Writes: []write{{Worker: 0, Token: 1, At: at(150)}}}, "write outside the grant"},
 		{"unknown token", &history{Grants: []grant{ok(0, 1, 0, 100)}, Writes: []write{{Worker: 0, Token: 9, At: at(50)}}}, "never granted"},
 		{"early expiry", &history{Grants: []grant{{Worker: 0, Token: 1, Start: at(0), End: at(50), ValidUntil: at(500), Release: "lost", ReleaseEnd: at(60)}}}, "not conservative"},
+		{"overlap with an earlier, longer grant", &history{Grants: []grant{ok(0, 1, 0, 500), ok(1, 2, 600, 700), ok(2, 3, 400, 450)}}, "grant safety"},
+		{"semaphore over its size", &history{Limit: 2, Grants: []grant{
+			{Worker: 0, Key: "s0", Token: 1, Start: at(0), End: at(100), ValidUntil: at(200), Release: "ok"},
+			{Worker: 1, Key: "s1", Token: 1, Start: at(10), End: at(100), ValidUntil: at(200), Release: "ok"},
+			{Worker: 2, Key: "s2", Token: 1, Start: at(20), End: at(100), ValidUntil: at(200), Release: "ok"}}}, "limit"},
+		{"freed by a reset, holder never told", &history{ResetFrees: true, Cuts: []cut{{Worker: 0, Kind: "reset", From: at(50), To: at(50)}},
+			Grants: []grant{ok(0, 1, 0, 200), ok(1, 2, 60, 300)}}, "loss not reported"},
+		{"freed by a reset, holder told", &history{ResetFrees: true, Cuts: []cut{{Worker: 0, Kind: "reset", From: at(50), To: at(50)}},
+			Grants: []grant{{Worker: 0, Token: 1, Start: at(0), End: at(200), ValidUntil: at(300), LossSeen: true, Release: "lost", ReleaseEnd: at(201)}, ok(1, 2, 60, 300)}}, ""},
 		{"overlap across a restart", &history{Grants: []grant{ok(0, 1, 0, 200), ok(1, 2, 150, 300)}, Losses: []time.Time{at(100)}}, "loss not reported"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

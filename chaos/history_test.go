@@ -16,6 +16,7 @@ import (
 // whichever came first): the real grant covers at least that interval.
 type grant struct {
 	Worker     int
+	Key        string
 	Token      uint64
 	Start      time.Time
 	End        time.Time // the earliest of ValidUntil, LossAt and the start of the release
@@ -30,6 +31,7 @@ type grant struct {
 // write is one write a worker sent to the fenced resource.
 type write struct {
 	Worker   int
+	Key      string
 	Token    uint64
 	At       time.Time
 	Accepted bool
@@ -43,8 +45,52 @@ type history struct {
 	Faults  []string
 	Grants  []grant
 	Writes  []write
-	Relaxed []string    // documented exceptions in force for this run
-	Losses  []time.Time // restarts that lost every grant (Redis without persistence)
+	Limit   int   // grants allowed at once across the keys (a semaphore's size; 1 for a lock)
+	Cuts    []cut // connection faults, per worker
+	// ResetFrees: a connection reset frees the holder's grant at the
+	// server at once (pglock).
+	ResetFrees bool
+	Relaxed    []string    // documented exceptions in force for this run
+	Losses     []time.Time // restarts that lost every grant (Redis without persistence)
+}
+
+// cut is a connection fault of one worker's client, from From to To.
+type cut struct {
+	Worker   int
+	Kind     string // blackhole, reset
+	From, To time.Time
+}
+
+func (h *history) cut(worker int, kind string, from, to time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.Cuts = append(h.Cuts, cut{worker, kind, from, to})
+}
+
+// freedAt is when a reset of its worker's connection freed g at the server
+// (ResetFrees backends), or the zero time.
+func (h *history) freedAt(g grant) time.Time {
+	if !h.ResetFrees {
+		return time.Time{}
+	}
+	for _, c := range h.Cuts {
+		if c.Worker == g.Worker && c.Kind == "reset" && c.From.After(g.Start) && c.From.Before(g.End) {
+			return c.From
+		}
+	}
+	return time.Time{}
+}
+
+// ambiguous reports whether a fault of g's worker's connection overlapped
+// its release: a client that retries (go-redis does) may then report a
+// release that took effect as lost.
+func (h *history) ambiguous(g grant) bool {
+	for _, c := range h.Cuts {
+		if c.Worker == g.Worker && !c.To.Before(g.End) && !c.From.After(g.ReleaseEnd) {
+			return true
+		}
+	}
+	return false
 }
 
 // restarted records a server restart; when it loses the grants, the
@@ -61,6 +107,40 @@ func (h *history) restarted(at time.Time, losesGrants bool) {
 }
 
 // cutByRestart reports whether a restart that lost the grants fell within g.
+// checkLimit sweeps the grants' intervals across all keys: never more than
+// h.Limit at once (a semaphore's size), except across a restart that lost
+// the grants.
+func (h *history) checkLimit(gs []grant) []string {
+	limit := max(h.Limit, 1)
+	type edge struct {
+		at  time.Time
+		d   int
+		cut bool
+	}
+	var edges []edge
+	for _, g := range gs {
+		cut := h.cutByRestart(g)
+		edges = append(edges, edge{g.Start, 1, cut}, edge{g.End, -1, cut})
+	}
+	sort.Slice(edges, func(i, j int) bool {
+		if edges[i].at.Equal(edges[j].at) {
+			return edges[i].d < edges[j].d
+		}
+		return edges[i].at.Before(edges[j].at)
+	})
+	n, exempt := 0, 0
+	for _, e := range edges {
+		n += e.d
+		if e.cut {
+			exempt += e.d
+		}
+		if n-exempt > limit {
+			return []string{fmt.Sprintf("limit: %d grants valid at once at %s, the limit is %d", n-exempt, ts(e.at), limit)}
+		}
+	}
+	return nil
+}
+
 func (h *history) cutByRestart(g grant) bool {
 	for _, at := range h.Losses {
 		if at.After(g.Start) && at.Before(g.End) {
@@ -111,22 +191,46 @@ func (h *history) check() []string {
 	defer h.mu.Unlock()
 	var bad []string
 	gs := append([]grant(nil), h.Grants...)
+	for i, g := range gs {
+		if at := h.freedAt(g); !at.IsZero() {
+			if !g.LossSeen && g.Release != "lost" {
+				bad = append(bad, fmt.Sprintf("loss not reported: worker %d token %d was freed by a connection reset at %s and never told", g.Worker, g.Token, ts(at)))
+			}
+			gs[i].End = at // the server freed it then; later writes are fenced ones
+		}
+	}
 	sort.Slice(gs, func(i, j int) bool { return gs[i].Start.Before(gs[j].Start) })
-	for i := 1; i < len(gs); i++ {
-		prev, cur := gs[i-1], gs[i]
-		if cur.Start.Before(prev.End) && !h.cutByRestart(prev) {
+	bad = append(bad, h.checkLimit(gs)...)
+	last := map[string]grant{}    // the previous grant of each key
+	longest := map[string]grant{} // the grant of each key that ends last so far
+	for _, cur := range gs {
+		prev, seen := last[cur.Key]
+		last[cur.Key] = cur
+		if !seen {
+			longest[cur.Key] = cur
+			continue
+		}
+		if l := longest[cur.Key]; cur.Start.Before(l.End) && !h.cutByRestart(l) {
 			bad = append(bad, fmt.Sprintf("grant safety: worker %d token %d [%s, %s] overlaps worker %d token %d [%s, %s]",
-				prev.Worker, prev.Token, ts(prev.Start), ts(prev.End), cur.Worker, cur.Token, ts(cur.Start), ts(cur.End)))
+				l.Worker, l.Token, ts(l.Start), ts(l.End), cur.Worker, cur.Token, ts(cur.Start), ts(cur.End)))
+		}
+		if cur.End.After(longest[cur.Key].End) {
+			longest[cur.Key] = cur
 		}
 		if cur.Token <= prev.Token {
 			bad = append(bad, fmt.Sprintf("fencing: token %d granted at %s after token %d at %s", cur.Token, ts(cur.Start), prev.Token, ts(prev.Start)))
 		}
 	}
-	byToken := map[uint64]grant{}
+	type keyToken struct {
+		key   string
+		token uint64
+	}
+	byToken := map[keyToken]grant{}
 	for _, g := range gs {
-		byToken[g.Token] = g
+		byToken[keyToken{g.Key, g.Token}] = g
 		cut := h.cutByRestart(g)
-		if g.Release == "lost" && g.ReleaseEnd.Before(g.ValidUntil) && !g.LossSeen && !g.Stalled && !cut {
+		if g.Release == "lost" && g.ReleaseEnd.Before(g.ValidUntil) && !g.LossSeen && !g.Stalled && !cut &&
+			h.freedAt(g).IsZero() && !h.ambiguous(g) {
 			bad = append(bad, fmt.Sprintf("validity not conservative: worker %d token %d was gone when its Release returned, before its ValidUntil, and no loss was reported", g.Worker, g.Token))
 		}
 		if cut && !g.LossSeen && g.Release != "lost" {
@@ -134,16 +238,27 @@ func (h *history) check() []string {
 		}
 	}
 	for _, w := range h.Writes {
-		g, ok := byToken[w.Token]
+		g, ok := byToken[keyToken{w.Key, w.Token}]
 		if !ok {
 			bad = append(bad, fmt.Sprintf("write by worker %d with token %d, which was never granted", w.Worker, w.Token))
 			continue
 		}
-		if !w.Stalled && (w.At.Before(g.Start) || w.At.After(g.End)) {
+		freed := h.freedAt(h.grantOf(w))
+		if !w.Stalled && (w.At.Before(g.Start) || w.At.After(g.End)) && (freed.IsZero() || w.At.Before(freed)) {
 			bad = append(bad, fmt.Sprintf("write outside the grant: worker %d token %d at %s, grant [%s, %s]", w.Worker, w.Token, ts(w.At), ts(g.Start), ts(g.End)))
 		}
 	}
 	return bad
+}
+
+// grantOf finds the grant a write was made under (h.mu held).
+func (h *history) grantOf(w write) grant {
+	for _, g := range h.Grants {
+		if g.Key == w.Key && g.Token == w.Token {
+			return g
+		}
+	}
+	return grant{}
 }
 
 func ts(t time.Time) string { return t.Format("15:04:05.000000") }

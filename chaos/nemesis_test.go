@@ -14,6 +14,7 @@ import (
 
 	"github.com/leasehold-go/leasehold/internal/faultproxy"
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/semaphore"
 )
 
 // target is a backend under the nemesis: a server the test may restart,
@@ -28,12 +29,17 @@ type target struct {
 	// holders across it may overlap their successors until their next
 	// renewal, as redislock's documentation says; fencing still orders them.
 	losesGrants bool
+	// resetFrees: a reset connection frees its grants at the server at
+	// once (PostgreSQL ends the session), before the holder can learn it;
+	// the holder must then be told, and fencing orders its late writes.
+	resetFrees bool
 }
 
 type config struct {
 	seed     int64
 	duration time.Duration
 	workers  int
+	slots    int // 0: the lock workload (one key); n: a semaphore of n slots
 }
 
 func chaosConfig(t *testing.T) config {
@@ -51,13 +57,23 @@ func chaosConfig(t *testing.T) config {
 // proxy, while a seeded nemesis injects faults; then it checks the history.
 func runNemesis(t *testing.T, tg target, c config) {
 	t.Logf("seed %d (replay: LEASEHOLD_CHAOS_SEED=%d go test -run '%s' ./chaos/)", c.seed, c.seed, t.Name())
-	h := &history{Seed: c.seed, Backend: tg.name}
+	h := &history{Seed: c.seed, Backend: tg.name, ResetFrees: tg.resetFrees}
 	rng := rand.New(rand.NewPCG(uint64(c.seed), 0))
 	goroutines := runtime.NumGoroutine()
 	ctx, cancel := context.WithTimeout(context.Background(), c.duration)
 	defer cancel()
 	key := fmt.Sprintf("chaos/%s/%d", tg.name, c.seed)
-	var fence lock.Fence
+	h.Limit = max(c.slots, 1)
+	fences := map[string]*lock.Fence{}
+	var fencesMu sync.Mutex
+	fenceFor := func(key string) *lock.Fence {
+		fencesMu.Lock()
+		defer fencesMu.Unlock()
+		if fences[key] == nil {
+			fences[key] = new(lock.Fence)
+		}
+		return fences[key]
+	}
 	proxies := make([]*faultproxy.Proxy, c.workers)
 	stall := make([]chan time.Duration, c.workers)
 	var closers []func()
@@ -68,7 +84,15 @@ func runNemesis(t *testing.T, tg target, c config) {
 		l, closeFn := tg.connect(t, proxies[i].Addr())
 		closers = append(closers, closeFn)
 		seed := rng.Int64()
-		wg.Go(func() { work(ctx, i, l, key, tg.ttl, &fence, h, stall[i], seed) })
+		acquire := func(ctx context.Context) (lock.Handle, error) { return lock.Acquire(ctx, l, key, tg.ttl) }
+		if c.slots > 0 {
+			sem, err := semaphore.New(l, key, c.slots)
+			if err != nil {
+				t.Fatal(err)
+			}
+			acquire = func(ctx context.Context) (lock.Handle, error) { return sem.Acquire(ctx, tg.ttl) }
+		}
+		wg.Go(func() { work(ctx, i, acquire, tg.ttl, fenceFor, h, stall[i], seed) })
 	}
 	// The nemesis: a fault every so often, healed before the next.
 	for ctx.Err() == nil {
@@ -79,9 +103,11 @@ func runNemesis(t *testing.T, tg target, c config) {
 		case f < 3:
 			d := tg.ttl/2 + time.Duration(rng.Int64N(int64(tg.ttl)*2))
 			h.fault("blackhole worker %d for %v", victim, d)
+			from := time.Now()
 			p.SetMode(faultproxy.Blackhole)
 			sleep(ctx, d)
 			p.SetMode(faultproxy.Pass)
+			h.cut(victim, "blackhole", from, time.Now())
 		case f < 5:
 			d := time.Duration(5+rng.IntN(60)) * time.Millisecond
 			h.fault("delay worker %d by %v", victim, d)
@@ -90,7 +116,9 @@ func runNemesis(t *testing.T, tg target, c config) {
 			p.SetDelay(0)
 		case f < 7:
 			h.fault("reset the connections of worker %d", victim)
+			at := time.Now()
 			p.ResetAll()
+			h.cut(victim, "reset", at, time.Now())
 		case f < 9:
 			d := tg.ttl + time.Duration(rng.Int64N(int64(tg.ttl)))
 			h.fault("stall worker %d for %v", victim, d)
@@ -151,16 +179,18 @@ func sleep(ctx context.Context, d time.Duration) { _ = lock.Sleep(ctx, d) }
 // work is one worker: acquire, keep, write under the lease while it is
 // valid, release; or, when the nemesis stalls it, stop looking at the lease
 // for a while and then write anyway, as a paused process would.
-func work(ctx context.Context, id int, l lock.Lock, key string, ttl time.Duration, fence *lock.Fence, h *history, stall chan time.Duration, seed int64) {
+func work(ctx context.Context, id int, acquire func(context.Context) (lock.Handle, error), ttl time.Duration,
+	fenceFor func(key string) *lock.Fence, h *history, stall chan time.Duration, seed int64) {
 	rng := rand.New(rand.NewPCG(uint64(seed), 1))
 	for ctx.Err() == nil {
 		actx, cancel := context.WithTimeout(ctx, 2*ttl)
-		hd, err := lock.Acquire(actx, l, key, ttl)
+		hd, err := acquire(actx)
 		cancel()
 		if err != nil {
 			continue
 		}
-		g := grant{Worker: id, Token: hd.Token(), Start: time.Now()}
+		g := grant{Worker: id, Key: hd.Key(), Token: hd.Token(), Start: time.Now()}
+		fence := fenceFor(hd.Key())
 		ph := &pausable{Handle: hd}
 		lease, err := lock.Keep(context.Background(), ph, ttl)
 		if err != nil {
@@ -182,7 +212,7 @@ func work(ctx context.Context, id int, l lock.Lock, key string, ttl time.Duratio
 				g.Stalled = true
 				ph.pause(d) // the pause: neither the work nor the renewals run
 				accepted := fence.Do(g.Token, nil) == nil
-				h.addWrite(write{Worker: id, Token: g.Token, At: time.Now(), Accepted: accepted, Stalled: true})
+				h.addWrite(write{Worker: id, Key: g.Key, Token: g.Token, At: time.Now(), Accepted: accepted, Stalled: true})
 			default:
 			}
 			now := time.Now()
@@ -190,7 +220,7 @@ func work(ctx context.Context, id int, l lock.Lock, key string, ttl time.Duratio
 				break
 			}
 			accepted := fence.Do(g.Token, nil) == nil
-			h.addWrite(write{Worker: id, Token: g.Token, At: now, Accepted: accepted})
+			h.addWrite(write{Worker: id, Key: g.Key, Token: g.Token, At: now, Accepted: accepted})
 			time.Sleep(time.Duration(5+rng.IntN(20)) * time.Millisecond)
 			if g.Stalled {
 				break
