@@ -63,6 +63,17 @@
 //   - A paused client process (GC, SIGSTOP) can outlive its ttl: that is
 //     what fencing tokens are for (see package lock).
 //
+// # Client retries
+//
+// go-redis retries a command whose reply was lost (MaxRetries, 3 by
+// default). The scripts are safe to retry, but the outcome they report may
+// then be the retry's: a Release that took effect and whose reply was lost
+// is retried, finds the key gone and returns ErrLost (a false loss, never
+// an overlap); an acquire that took effect is retried, finds the key held
+// and returns ErrNotAcquired, and its first grant stays until its ttl.
+// Build the client with MaxRetries: -1 for exact outcomes; the chaos tests
+// show both behaviours under connection faults.
+//
 // For a lock whose safety must survive a primary failure, use PostgreSQL or
 // etcd (or accept the above with fencing). leasehold deliberately does not
 // implement Redlock: fencing tokens give a stronger guarantee at the
