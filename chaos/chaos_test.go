@@ -36,6 +36,17 @@ func TestNemesisSemaphore(t *testing.T) {
 	}
 }
 
+// The leader workload: four candidates, term-stamped writes.
+func TestNemesisLeader(t *testing.T) {
+	for name, tg := range map[string]func(*testing.T) target{"redis": redisTarget, "postgres": postgresTarget, "etcd": etcdTarget} {
+		t.Run(name, func(t *testing.T) {
+			c := chaosConfig(t)
+			c.leader = true
+			runNemesis(t, tg(t), c)
+		})
+	}
+}
+
 func redisTarget(t *testing.T) target {
 	srv := testenv.NewRedis(t)
 	return target{

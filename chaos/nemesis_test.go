@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leasehold-go/leasehold/internal/faultproxy"
+	"github.com/leasehold-go/leasehold/leader"
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/semaphore"
 )
@@ -39,7 +40,8 @@ type config struct {
 	seed     int64
 	duration time.Duration
 	workers  int
-	slots    int // 0: the lock workload (one key); n: a semaphore of n slots
+	slots    int  // 0: the lock workload (one key); n: a semaphore of n slots
+	leader   bool // the leader workload: leader.Run with term-stamped writes
 }
 
 func chaosConfig(t *testing.T) config {
@@ -91,6 +93,10 @@ func runNemesis(t *testing.T, tg target, c config) {
 				t.Fatal(err)
 			}
 			acquire = func(ctx context.Context) (lock.Handle, error) { return sem.Acquire(ctx, tg.ttl) }
+		}
+		if c.leader {
+			wg.Go(func() { lead(ctx, i, l, key, tg.ttl, fenceFor, h, stall[i], seed) })
+			continue
 		}
 		wg.Go(func() { work(ctx, i, acquire, tg.ttl, fenceFor, h, stall[i], seed) })
 	}
@@ -279,4 +285,53 @@ func (p *pausable) Extend(ctx context.Context, ttl time.Duration) error {
 		}
 	}
 	return p.Handle.Extend(ctx, ttl)
+}
+
+// lead is a candidate of the leader workload: each term writes, stamped
+// with its term, while its context says it leads, and resigns after a
+// while so that terms turn over. A term's interval runs from fn's start to
+// the cancellation of fn's context (or fn's return); leader.Run releases
+// the lease only after that.
+func lead(ctx context.Context, id int, l lock.Lock, name string, ttl time.Duration,
+	fenceFor func(key string) *lock.Fence, h *history, stall chan time.Duration, seed int64) {
+	rng := rand.New(rand.NewPCG(uint64(seed), 2))
+	_ = leader.Run(ctx, l, name, func(lctx context.Context) error {
+		term, _ := lock.TokenFrom(lctx)
+		g := grant{Worker: id, Key: leader.Key(name), Token: term, Start: time.Now()}
+		var endMu sync.Mutex
+		var end time.Time
+		stop := context.AfterFunc(lctx, func() {
+			endMu.Lock()
+			end = time.Now()
+			endMu.Unlock()
+		})
+		fence := fenceFor(g.Key)
+		resign := time.Now().Add(time.Duration(rng.Int64N(int64(ttl) * 2)))
+		for time.Now().Before(resign) {
+			select {
+			case <-stall: // stalled leaders are the process tests' (leader.TestThreeProcesses)
+			default:
+			}
+			now := time.Now()
+			if lctx.Err() != nil {
+				break
+			}
+			accepted := fence.Do(term, nil) == nil
+			h.addWrite(write{Worker: id, Key: g.Key, Token: term, At: now, Accepted: accepted})
+			time.Sleep(time.Duration(5+rng.IntN(20)) * time.Millisecond)
+		}
+		stop()
+		endMu.Lock()
+		g.End = end
+		endMu.Unlock()
+		if g.End.IsZero() {
+			g.End = time.Now() // resigned: the lease is released after fn returns
+		}
+		if g.LossSeen = errors.Is(context.Cause(lctx), lock.ErrLost); g.LossSeen {
+			g.LossAt = g.End
+		}
+		g.ValidUntil, g.Release, g.ReleaseEnd = g.End, "ok", time.Now()
+		h.addGrant(g)
+		return nil
+	}, leader.WithLease(ttl), leader.WithRenewEvery(ttl/3), leader.WithRetry(ttl/2))
 }
