@@ -295,9 +295,19 @@ func (p *pausable) Extend(ctx context.Context, ttl time.Duration) error {
 func lead(ctx context.Context, id int, l lock.Lock, name string, ttl time.Duration,
 	fenceFor func(key string) *lock.Fence, h *history, stall chan time.Duration, seed int64) {
 	rng := rand.New(rand.NewPCG(uint64(seed), 2))
+	var g grant // the current term, recorded once leader.Run has released it
+	demoted := func(_ leader.Term, cause error) {
+		// A term that resigned before its next renewal learns of a loss
+		// (a restart that lost the grants) from the release, as ErrLost.
+		if g.Release = "ok"; errors.Is(cause, lock.ErrLost) && !g.LossSeen {
+			g.Release = "lost"
+		}
+		g.ReleaseEnd = time.Now()
+		h.addGrant(g)
+	}
 	_ = leader.Run(ctx, l, name, func(lctx context.Context) error {
 		term, _ := lock.TokenFrom(lctx)
-		g := grant{Worker: id, Key: leader.Key(name), Token: term, Start: time.Now()}
+		g = grant{Worker: id, Key: leader.Key(name), Token: term, Start: time.Now()}
 		var endMu sync.Mutex
 		var end time.Time
 		stop := context.AfterFunc(lctx, func() {
@@ -330,8 +340,7 @@ func lead(ctx context.Context, id int, l lock.Lock, name string, ttl time.Durati
 		if g.LossSeen = errors.Is(context.Cause(lctx), lock.ErrLost); g.LossSeen {
 			g.LossAt = g.End
 		}
-		g.ValidUntil, g.Release, g.ReleaseEnd = g.End, "ok", time.Now()
-		h.addGrant(g)
+		g.ValidUntil = g.End
 		return nil
-	}, leader.WithLease(ttl), leader.WithRenewEvery(ttl/3), leader.WithRetry(ttl/2))
+	}, leader.WithLease(ttl), leader.WithRenewEvery(ttl/3), leader.WithRetry(ttl/2), leader.OnDemoted(demoted))
 }
