@@ -73,7 +73,7 @@ type Grant struct {
 	Owner     string
 	Token     uint64
 	Remaining time.Duration // remaining ttl as the backend saw it
-	Since     time.Time     // when the grant was made, if the backend records it (else zero)
+	Since     time.Time     // when the grant was made (server time where the backend has one)
 }
 
 // Inspector is implemented by backends that can say who holds what.

@@ -95,7 +95,7 @@ func BenchHandoffProcess(b *testing.B, holder lock.Lock, env []string) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		child := StartBlockedHolder(b, env, key, time.Minute)
+		child := StartBlockedHolder(b, append(env[:len(env):len(env)], warmEnv+"=1"), key, time.Minute)
 		released := time.Now()
 		if err := h.Release(ctx); err != nil {
 			b.Fatal(err)

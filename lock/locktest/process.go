@@ -34,6 +34,10 @@ const (
 	holderEnv = "LOCKTEST_HOLDER"
 	keyEnv    = "LOCKTEST_HOLDER_KEY"
 	ttlEnv    = "LOCKTEST_HOLDER_TTL"
+	// warmEnv asks the child to take and release another key a few times
+	// before it blocks, as a long-running process would have: connections
+	// made, statements prepared and planned, server caches warm.
+	warmEnv = "LOCKTEST_HOLDER_WARM"
 )
 
 // HolderMain is the child side of the process-fault tests. Call it first in
@@ -68,6 +72,17 @@ func holder(newLock func() (lock.Lock, error), in io.Reader, out io.Writer) erro
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	if os.Getenv(warmEnv) != "" {
+		for range 5 {
+			h, err := l.TryAcquire(ctx, os.Getenv(keyEnv)+"/warm-up", ttl)
+			if err != nil {
+				return err
+			}
+			if err := h.Release(ctx); err != nil {
+				return err
+			}
+		}
+	}
 	w, _ := l.(lock.Waiter)
 	ob := &observed{Lock: l, Waiter: w, failed: make(chan struct{})}
 	go func() {

@@ -382,7 +382,7 @@ func (s *suite) inspector(t *testing.T) {
 	if g.Key != k1 || g.Token != h1.Token() || g.Remaining <= 0 || g.Remaining > ttl || g.Owner == "" {
 		t.Fatalf("Inspect = %+v; want key %q, token %d, remaining in (0, %v], an owner", g, k1, h1.Token(), ttl)
 	}
-	if !g.Since.IsZero() && (g.Since.After(time.Now().Add(time.Second)) || g.Since.Before(time.Now().Add(-time.Minute))) {
+	if g.Since.After(time.Now().Add(time.Second)) || g.Since.Before(time.Now().Add(-time.Minute)) {
 		t.Fatalf("Inspect Since = %v, want about now (%v)", g.Since, time.Now())
 	}
 	if o, ok := a.(ownerer); ok && g.Owner != o.Owner() {

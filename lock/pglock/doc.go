@@ -12,7 +12,10 @@
 //   - Acquire takes the lock and, only when it got it, draws the fencing
 //     token (nextval of the sequence leasehold_tokens), sets the session's
 //     idle_session_timeout to the ttl and its application_name to
-//     "<token> <ttl ms> <owner>". When the key is held it reports the
+//     "<token> <ttl ms> <since> <owner>" (since: the grant's server time
+//     in Unix ms). For one key the statement is a plain
+//     pg_try_advisory_lock; for several (MultiLock) a recursive CTE that
+//     stops at the first free key. When the key is held it reports the
 //     holder's remaining ttl, which lock.Acquire uses as its longest sleep.
 //     The same statement compares pg_backend_pid() with the pid the
 //     connection was given at connect time, and takes no lock when they
@@ -99,10 +102,11 @@
 // # Inspector
 //
 // Inspect and List read pg_locks joined with the holders' activity
-// (pg_stat_get_activity): owner, token and ttl from application_name, the
-// remaining ttl from how long the session has been idle. application_name
-// holds 63 printable ASCII bytes: an owner longer than 40 bytes is cut, and
-// other bytes show as '?'. A role sees the activity of other roles' sessions
+// (pg_stat_get_activity): owner, token, ttl and the grant's time (Since)
+// from application_name, the remaining ttl from how long the session has
+// been idle. application_name holds 63 printable ASCII bytes: an owner is
+// cut to what fits after the numbers (about 30 bytes), and other bytes show
+// as '?'. A role sees the activity of other roles' sessions
 // only with pg_read_all_stats; otherwise Remaining is unknown (0). List
 // finds key names in leasehold_keys.
 //

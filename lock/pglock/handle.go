@@ -19,7 +19,8 @@ type handle struct {
 	key   string
 	id    int64
 	token uint64
-	pid   int32 // the holding session
+	pid   int32  // the holding session
+	since string // the grant's server time in Unix ms, as application_name shows it
 
 	mu         sync.Mutex // serialises Extend, Release and the watcher
 	conn       *pgxpool.Conn
@@ -200,7 +201,7 @@ func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
 	var set *string
 	sent := time.Now()
 	err := h.conn.QueryRow(ctx, l.sql.extend, h.pid, h.id, l.ttlGUC, t,
-		strconv.FormatUint(h.token, 10)+" "+t+" "+l.appOwner).Scan(&held, &set)
+		strconv.FormatUint(h.token, 10)+" "+t+" "+h.since+" "+l.appOwner).Scan(&held, &set)
 	switch {
 	case err != nil && h.broken():
 		h.markLost(fmt.Errorf("the holding session ended: %w", err))

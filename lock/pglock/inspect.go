@@ -15,7 +15,8 @@ import (
 // session's application_name; Remaining is the ttl less the time the
 // session has been idle, as idle_session_timeout counts it (the ttl itself
 // while a statement runs on it, and 0 when the role reading it may not see
-// the holder's activity: grant it pg_read_all_stats). Since is not known.
+// the holder's activity: grant it pg_read_all_stats). Since is the grant's
+// server time, to the millisecond.
 func (l *Lock) Inspect(ctx context.Context, key string) (lock.Grant, bool, error) {
 	if err := lock.ValidateKey(ctx, key); err != nil {
 		return lock.Grant{}, false, err
@@ -46,7 +47,7 @@ func (l *Lock) Inspect(ctx context.Context, key string) (lock.Grant, bool, error
 	return parseGrant(key, app, rem), true, nil
 }
 
-// parseGrant reads "<token> <ttl ms> <owner>" from a holder's
+// parseGrant reads "<token> <ttl ms> <since ms> <owner>" from a holder's
 // application_name. A session of another program that holds the same
 // advisory lock shows its own application_name as the owner.
 func parseGrant(key string, app *string, rem *int64) lock.Grant {
@@ -55,16 +56,17 @@ func parseGrant(key string, app *string, rem *int64) lock.Grant {
 		return g
 	}
 	g.Owner = *app
-	parts := strings.SplitN(*app, " ", 3)
-	if len(parts) != 3 {
+	parts := strings.SplitN(*app, " ", 4)
+	if len(parts) != 4 {
 		return g
 	}
 	tok, err1 := strconv.ParseUint(parts[0], 10, 64)
 	ttl, err2 := strconv.ParseInt(parts[1], 10, 64)
-	if err1 != nil || err2 != nil {
+	since, err3 := strconv.ParseInt(parts[2], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
 		return g
 	}
-	g.Owner, g.Token = parts[2], tok
+	g.Owner, g.Token, g.Since = parts[3], tok, time.UnixMilli(since)
 	g.Remaining = time.Duration(ttl) * time.Millisecond
 	if rem != nil {
 		g.Remaining = time.Duration(*rem) * time.Millisecond

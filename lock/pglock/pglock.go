@@ -381,24 +381,25 @@ func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration) (h
 	}
 	expect := int32(c.Conn().PgConn().PID())
 	ttlMS := ms(ttl)
-	sql, args := l.sql.acquire, []any{ids, expect, l.pooled, l.ttlGUC, ttlMS, l.appOwner}
+	several := min(len(ids)-1, 1)
+	sql, args := l.sql.acquire[several], []any{ids, expect, l.pooled, l.ttlGUC, ttlMS, l.appOwner}
 	register := l.unregistered(ids)
 	if register {
 		names := make([][]byte, len(keys))
 		for i, k := range keys {
 			names[i] = []byte(k)
 		}
-		sql, args = l.sql.acquireRegister, append(args, names, l.namespace)
+		sql, args = l.sql.acquireRegister[several], append(args, names, l.namespace)
 	}
 	var (
 		pid  int32
 		idx  *int32
 		tok  *int64
-		set  *string
+		app  *string // the holder's application_name, as set
 		hint *int64
 	)
 	sent := time.Now()
-	err = c.QueryRow(ctx, sql, args...).Scan(&pid, &idx, &tok, &set, &hint)
+	err = c.QueryRow(ctx, sql, args...).Scan(&pid, &idx, &tok, &app, &hint)
 	if err == nil && register {
 		l.registered(ids)
 	}
@@ -437,8 +438,14 @@ func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration) (h
 		return nil, lock.Unavailable("pglock: acquire", fmt.Errorf("unexpected reply: index %v token %v", idx, tok))
 	}
 	i := *idx - 1
+	var since string
+	if app != nil {
+		if parts := strings.SplitN(*app, " ", 4); len(parts) == 4 {
+			since = parts[2]
+		}
+	}
 	hd := &handle{
-		l: l, key: keys[i], id: ids[i], token: uint64(*tok), pid: pid, conn: c,
+		l: l, key: keys[i], id: ids[i], token: uint64(*tok), pid: pid, conn: c, since: since,
 		validUntil: lock.ValidUntil(sent, ttl),
 	}
 	if !l.track(hd) {
@@ -452,17 +459,32 @@ func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration) (h
 // prepare sets a connection up the first time this package uses it:
 // synchronous_commit on for the session, so that the commit of a statement
 // whose nextval wrote WAL (once per 32 tokens) waits for the flush, and a
-// token is never handed out twice after a crash.
+// token is never handed out twice after a crash. It also prepares the
+// statements of the hot paths, so that none of them pays a round trip to
+// be prepared when it first runs on this connection: a waiter woken by a
+// release retries with the statement that skips key registration, which
+// its first attempt did not use, and would otherwise add that round trip
+// (and the planning) to the handoff.
 func (l *Lock) prepare(ctx context.Context, c *pgxpool.Conn) error {
 	data := c.Conn().PgConn().CustomData()
 	if data[customKey] != nil {
 		return nil
 	}
-	if _, err := c.Exec(ctx, "SELECT set_config('synchronous_commit', 'on', false)"); err != nil {
+	fail := func(err error) error {
 		if perr := poolerError(err); perr != nil {
 			return perr
 		}
 		return lock.Unavailable("pglock: preparing a connection", err)
+	}
+	if _, err := c.Exec(ctx, "SELECT set_config('synchronous_commit', 'on', false)"); err != nil {
+		return fail(err)
+	}
+	for _, sql := range []string{l.sql.acquire[0], l.sql.acquireRegister[0], l.sql.extend, l.sql.release} {
+		// Named by their text, pgx runs them as prepared here (see
+		// pgx.Conn.Prepare).
+		if _, err := c.Conn().Prepare(ctx, sql, sql); err != nil {
+			return fail(err)
+		}
 	}
 	data[customKey] = true
 	return nil

@@ -67,3 +67,33 @@ func TestProcessFaults(t *testing.T) {
 	srv := testenv.Postgres(t)
 	locktest.RunProcessFaults(t, func(t testing.TB) lock.Lock { return newLock(t, srv.DSN()) }, srv.Env())
 }
+
+// Since is the grant's server time and stays so across Extend; it was
+// always zero before (issue #4).
+func TestInspectSinceSurvivesExtend(t *testing.T) {
+	ctx := ctxFor(t, 20*time.Second)
+	l := newLock(t, testenv.Postgres(t).DSN())
+	before := time.Now().Add(-time.Second) // server and test share a clock here
+	h, err := l.TryAcquire(ctx, "since/"+t.Name(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release(ctx)
+	g, ok, err := l.Inspect(ctx, h.Key())
+	if err != nil || !ok {
+		t.Fatal(g, ok, err)
+	}
+	if g.Since.Before(before) || g.Since.After(time.Now().Add(time.Second)) || g.Owner != l.Owner() || g.Token != h.Token() {
+		t.Fatalf("Inspect = %+v, want Since about now, owner %q, token %d", g, l.Owner(), h.Token())
+	}
+	if err := h.Extend(ctx, 7*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	g2, ok, err := l.Inspect(ctx, h.Key())
+	if err != nil || !ok {
+		t.Fatal(g2, ok, err)
+	}
+	if !g2.Since.Equal(g.Since) || g2.Remaining <= 5*time.Second {
+		t.Fatalf("after Extend(7s): Inspect = %+v, want Since %v and more than 5s remaining", g2, g.Since)
+	}
+}

@@ -15,8 +15,10 @@ import (
 // A waiter's interest in a key is a shared lock on the same 64 bits in the
 // other advisory space, pg_advisory_lock_shared(int4, int4) (objsubid 2).
 //
-// A holding session's application_name is "<token> <ttl ms> <owner>": the
-// only per-session text another session can read without a write.
+// A holding session's application_name is "<token> <ttl ms> <since> <owner>"
+// (since: the grant's server time in Unix ms): the only per-session text
+// another session can read without a write. The server keeps 63 bytes of
+// it, so a long owner is cut.
 
 const lockID = `((l.classid::int8 << 32) | l.objid::int8)`
 
@@ -34,7 +36,7 @@ const holders = `pg_locks l JOIN pg_stat_get_activity(NULL) s ON s.pid = l.pid
 	  AND l.database = (SELECT datid FROM pg_stat_get_activity(pg_backend_pid()))`
 
 type statements struct {
-	acquire, acquireRegister string
+	acquire, acquireRegister [2]string // [0] one key, [1] several
 	extend, release          string
 	inspect, list, force     string
 	setupCheck               string
@@ -46,36 +48,51 @@ func buildStatements(schema string, serverMajor int) statements {
 	keys := qualified(schema, "leasehold_keys")
 	// $1 ids, $2 the backend pid the client was told, $3 pooler allowed,
 	// $4 ttl setting name, $5 ttl ms, $6 owner, [$7 key names, $8 namespace].
-	acquire := func(register string) string {
-		return `WITH RECURSIVE ` + register + `r(i, got) AS (
+	// try takes the first free of the keys: for one key a plain call, for
+	// several a recursive CTE that stops at the first success. idx is its
+	// 1-based index, NULL when none was free or when the session is not the
+	// one the client connected to (then nothing is tried: see ErrPooler).
+	try := func(ids string, several bool) string {
+		if !several {
+			return `a AS MATERIALIZED (
+	SELECT pg_backend_pid() AS pid,
+	       CASE WHEN ($3::bool OR pg_backend_pid() = $2::int4) AND pg_try_advisory_lock((` + ids + `)[1]) THEN 1 END AS idx
+)`
+		}
+		return `RECURSIVE r(i, got) AS (
 	SELECT 0, false
 	UNION ALL
-	SELECT i + 1, pg_try_advisory_lock(($1::int8[])[i + 1]) FROM r
-	 WHERE NOT got AND i < cardinality($1::int8[])
+	SELECT i + 1, pg_try_advisory_lock((` + ids + `)[i + 1]) FROM r
+	 WHERE NOT got AND i < cardinality(` + ids + `)
 ), a AS MATERIALIZED (
 	SELECT pg_backend_pid() AS pid,
 	       CASE WHEN $3::bool OR pg_backend_pid() = $2::int4 THEN (SELECT i FROM r WHERE got) END AS idx
-), t AS MATERIALIZED (
+)`
+	}
+	acquire := func(register string, several bool) string {
+		return `WITH ` + try("$1::int8[]", several) + `, ` + register + `t AS MATERIALIZED (
 	SELECT pid, idx, CASE WHEN idx IS NOT NULL THEN nextval('` + seq + `'::regclass) END AS tok FROM a
 )
 SELECT pid, idx, tok,
-	CASE WHEN tok IS NOT NULL THEN set_config($4::text, $5::text, false)
-		|| set_config('application_name', tok || ' ' || $5::text || ' ' || $6::text, false) END,
+	CASE WHEN tok IS NOT NULL THEN left(set_config($4::text, $5::text, false), 0)
+		|| set_config('application_name', tok || ' ' || $5::text || ' '
+			|| (extract(epoch FROM statement_timestamp()) * 1000)::int8 || ' ' || $6::text, false) END,
 	CASE WHEN idx IS NULL AND (pid = $2::int4 OR $3::bool) THEN (
 		SELECT min(` + remaining + `) FROM ` + holders + ` AND ` + lockID + ` = ANY($1::int8[])) END
 FROM t`
 	}
+	register := `reg AS (
+	INSERT INTO ` + keys + ` (id, namespace, key)
+	SELECT id, $8::text, key FROM unnest($1::int8[], $7::bytea[]) AS u(id, key)
+	ON CONFLICT (id) DO NOTHING
+), `
 	terminate := "pg_terminate_backend(l.pid)"
 	if serverMajor >= 14 {
 		terminate = "pg_terminate_backend(l.pid, 5000)" // waits until the session is gone
 	}
 	return statements{
-		acquire: acquire(""),
-		acquireRegister: acquire(`reg AS (
-	INSERT INTO ` + keys + ` (id, namespace, key)
-	SELECT id, $8::text, key FROM unnest($1::int8[], $7::bytea[]) AS u(id, key)
-	ON CONFLICT (id) DO NOTHING
-), `),
+		acquire:         [2]string{acquire("", false), acquire("", true)},
+		acquireRegister: [2]string{acquire(register, false), acquire(register, true)},
 		// $1 pid at acquire, $2 id, $3 ttl setting, $4 ttl ms, $5 application_name.
 		extend: `WITH h AS MATERIALIZED (
 	SELECT pg_backend_pid() = $1::int4 AND EXISTS (
