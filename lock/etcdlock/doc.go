@@ -31,7 +31,9 @@
 //     two live grants. When the outcome of a Release is unknown, the lease
 //     is revoked in the background, which deletes the key if it is still
 //     there.
-//   - Extend is one keepalive of the grant's lease (KeepAliveOnce).
+//   - Extend is one keepalive of the grant's lease (KeepAliveOnce) when
+//     the ttl rounds to the lease's seconds. For another ttl it moves the
+//     key to a lease of that ttl (see below).
 //   - Waiting: one watch per Lock on the whole prefix, for deletions only
 //     (a Release, an expiry, an operator's delete), made on first use and
 //     shared by every waiter. Subscribe returns once the watch is
@@ -67,10 +69,15 @@
 // spare lease was granted earlier, its end counts from its own grant.
 //
 // A lease is renewed for the ttl it was granted with; etcd cannot change
-// it. So Extend(ttl) with a ttl longer than the acquire's buys no more
-// than the lease's ttl (ValidUntil says so), and one shorter than the
-// acquire's still leaves the lease, and so the key after a crash, alive
-// for the full lease ttl. Acquire with the ttl you mean to renew with.
+// it. So Extend(ttl) with a ttl of other whole seconds moves the key to a
+// lease of that ttl: one Txn, guarded by the key's create revision and its
+// current lease, puts the key with the new lease and its old value (the
+// create revision, and so the token, stays), and the old lease is revoked
+// in the background. The new lease comes from the spares or costs a grant
+// round trip. If the Txn's outcome is unknown, the key is on one of the
+// two leases: ValidUntil is the earlier of their ends, and the next Extend
+// reads the key to learn which, keeps that lease and revokes the other.
+// Renewing with the acquire's ttl stays one round trip.
 //
 // A crashed holder's key is deleted when its lease expires: the lease ttl
 // (the rounded ttl) after its last renewal, plus up to 500 ms (etcd checks

@@ -122,30 +122,79 @@ func TestTTLRounding(t *testing.T) {
 	}
 }
 
-// Extend cannot stretch a lease past the ttl it was granted with:
-// ValidUntil never claims more than the server grants.
-func TestExtendLongerThanTheLease(t *testing.T) {
+// Extend with another ttl moves the key to a lease of that ttl, keeping
+// its token, and revokes the old lease: the key then lives as long as the
+// new ttl says, no longer and no shorter (before, ValidUntil stayed capped
+// at the acquire's lease and a shorter ttl left the key alive for the
+// longer lease after a crash).
+func TestExtendWithAnotherTTL(t *testing.T) {
 	srv := testenv.Etcd(t)
-	l := newLock(t, srv.Endpoints())
-	ctx := ctxFor(t, 10*time.Second)
-	h, err := l.TryAcquire(ctx, "extend/"+t.Name(), 2*time.Second)
+	c := newClient(t, srv.Endpoints())
+	l := newLock(t, srv.Endpoints(), etcdlock.WithPrefix("/extend-ttl/"))
+	ctx := ctxFor(t, 20*time.Second)
+	h, err := l.TryAcquire(ctx, "k", 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.Release(context.Background())
-	before := time.Now()
-	if err := h.Extend(ctx, time.Minute); err != nil {
+	lease := func() (clientv3.LeaseID, int64) {
+		t.Helper()
+		r, err := c.Get(ctx, "/extend-ttl/k")
+		if err != nil || len(r.Kvs) != 1 {
+			t.Fatalf("Get: %v, %v", r, err)
+		}
+		if got := uint64(r.Kvs[0].CreateRevision); got != h.Token() {
+			t.Fatalf("create revision %d, want the token %d", got, h.Token())
+		}
+		id := clientv3.LeaseID(r.Kvs[0].Lease)
+		ttl, err := c.TimeToLive(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id, ttl.GrantedTTL
+	}
+	revoked := func(id clientv3.LeaseID) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			r, err := c.TimeToLive(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.TTL == -1 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the old lease %x is still alive (ttl %d s)", id, r.TTL)
+			}
+			_ = lock.Sleep(ctx, 20*time.Millisecond)
+		}
+	}
+	first, granted := lease()
+	if granted != 2 {
+		t.Fatalf("acquire's lease ttl %d s, want 2", granted)
+	}
+	for _, ttl := range []time.Duration{time.Minute, time.Second, 2 * time.Second, 2 * time.Second} {
+		prev, _ := lease()
+		before := time.Now()
+		if err := h.Extend(ctx, ttl); err != nil {
+			t.Fatalf("Extend(%v): %v", ttl, err)
+		}
+		after := time.Now()
+		if vu := h.ValidUntil(); vu.After(before.Add(ttl)) || vu.Before(after.Add(ttl-lock.DriftAllowance(ttl)-100*time.Millisecond)) {
+			t.Fatalf("Extend(%v): ValidUntil in %v, want about %v", ttl, vu.Sub(before), ttl)
+		}
+		id, granted := lease()
+		if want := int64(ttl / time.Second); granted != want {
+			t.Fatalf("Extend(%v): the key's lease has ttl %d s, want %d", ttl, granted, want)
+		}
+		if id != prev {
+			revoked(prev)
+		}
+	}
+	if id, _ := lease(); id == first {
+		t.Fatal("the key is still on the acquire's lease")
+	}
+	if err := h.Release(ctx); err != nil {
 		t.Fatal(err)
-	}
-	if vu := h.ValidUntil(); vu.After(before.Add(2 * time.Second)) {
-		t.Fatalf("ValidUntil %v after an Extend(1m) of a 2 s lease: more than the server grants", vu.Sub(before))
-	}
-	before = time.Now()
-	if err := h.Extend(ctx, time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if vu := h.ValidUntil(); vu.After(before.Add(time.Second)) {
-		t.Fatalf("ValidUntil %v after an Extend(1s): more than asked", vu.Sub(before))
 	}
 }
 

@@ -22,6 +22,9 @@ type handle struct {
 
 	op    sync.Mutex // serialises Extend and Release
 	lease spare      // the grant's lease; sent and granted change with Extend (under op)
+	// moving is the lease of a swap whose outcome is unknown (under op): the
+	// key is attached to it or to lease. The next Extend finds out which.
+	moving *spare
 
 	mu         sync.Mutex
 	validUntil time.Time
@@ -63,12 +66,16 @@ func (h *handle) lostErr(what string) error {
 	return fmt.Errorf("%w: %s of %q (token %d): the grant is gone", lock.ErrLost, what, h.key, h.token)
 }
 
-// Extend implements lock.Handle in one round trip: a keepalive of the
-// grant's lease, which renews it for the ttl it was granted with. An etcd
-// lease cannot be renewed for another ttl, so ValidUntil counts the smaller
-// of ttl and the lease's granted ttl from the send time: asking for more
-// than the acquire's ttl does not buy more validity, and asking for less
-// leaves the lease, and so the key after a crash, alive for its full ttl.
+// Extend implements lock.Handle. For the ttl the lease was granted with
+// (in whole seconds, as acquire rounded it) it is one round trip: a
+// keepalive of the grant's lease. An etcd lease cannot be renewed for
+// another ttl, so for a different one Extend moves the key to a lease of
+// that ttl in one Txn, guarded by the key's create revision and current
+// lease (a put that keeps the value and the create revision, so the token
+// does not change), and revokes the old lease. That costs a lease grant
+// too, unless a spare of that ttl is pooled. When the Txn's outcome is
+// unknown, the key is on one of the two leases: ValidUntil is the earlier
+// of their ends, and the next Extend reads the key to settle which.
 func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := lock.CheckContext(ctx); err != nil {
 		return err
@@ -89,6 +96,14 @@ func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
 		return h.lostErr("extend")
 	default:
 	}
+	if h.moving != nil {
+		if err := h.settle(ctx); err != nil {
+			return err
+		}
+	}
+	if sec := h.l.leaseSeconds(ttl); sec != h.lease.sec {
+		return h.swap(ctx, sec, ttl)
+	}
 	sent := time.Now()
 	r, err := h.l.client.KeepAliveOnce(ctx, h.lease.id)
 	switch {
@@ -106,8 +121,68 @@ func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
 	return nil
 }
 
+// swap moves the key to a lease of sec seconds (op held).
+func (h *handle) swap(ctx context.Context, sec int64, ttl time.Duration) error {
+	s, err := h.l.lease(ctx, sec, ttl)
+	if err != nil {
+		return err
+	}
+	sent := time.Now()
+	r, err := h.l.client.Txn(ctx).If(
+		clientv3.Compare(clientv3.CreateRevision(h.ekey), "=", int64(h.token)),
+		clientv3.Compare(clientv3.LeaseValue(h.ekey), "=", int64(h.lease.id)),
+	).Then(clientv3.OpPut(h.ekey, "", clientv3.WithLease(s.id), clientv3.WithIgnoreValue())).Commit()
+	switch {
+	case err != nil:
+		h.moving = &s
+		vu := lock.ValidUntil(s.sent, s.granted)
+		h.mu.Lock()
+		if vu.Before(h.validUntil) {
+			h.validUntil = vu
+		}
+		h.mu.Unlock()
+		return lock.Unavailable("etcdlock: extend (moving the key to a lease of the new ttl)", err)
+	case !r.Succeeded:
+		h.l.giveBack(s)
+		h.markLost()
+		return h.lostErr("extend")
+	}
+	old := h.lease
+	h.lease = s
+	h.l.revokeLater(old.id) // no key is attached to it any more
+	vu := validUntil(sent, ttl, s)
+	h.mu.Lock()
+	h.validUntil = vu
+	h.mu.Unlock()
+	return nil
+}
+
+// settle finds out which lease the key is on after a swap with an unknown
+// outcome, keeps that one and revokes the other (op held).
+func (h *handle) settle(ctx context.Context) error {
+	r, err := h.l.client.Get(ctx, h.ekey)
+	if err != nil {
+		return lock.Unavailable("etcdlock: extend (reading the key after an unknown outcome)", err)
+	}
+	moving := *h.moving
+	h.moving = nil
+	if len(r.Kvs) == 0 || r.Kvs[0].CreateRevision != int64(h.token) {
+		h.l.revokeLater(moving.id)
+		h.markLost()
+		return h.lostErr("extend")
+	}
+	switch clientv3.LeaseID(r.Kvs[0].Lease) {
+	case moving.id:
+		h.l.revokeLater(h.lease.id)
+		h.lease = moving
+	default:
+		h.l.revokeLater(moving.id)
+	}
+	return nil
+}
+
 // Release implements lock.Handle in one round trip: a Txn that deletes the
-// key if it is still this grant's (same create revision, same lease). The
+// key if it is still this grant's (same create revision). The
 // deletion wakes the waiters watching the key. The lease, now without a
 // key, goes back to the Lock's spares for a later grant (see the package
 // documentation); when the outcome is unknown it is revoked instead, which
@@ -126,9 +201,14 @@ func (h *handle) Release(ctx context.Context) error {
 		return h.lostErr("second release")
 	}
 	h.l.unwatchLoss(h)
+	if h.moving != nil { // the key is on one of two leases: the other goes after the delete
+		defer h.l.revokeLater(h.moving.id)
+		h.moving = nil
+	}
+	// The create revision alone names this grant: a later grant of the key
+	// has another.
 	r, err := h.l.client.Txn(ctx).If(
 		clientv3.Compare(clientv3.CreateRevision(h.ekey), "=", int64(h.token)),
-		clientv3.Compare(clientv3.LeaseValue(h.ekey), "=", h.lease.id),
 	).Then(clientv3.OpDelete(h.ekey)).Commit()
 	switch {
 	case err != nil:

@@ -1,0 +1,88 @@
+package etcdlock
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasehold-go/leasehold/internal/testenv"
+)
+
+// After a lease swap whose outcome is unknown, the next Extend reads which
+// lease the key is on, keeps it and revokes the other: both outcomes.
+func TestSettleAnUnknownSwap(t *testing.T) {
+	srv := testenv.Etcd(t)
+	c, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	l, err := New(c, WithMinTTL(time.Second), WithPrefix("/settle/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	alive := func(id clientv3.LeaseID) bool {
+		r, err := c.TimeToLive(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.TTL > 0
+	}
+	waitRevoked := func(id clientv3.LeaseID) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); alive(id); {
+			if time.Now().After(deadline) {
+				t.Fatalf("lease %x still alive", id)
+			}
+			select {
+			case <-time.After(20 * time.Millisecond):
+			case <-ctx.Done():
+				t.Fatal(ctx.Err())
+			}
+		}
+	}
+	for _, moved := range []bool{false, true} {
+		hd, err := l.TryAcquire(ctx, "k", 2*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := hd.(*handle)
+		old := h.lease
+		s, err := l.grant(ctx, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if moved { // the Txn took effect, but its reply was lost
+			if _, err := c.Put(ctx, h.ekey, "", clientv3.WithLease(s.id), clientv3.WithIgnoreValue()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h.moving = &s
+		ttl := 2 * time.Second
+		if moved {
+			ttl = 5 * time.Second
+		}
+		if err := h.Extend(ctx, ttl); err != nil {
+			t.Fatalf("moved %v: Extend: %v", moved, err)
+		}
+		keep, drop := old, s
+		if moved {
+			keep, drop = s, old
+		}
+		if h.moving != nil || h.lease.id != keep.id {
+			t.Fatalf("moved %v: after Extend the handle is on lease %x (moving %v), want %x", moved, h.lease.id, h.moving, keep.id)
+		}
+		waitRevoked(drop.id)
+		if !alive(keep.id) {
+			t.Fatalf("moved %v: the key's lease %x is gone", moved, keep.id)
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
