@@ -66,13 +66,15 @@
 // # Client retries
 //
 // go-redis retries a command whose reply was lost (MaxRetries, 3 by
-// default). The scripts are safe to retry, but the outcome they report may
-// then be the retry's: a Release that took effect and whose reply was lost
-// is retried, finds the key gone and returns ErrLost (a false loss, never
-// an overlap); an acquire that took effect is retried, finds the key held
-// and returns ErrNotAcquired, and its first grant stays until its ttl.
-// Build the client with MaxRetries: -1 for exact outcomes; the chaos tests
-// show both behaviours under connection faults.
+// default). The scripts are safe to retry. A Release that took effect and
+// whose reply was lost is retried and finds the key gone; the script then
+// looks at the key's fence counter: when it still holds the grant's token,
+// no grant was made since, and Release returns nil (before ValidUntil) —
+// the first attempt did it. A grant evicted by ForceRelease moves the
+// counter on, so its holder still hears ErrLost. An acquire that took
+// effect and is retried finds the key held and returns ErrNotAcquired, and
+// its first grant stays until its ttl; build the client with MaxRetries: -1
+// if that matters more than riding out a dropped connection.
 //
 // For a lock whose safety must survive a primary failure, use PostgreSQL or
 // etcd (or accept the above with fencing). leasehold deliberately does not

@@ -1,7 +1,14 @@
 -- Deletes a grant whoever holds it and wakes the waiters.
--- KEYS[1]: lock key. ARGV[1]: release channel, ARGV[2]: the user's key.
--- Returns 1 when a grant was removed.
+-- KEYS[1]: lock key, KEYS[2]: its fence counter. ARGV[1]: release channel,
+-- ARGV[2]: the user's key.
+-- Returns 1 when a grant was removed. The fence counter moves past the
+-- evicted grant's token, so that its holder's Release reports the loss
+-- (see release.lua); the next token is larger anyway.
 if redis.call('DEL', KEYS[1]) == 1 then
+  local f = redis.call('GET', KEYS[2])
+  if f then
+    redis.call('SET', KEYS[2], string.format('%.0f', tonumber(f) + 1), 'KEEPTTL')
+  end
   redis.call('PUBLISH', ARGV[1], ARGV[2])
   return 1
 end

@@ -233,12 +233,17 @@ func (h *handle) Release(ctx context.Context) error {
 	if released {
 		return h.lost("second release")
 	}
-	n, err := releaseScript.Run(ctx, h.l.client, []string{h.rkey}, h.value, h.l.channel, h.key).Int64()
+	n, err := releaseScript.Run(ctx, h.l.client, []string{h.rkey, h.l.fenceKey(h.key)},
+		h.value, h.l.channel, h.key, strconv.FormatUint(h.token, 10)).Int64()
 	switch {
 	case err != nil:
 		// Unknown outcome: the grant may still be there; it expires with its ttl.
 		err = lock.Unavailable("redislock: release", err)
-	case n == 0:
+	case n == 2 && time.Now().Before(h.ValidUntil()):
+		// Gone before its time, yet no grant was made since: this release
+		// was sent twice (go-redis retries a command whose reply it did not
+		// get) and the first took effect.
+	case n != 1:
 		err = h.lost("release")
 	}
 	h.l.metrics.Release(ctx, err)
@@ -253,7 +258,7 @@ func (l *Lock) ForceRelease(ctx context.Context, key string) (bool, error) {
 	if err := lock.ValidateKey(ctx, key); err != nil {
 		return false, err
 	}
-	n, err := forceReleaseScript.Run(ctx, l.client, []string{l.lockKey(key)}, l.channel, key).Int64()
+	n, err := forceReleaseScript.Run(ctx, l.client, []string{l.lockKey(key), l.fenceKey(key)}, l.channel, key).Int64()
 	if err != nil {
 		return false, lock.Unavailable("redislock: force release", err)
 	}

@@ -286,3 +286,75 @@ func TestClusterSlots(t *testing.T) {
 		t.Fatalf("TryAcquireAny over slots: %v, want ErrInvalidKey", err)
 	}
 }
+
+// replayHook runs the next EVAL/EVALSHA twice, as go-redis does when the
+// reply of the first attempt is lost and it retries the command.
+type replayHook struct{ armed atomic.Bool }
+
+func (r *replayHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (r *replayHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (r *replayHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if (cmd.Name() == "evalsha" || cmd.Name() == "eval") && r.armed.CompareAndSwap(true, false) {
+			_ = next(ctx, cmd) // the attempt whose reply was lost
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// A Release sent twice (the first reply lost, the command retried by the
+// client) reports success, not a loss: chaos seed 317498 saw ErrLost for a
+// release that had taken effect. A grant really lost still reports ErrLost.
+func TestReleaseRetriedByTheClient(t *testing.T) {
+	c := newClient(t, testenv.Redis(t).Addr())
+	hook := &replayHook{}
+	c.AddHook(hook)
+	l := newLock(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	key := "retried/" + t.Name()
+
+	for range 2 { // the second time, the release script is loaded: EVALSHA runs it
+		h, err := l.TryAcquire(ctx, key, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h, err := l.TryAcquire(ctx, key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook.armed.Store(true)
+	if err := h.Release(ctx); err != nil {
+		t.Fatalf("Release retried after it took effect: %v, want nil", err)
+	}
+	if hook.armed.Load() {
+		t.Fatal("the hook did not replay the release")
+	}
+
+	// Lost: an operator evicted the grant; another took it, or not.
+	for _, retaken := range []bool{false, true} {
+		h, err := l.TryAcquire(ctx, key, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.ForceRelease(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+		if retaken {
+			h2, err := l.TryAcquire(ctx, key, 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h2.Release(ctx)
+		}
+		if err := h.Release(ctx); !errors.Is(err, lock.ErrLost) {
+			t.Fatalf("Release of a force-released grant (retaken %v): %v, want ErrLost", retaken, err)
+		}
+	}
+}
