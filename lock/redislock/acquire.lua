@@ -1,16 +1,30 @@
 -- Grants the first free key among the lock keys, starting at an offset.
 -- KEYS: lock key 1, fence key 1, lock key 2, fence key 2, ...
--- ARGV[1]: owner, ARGV[2]: ttl in ms, ARGV[3]: start offset (0-based)
--- ARGV[4]: fence counter lifetime in ms
--- Returns {1, token, index, now in µs} when granted, {0, shortest remaining
--- ttl in ms} when every key is held. The grant's value is
--- "<token>|<granted at, µs>|<owner>".
+-- ARGV[1]: "<attempt>|<owner>", unique to this acquire attempt, ARGV[2]: ttl
+-- in ms, ARGV[3]: start offset (0-based), ARGV[4]: fence counter lifetime
+-- in ms.
+-- Returns {1, token, index, granted at in µs} when granted, {0, shortest
+-- remaining ttl in ms} when every key is held. The grant's value is
+-- "<token>|<granted at, µs>|<attempt>|<owner>".
 --
 -- The token is max(last + 1, server time in µs): the per-key fence counter
 -- makes tokens strictly increasing, and the clock keeps them increasing when
 -- the counter was lost (a restart without persistence, FLUSHALL, its own
 -- expiry an hour after the last grant).
+--
+-- A key already granted to this attempt is returned as it is: go-redis
+-- retries a command whose reply was lost, and the retry must not report the
+-- key as held by someone else (nor, for several keys, take a second one).
 local n = #KEYS / 2
+for j = 0, n - 1 do
+  local v = redis.call('GET', KEYS[2 * j + 1])
+  if v then
+    local token, since, tail = string.match(v, '^(%d+)|(%d+)|(.*)$')
+    if tail == ARGV[1] then
+      return {1, token, j, since}
+    end
+  end
+end
 local shortest = -1
 for i = 0, n - 1 do
   local j = (tonumber(ARGV[3]) + i) % n

@@ -9,7 +9,8 @@
 // server answers NOSCRIPT (after a restart or SCRIPT FLUSH).
 //
 //   - Acquire checks the key, draws the fencing token, and stores
-//     "<token>|<granted at>|<owner>" with the ttl as PX. When the key is held it returns
+//     "<token>|<granted at>|<attempt>|<owner>" with the ttl as PX (attempt:
+//     a random id of this acquire call). When the key is held it returns
 //     the remaining ttl, which lock.Acquire uses as its longest sleep.
 //   - Tokens are max(last + 1, server TIME in µs), from a per-key fence
 //     counter. The counter makes them strictly increasing; the clock keeps
@@ -72,9 +73,8 @@
 // no grant was made since, and Release returns nil (before ValidUntil) —
 // the first attempt did it. A grant evicted by ForceRelease moves the
 // counter on, so its holder still hears ErrLost. An acquire that took
-// effect and is retried finds the key held and returns ErrNotAcquired, and
-// its first grant stays until its ttl; build the client with MaxRetries: -1
-// if that matters more than riding out a dropped connection.
+// effect and is retried finds its own grant, by the attempt id in the
+// value, and returns it (for several keys, without taking another).
 //
 // For a lock whose safety must survive a primary failure, use PostgreSQL or
 // etcd (or accept the above with fencing). leasehold deliberately does not

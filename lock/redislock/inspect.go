@@ -32,10 +32,10 @@ func (l *Lock) Inspect(ctx context.Context, key string) (lock.Grant, bool, error
 	return g, ok, nil
 }
 
-// parseGrant reads a grant's value, "<token>|<granted at, µs>|<owner>".
+// parseGrant reads a grant's value, "<token>|<granted at, µs>|<attempt>|<owner>".
 func parseGrant(key, value string, pttl int64) (lock.Grant, bool) {
-	parts := strings.SplitN(value, "|", 3)
-	if len(parts) != 3 || pttl < 0 {
+	parts := strings.SplitN(value, "|", 4)
+	if len(parts) != 4 || pttl < 0 {
 		return lock.Grant{}, false
 	}
 	token, err1 := strconv.ParseUint(parts[0], 10, 64)
@@ -43,7 +43,7 @@ func parseGrant(key, value string, pttl int64) (lock.Grant, bool) {
 	if err1 != nil || err2 != nil {
 		return lock.Grant{}, false
 	}
-	return lock.Grant{Key: key, Owner: parts[2], Token: token,
+	return lock.Grant{Key: key, Owner: parts[3], Token: token,
 		Remaining: time.Duration(pttl) * time.Millisecond, Since: time.UnixMicro(since)}, true
 }
 

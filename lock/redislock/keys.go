@@ -9,7 +9,7 @@ import (
 // Key layout. A user's key k becomes two Redis keys that always share one
 // Cluster hash slot:
 //
-//	<prefix>l<enc(k)>   the grant: "<token>|<granted at µs>|<owner>", ttl as PX
+//	<prefix>l<enc(k)>   the grant: "<token>|<granted at µs>|<attempt>|<owner>", ttl as PX
 //	<prefix>f<enc(k)>   the fence counter: the last token drawn
 //
 // enc(k) carries the hash tag and is reversible, so Inspector can list keys:

@@ -139,14 +139,16 @@ func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration, of
 	for _, k := range keys {
 		rkeys = append(rkeys, l.lockKey(k), l.fenceKey(k))
 	}
+	// The attempt's id makes a retried acquire find its own grant.
+	tail := strconv.FormatUint(rand.Uint64(), 36) + "|" + l.owner
 	sent := time.Now()
-	res, err := acquireScript.Run(ctx, l.client, rkeys, l.owner, ms(ttl), offset, ms(fenceLifetime)).Int64Slice()
-	h, err := l.grant(keys, ttl, sent, res, err)
+	res, err := acquireScript.Run(ctx, l.client, rkeys, tail, ms(ttl), offset, ms(fenceLifetime)).Int64Slice()
+	h, err := l.grant(keys, ttl, sent, tail, res, err)
 	l.metrics.Attempt(ctx, sent, err)
 	return h, err
 }
 
-func (l *Lock) grant(keys []string, ttl time.Duration, sent time.Time, res []int64, err error) (lock.Handle, error) {
+func (l *Lock) grant(keys []string, ttl time.Duration, sent time.Time, tail string, res []int64, err error) (lock.Handle, error) {
 	switch {
 	case err != nil && strings.HasPrefix(err.Error(), "CROSSSLOT"):
 		return nil, fmt.Errorf("%w: on Redis Cluster the keys of one TryAcquireAny must share a hash tag ({…}): %w", lock.ErrInvalidKey, err)
@@ -159,7 +161,7 @@ func (l *Lock) grant(keys []string, ttl time.Duration, sent time.Time, res []int
 		tok := uint64(res[1])
 		return &handle{
 			l: l, key: k, rkey: l.lockKey(k), token: tok,
-			value:      strconv.FormatUint(tok, 10) + "|" + strconv.FormatInt(res[3], 10) + "|" + l.owner,
+			value:      strconv.FormatUint(tok, 10) + "|" + strconv.FormatInt(res[3], 10) + "|" + tail,
 			validUntil: lock.ValidUntil(sent, ttl),
 		}, nil
 	}

@@ -358,3 +358,49 @@ func TestReleaseRetriedByTheClient(t *testing.T) {
 		}
 	}
 }
+
+// An acquire sent twice (the first reply lost, the command retried by the
+// client) returns the grant the first attempt made, instead of reporting
+// the key held and leaving that grant behind until its ttl; with several
+// keys it takes no second one.
+func TestAcquireRetriedByTheClient(t *testing.T) {
+	c := newClient(t, testenv.Redis(t).Addr())
+	hook := &replayHook{}
+	c.AddHook(hook)
+	l := newLock(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	keys := []string{"{retried-acquire}/a", "{retried-acquire}/b", "{retried-acquire}/c"}
+	// Load the script, so that the replayed EVALSHA runs it both times.
+	h, err := l.TryAcquire(ctx, keys[0], time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, multi := range []bool{false, true} {
+		hook.armed.Store(true)
+		if multi {
+			h, err = l.TryAcquireAny(ctx, keys, time.Minute)
+		} else {
+			h, err = l.TryAcquire(ctx, keys[0], time.Minute)
+		}
+		if err != nil {
+			t.Fatalf("multi %v: acquire retried after it took effect: %v, want the grant", multi, err)
+		}
+		if hook.armed.Load() {
+			t.Fatal("the hook did not replay the acquire")
+		}
+		held, err := l.List(ctx, "{retried-acquire}/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(held) != 1 || held[0].Key != h.Key() || held[0].Token != h.Token() || held[0].Owner != l.Owner() {
+			t.Fatalf("multi %v: held after a retried acquire: %+v, want only %q token %d", multi, held, h.Key(), h.Token())
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
