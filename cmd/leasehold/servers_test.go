@@ -246,4 +246,3 @@ func TestUsageAndErrors(t *testing.T) {
 		t.Errorf("--help: exit %d, %q", code, out)
 	}
 }
-

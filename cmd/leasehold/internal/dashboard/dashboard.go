@@ -60,8 +60,8 @@ func New(src *ops.Source, o Options) *Dashboard {
 	_, _ = rand.Read(b)
 	d := &Dashboard{src: src, o: o, csrf: hex.EncodeToString(b), mux: http.NewServeMux()}
 	d.tmpl = template.Must(template.New("").Funcs(template.FuncMap{
-		"ms":  ops.MS,
-		"ago": func(t *time.Time) string { return ops.Ago(t, src.Now()) },
+		"ms":   ops.MS,
+		"ago":  func(t *time.Time) string { return ops.Ago(t, src.Now()) },
 		"agoT": func(t time.Time) string { return ops.Ago(&t, src.Now()) },
 		"neg":  func(ms int64) int64 { return -ms },
 	}).ParseFS(files, "templates/*.html"))

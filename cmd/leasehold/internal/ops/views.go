@@ -219,10 +219,10 @@ type Counts struct {
 
 // Jobs is the state of a jobs registry.
 type Jobs struct {
-	Counts   Counts      `json:"counts"`
-	InFlight []Job       `json:"in_flight"` // unexpired
-	Expired  []Job       `json:"expired"`
-	Dead     []DeadJob   `json:"dead"`
+	Counts   Counts    `json:"counts"`
+	InFlight []Job     `json:"in_flight"` // unexpired
+	Expired  []Job     `json:"expired"`
+	Dead     []DeadJob `json:"dead"`
 }
 
 // JobsState reports up to limit jobs of each kind.
