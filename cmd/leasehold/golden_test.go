@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -24,7 +23,6 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata")
 
-var memSeq atomic.Int64
 
 // run runs the command in-process.
 func run(t *testing.T, args ...string) (stdout, stderr string, code int) {

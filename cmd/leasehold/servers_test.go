@@ -158,12 +158,13 @@ func TestRetryThroughTheCLI(t *testing.T) {
 			defer closeReg()
 			var mu sync.Mutex
 			var requeued []jobs.Job
-			r, err := jobs.NewRunner(reg, b.New(t), func(ctx context.Context, j jobs.Job, delay time.Duration) error {
+			record := func(ctx context.Context, j jobs.Job, delay time.Duration) error {
 				mu.Lock()
 				defer mu.Unlock()
 				requeued = append(requeued, j)
 				return nil
-			}, jobs.WithMaxRetries(0))
+			}
+			r, err := jobs.NewRunner(reg, b.New(t), record, jobs.WithMaxRetries(0))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -195,12 +196,7 @@ func TestRetryThroughTheCLI(t *testing.T) {
 			}
 			// MaxRetries 0 would bury it again: the application's runner
 			// here allows a retry.
-			r2, err := jobs.NewRunner(reg, b.New(t), func(ctx context.Context, j jobs.Job, delay time.Duration) error {
-				mu.Lock()
-				defer mu.Unlock()
-				requeued = append(requeued, j)
-				return nil
-			}, jobs.WithMaxRetries(1))
+			r2, err := jobs.NewRunner(reg, b.New(t), record, jobs.WithMaxRetries(1))
 			if err != nil {
 				t.Fatal(err)
 			}
