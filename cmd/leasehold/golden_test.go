@@ -23,7 +23,6 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata")
 
-
 // run runs the command in-process.
 func run(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
