@@ -60,3 +60,26 @@ func ExampleOnElected() {
 	// elected: host-b term 1
 	// demoted: term 1 cause: context canceled
 }
+
+func ExampleObserveAll() {
+	l := memlock.New(lock.WithOwner("host-a"))
+	ctx, cancel := context.WithCancel(context.Background())
+	elected := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = leader.Run(ctx, l, "billing/eu", func(ctx context.Context) error {
+			close(elected)
+			<-ctx.Done()
+			return nil
+		})
+	}()
+	<-elected
+	all, _ := leader.ObserveAll(context.Background(), l.Share(), "billing/")
+	for _, o := range all {
+		fmt.Println(o.Name, o.Identity, o.Term.Term)
+	}
+	cancel()
+	<-done
+	// Output: billing/eu host-a 1
+}

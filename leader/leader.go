@@ -203,7 +203,34 @@ func Observe(ctx context.Context, l lock.Lock, name string) (t Term, ok bool, er
 	if err != nil || !ok {
 		return Term{}, false, err
 	}
-	return Term{Identity: g.Owner, Term: g.Token, Since: g.Since}, true, nil
+	return termOf(g), true, nil
+}
+
+func termOf(g lock.Grant) Term { return Term{Identity: g.Owner, Term: g.Token, Since: g.Since} }
+
+// Observed is one election's current leader, as ObserveAll reports it.
+type Observed struct {
+	Name string
+	Term
+}
+
+// ObserveAll reports the current leader of every election whose name
+// starts with prefix and that has one, sorted by name, in one List call.
+// It needs a backend with lock.Inspector.
+func ObserveAll(ctx context.Context, l lock.Lock, prefix string) ([]Observed, error) {
+	in, isInspector := l.(lock.Inspector)
+	if !isInspector {
+		return nil, fmt.Errorf("%w: leader.ObserveAll: %T cannot list its grants", lock.ErrInvalidArgument, l)
+	}
+	grants, err := in.List(ctx, Key(prefix))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Observed, len(grants))
+	for i, g := range grants {
+		out[i] = Observed{Name: strings.TrimPrefix(g.Key, Key("")), Term: termOf(g)}
+	}
+	return out, nil
 }
 
 type metrics struct {

@@ -268,6 +268,10 @@ func testObserve(t *testing.T, b backends.Backend) {
 	if !seen.Since.IsZero() && seen.Since.Sub(term.Since).Abs() > time.Second {
 		t.Fatalf("Since %v, elected at %v", seen.Since, term.Since)
 	}
+	all, err := leader.ObserveAll(t.Context(), observer, name)
+	if err != nil || len(all) != 1 || all[0].Name != name || all[0].Term != seen {
+		t.Fatalf("ObserveAll = %+v, %v; want %q led by %+v", all, err, name, seen)
+	}
 	cancel()
 	<-done
 	if _, ok, _ := leader.Observe(t.Context(), observer, name); ok {

@@ -71,3 +71,46 @@ func ExampleSemaphore_Occupancy() {
 		fmt.Println(s.Slot, s.Held, s.Grant.Owner)
 	}
 }
+
+func ExampleObserve() {
+	l := memlock.New(lock.WithOwner("host-a"))
+	ctx := context.Background()
+	sem, _ := semaphore.New(l, "db", 3)
+	p, _ := sem.TryAcquire(ctx, time.Minute)
+	defer p.Release(ctx)
+	// A tool that only watches: it declares nothing and takes no slot.
+	o, _ := semaphore.Observe(ctx, l.Share(), "db")
+	fmt.Println(o.Sizes, o.Size(), len(o.Held), o.Held[0].Grant.Owner)
+	// Output: [3] 3 1 host-a
+}
+
+func ExampleObserveAll() {
+	l := memlock.New()
+	ctx := context.Background()
+	for _, name := range []string{"db", "api"} {
+		sem, _ := semaphore.New(l, name, 2)
+		p, _ := sem.TryAcquire(ctx, time.Minute)
+		defer p.Release(ctx)
+	}
+	all, _ := semaphore.ObserveAll(ctx, l, "")
+	for _, o := range all {
+		fmt.Println(o.Name, len(o.Held), "of", o.Size())
+	}
+	// Output:
+	// api 1 of 2
+	// db 1 of 2
+}
+
+func ExampleObservation_Slots() {
+	l := memlock.New()
+	ctx := context.Background()
+	_, _ = l.TryAcquire(ctx, semaphore.SlotKey("db", 1), time.Minute)
+	o, _ := semaphore.Observe(ctx, l, "db")
+	for _, s := range o.Slots(3) {
+		fmt.Println(s.Slot, s.Held)
+	}
+	// Output:
+	// 0 false
+	// 1 true
+	// 2 false
+}

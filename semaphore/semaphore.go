@@ -225,12 +225,8 @@ func (s *Semaphore) tryInTurn(ctx context.Context, ttl time.Duration) (lock.Hand
 }
 
 func (s *Semaphore) slotOf(key string) (int, bool) {
-	prefix := "sem/{" + s.name + "}/slot/"
-	if !strings.HasPrefix(key, prefix) {
-		return 0, false
-	}
-	i, err := strconv.Atoi(key[len(prefix):])
-	return i, err == nil && i >= 0 && i < s.size
+	name, kind, i, ok := parseKey(key)
+	return i, ok && name == s.name && kind == "slot" && i < s.size
 }
 
 // firstUse declares the size and checks it against the others once.
@@ -279,21 +275,14 @@ func (s *Semaphore) check(ctx context.Context) error {
 		return nil // a listing failure must not block acquisition
 	}
 	for _, g := range grants {
-		rest := strings.TrimPrefix(g.Key, "sem/{"+s.name+"}/")
-		var other int
-		switch {
-		case strings.HasPrefix(rest, "size/"):
-			other, _ = strconv.Atoi(strings.TrimPrefix(rest, "size/"))
-			if other == s.size {
-				continue
-			}
-		case strings.HasPrefix(rest, "slot/"):
-			i, _ := strconv.Atoi(strings.TrimPrefix(rest, "slot/"))
-			if i < s.size {
-				continue
-			}
-			other = i + 1
-		default:
+		name, kind, other, ok := parseKey(g.Key)
+		if !ok || name != s.name {
+			continue
+		}
+		if kind == "slot" {
+			other++ // slot i needs at least i+1 slots
+		}
+		if (kind == "slot" && other <= s.size) || (kind == "size" && other == s.size) {
 			continue
 		}
 		err := fmt.Errorf("%w: %q has size %d here, but %s uses %s (at least %d slots)", ErrSizeMismatch, s.name, s.size, g.Owner, g.Key, other)

@@ -46,6 +46,7 @@ func TestSuite(t *testing.T) {
 		t.Run("CrashedHolderFrees", func(t *testing.T) { t.Parallel(); testCrash(t, b) })
 		t.Run("SizeMismatch", func(t *testing.T) { t.Parallel(); testSizeMismatch(t, b) })
 		t.Run("Occupancy", func(t *testing.T) { t.Parallel(); testOccupancy(t, b) })
+		t.Run("Observe", func(t *testing.T) { t.Parallel(); testObserve(t, b) })
 		t.Run("DoAndKeep", func(t *testing.T) { t.Parallel(); testDo(t, b) })
 		t.Run("WithoutMultiLock", func(t *testing.T) { t.Parallel(); testWithoutMultiLock(t, b) })
 	})
@@ -241,6 +242,39 @@ func testOccupancy(t *testing.T, b backends.Backend) {
 		t.Fatalf("occupancy %+v", occ)
 	}
 	_ = p.Release(ctx)
+}
+
+// testObserve: another instance observes the declared size and the held
+// slot without writing anything (no size marker of its own appears).
+func testObserve(t *testing.T, b backends.Backend) {
+	name := uniqueName(t)
+	l, watcher := b.New(t), b.New(t)
+	sem := newSem(t, l, name, 4)
+	ctx := t.Context()
+	p, err := sem.TryAcquire(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Release(ctx) }()
+	for range 2 { // a second Observe sees the same: the first wrote nothing
+		o, err := semaphore.Observe(ctx, watcher, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.Name != name || len(o.Sizes) != 1 || o.Sizes[0] != 4 || o.Size() != 4 || len(o.Held) != 1 {
+			t.Fatalf("observed %+v, want size 4 and one held slot", o)
+		}
+		if h := o.Held[0]; h.Slot != p.Slot() || h.Grant.Token != p.Token() || !h.Held {
+			t.Fatalf("held %+v, want slot %d token %d", h, p.Slot(), p.Token())
+		}
+		if slots := o.Slots(4); len(slots) != 4 || !slots[p.Slot()].Held {
+			t.Fatalf("slots %+v", slots)
+		}
+	}
+	all, err := semaphore.ObserveAll(ctx, watcher, name)
+	if err != nil || len(all) != 1 || all[0].Name != name {
+		t.Fatalf("ObserveAll = %+v, %v; want %q only", all, err, name)
+	}
 }
 
 func testDo(t *testing.T, b backends.Backend) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/memlock"
 	"github.com/leasehold-go/leasehold/timers"
 )
@@ -44,4 +45,24 @@ func ExampleCron() {
 		timers.InLocation(berlin), timers.RetryOnError(3, time.Minute), timers.MaxRunTime(30*time.Minute))
 	fmt.Println(timers.New(memlock.New()).Add(t))
 	// Output: <nil>
+}
+
+func ExampleObserve() {
+	l := memlock.New(lock.WithOwner("host-a"))
+	// An hourly timer whose clock is just before its next tick.
+	now := time.Now()
+	offset := now.Truncate(time.Hour).Add(time.Hour - 10*time.Millisecond).Sub(now)
+	s := timers.New(l, timers.WithClock(func() time.Time { return time.Now().Add(offset) }))
+	ctx, cancel := context.WithCancel(context.Background())
+	_ = s.Add(timers.Every("reports", time.Hour, func(context.Context) error {
+		defer cancel()
+		// What any process that can reach the backend sees, mid-run:
+		obs, _ := timers.Observe(context.Background(), l.Share(), "")
+		for _, o := range obs {
+			fmt.Println(o.Name, "tick claimed by", o.ClaimedBy, "-", len(o.Running), "run in progress on", o.Running[0].Runner)
+		}
+		return nil
+	}))
+	_ = s.Run(ctx)
+	// Output: reports tick claimed by host-a - 1 run in progress on host-a
 }

@@ -323,3 +323,45 @@ func TestLostOnDelete(t *testing.T) {
 		t.Fatalf("Release after the deletion: %v, want ErrLost", err)
 	}
 }
+
+// TestForceRelease: an operator's ForceRelease from another Lock frees the
+// key for a new holder, the evicted holder's Extend and Release report
+// ErrLost (its lease is revoked, not only its key deleted), and a second
+// ForceRelease finds nothing.
+func TestForceRelease(t *testing.T) {
+	srv := testenv.Etcd(t)
+	holder := newLock(t, srv.Endpoints())
+	operator := newLock(t, srv.Endpoints())
+	ctx := ctxFor(t, 10*time.Second)
+	key := "force/" + t.Name()
+	h, err := holder.TryAcquire(ctx, key, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	removed, err := operator.ForceRelease(ctx, key)
+	if err != nil || !removed {
+		t.Fatalf("ForceRelease = %v, %v; want true, nil", removed, err)
+	}
+	if err := h.Extend(ctx, time.Minute); !errors.Is(err, lock.ErrLost) {
+		t.Fatalf("evicted holder's Extend: %v, want ErrLost", err)
+	}
+	next, err := operator.TryAcquire(ctx, key, time.Minute)
+	if err != nil {
+		t.Fatalf("acquire after ForceRelease: %v", err)
+	}
+	if next.Token() <= h.Token() {
+		t.Fatalf("token %d after ForceRelease, want > %d", next.Token(), h.Token())
+	}
+	if err := h.Release(ctx); !errors.Is(err, lock.ErrLost) {
+		t.Fatalf("evicted holder's Release: %v, want ErrLost", err)
+	}
+	if err := next.Release(ctx); err != nil {
+		t.Fatalf("the new holder's grant was touched: %v", err)
+	}
+	if removed, err := operator.ForceRelease(ctx, key); err != nil || removed {
+		t.Fatalf("ForceRelease of a free key = %v, %v; want false, nil", removed, err)
+	}
+	if _, err := operator.ForceRelease(ctx, ""); !errors.Is(err, lock.ErrInvalidKey) {
+		t.Fatalf("ForceRelease(\"\") = %v, want ErrInvalidKey", err)
+	}
+}

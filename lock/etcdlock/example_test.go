@@ -78,3 +78,12 @@ func ExampleLock_List() {
 		fmt.Printf("%s held by %s, token %d, %v left\n", g.Key, g.Owner, g.Token, g.Remaining)
 	}
 }
+
+func ExampleLock_ForceRelease() {
+	client, _ := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:2379"}, DialTimeout: 5 * time.Second})
+	l, _ := etcdlock.New(client)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	removed, err := l.ForceRelease(ctx, "jobs/stuck")
+	fmt.Println(removed, err)
+}

@@ -2,12 +2,14 @@ package etcdlock
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold-go/leasehold/lock"
@@ -110,4 +112,47 @@ func leaseRemaining(ttl int64) time.Duration {
 		return 500 * time.Millisecond
 	}
 	return time.Millisecond
+}
+
+// ForceRelease deletes key's grant whoever holds it, then revokes the
+// grant's lease; it reports whether there was a grant. The deletion wakes
+// the key's waiters through their watch. The holder learns of it at once
+// (LossNotifier, through its Lock's watch) or at its next Extend (the
+// lease is gone) or Release (the key is gone). The delete is a Txn on the
+// create revision and lease that were read, so a newer grant made in
+// between is left alone; the lease is revoked only after that delete
+// succeeded, when no Release of the holder can hand it back to a spare
+// pool any more. An operator's tool: fencing still protects the resource
+// from the evicted holder, which may have been paused mid-write.
+func (l *Lock) ForceRelease(ctx context.Context, key string) (bool, error) {
+	if err := lock.ValidateKey(ctx, key); err != nil {
+		return false, err
+	}
+	ekey := l.etcdKey(key)
+	r, err := l.client.Get(ctx, ekey)
+	if err != nil {
+		return false, lock.Unavailable("etcdlock: force release", err)
+	}
+	if len(r.Kvs) == 0 {
+		return false, nil
+	}
+	kv := r.Kvs[0]
+	t, err := l.client.Txn(ctx).If(
+		clientv3.Compare(clientv3.CreateRevision(ekey), "=", kv.CreateRevision),
+		clientv3.Compare(clientv3.LeaseValue(ekey), "=", kv.Lease),
+	).Then(clientv3.OpDelete(ekey)).Commit()
+	switch {
+	case err != nil:
+		return false, lock.Unavailable("etcdlock: force release", err)
+	case !t.Succeeded:
+		return false, nil // released or expired meanwhile
+	}
+	if kv.Lease != 0 {
+		if _, err := l.client.Revoke(ctx, clientv3.LeaseID(kv.Lease)); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			// The key is gone already; the holder's Release or Lost still
+			// tells it, and the lease expires with its ttl.
+			l.log.Debug("leasehold: etcdlock revoke after force release failed", "key", key, "err", err)
+		}
+	}
+	return true, nil
 }

@@ -1,0 +1,231 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/leasehold-go/leasehold/cmd/leasehold/internal/ops"
+)
+
+// table writes aligned columns; rows are tab-separated.
+func table(w io.Writer, header string, rows []string) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for _, r := range rows {
+		fmt.Fprintln(tw, r)
+	}
+	_ = tw.Flush()
+}
+
+func row(cols ...any) string {
+	s := make([]string, len(cols))
+	for i, c := range cols {
+		s[i] = fmt.Sprint(c)
+		if s[i] == "" {
+			s[i] = "-"
+		}
+	}
+	return strings.Join(s, "\t")
+}
+
+func (e *env) locks(ctx context.Context, src *ops.Source, prefix string) error {
+	gs, err := src.Locks(ctx, prefix)
+	if err != nil {
+		return err
+	}
+	if e.c.json {
+		return e.printJSON(gs)
+	}
+	if len(gs) == 0 {
+		fmt.Fprintf(e.stdout, "no grants under %q\n", prefix)
+		return nil
+	}
+	rows := make([]string, len(gs))
+	for i, g := range gs {
+		rows[i] = row(g.Key, g.Owner, g.Token, ops.MS(g.RemainingMS), ops.Ago(g.Since, e.now()))
+	}
+	table(e.stdout, "KEY\tOWNER\tTOKEN\tREMAINING\tSINCE", rows)
+	return nil
+}
+
+func (e *env) semaphore(ctx context.Context, src *ops.Source, name string, size int) error {
+	s, err := src.Semaphore(ctx, name, size)
+	if err != nil {
+		return err
+	}
+	if e.c.json {
+		return e.printJSON(s)
+	}
+	sz := "unknown size (no participant declared it in the last minute: pass --size)"
+	if s.Size > 0 {
+		sz = strconv.Itoa(s.Size) + " slots"
+	}
+	fmt.Fprintf(e.stdout, "semaphore %s: %d held, %s", s.Name, s.Held, sz)
+	if len(s.Declared) > 1 {
+		fmt.Fprintf(e.stdout, "; participants disagree on the size: %v", s.Declared)
+	}
+	fmt.Fprintln(e.stdout)
+	if len(s.Slots) == 0 {
+		return nil
+	}
+	rows := make([]string, len(s.Slots))
+	for i, sl := range s.Slots {
+		if sl.Grant == nil {
+			rows[i] = row(sl.Slot, "free", "", "", "")
+			continue
+		}
+		rows[i] = row(sl.Slot, sl.Grant.Owner, sl.Grant.Token, ops.MS(sl.Grant.RemainingMS), ops.Ago(sl.Grant.Since, e.now()))
+	}
+	table(e.stdout, "SLOT\tHOLDER\tTOKEN\tREMAINING\tSINCE", rows)
+	return nil
+}
+
+func (e *env) leader(ctx context.Context, src *ops.Source, pos []string) error {
+	var ls []ops.Leader
+	if len(pos) == 1 {
+		l, err := src.Leader(ctx, pos[0])
+		if err != nil {
+			return err
+		}
+		ls = []ops.Leader{l}
+	} else {
+		var err error
+		if ls, err = src.Leaders(ctx, ""); err != nil {
+			return err
+		}
+	}
+	if e.c.json {
+		if len(pos) == 1 {
+			return e.printJSON(ls[0])
+		}
+		return e.printJSON(ls)
+	}
+	if len(ls) == 0 {
+		fmt.Fprintln(e.stdout, "no elections have a leader")
+		return nil
+	}
+	rows := make([]string, len(ls))
+	for i, l := range ls {
+		rows[i] = row(l.Name, l.Identity, l.Term, ops.Ago(l.Since, e.now()))
+	}
+	table(e.stdout, "ELECTION\tLEADER\tTERM\tSINCE", rows)
+	return nil
+}
+
+func (e *env) timers(ctx context.Context, src *ops.Source, prefix string) error {
+	ts, err := src.Timers(ctx, prefix)
+	if err != nil {
+		return err
+	}
+	if e.c.json {
+		return e.printJSON(ts)
+	}
+	if len(ts) == 0 {
+		fmt.Fprintf(e.stdout, "no timer under %q has a live tick claim or a run in progress\n", prefix)
+		return nil
+	}
+	var rows, runs []string
+	for _, t := range ts {
+		rows = append(rows, row(t.Name, ops.Ago(t.LastTick, e.now()), t.ClaimedBy, t.ClaimToken, len(t.Running)))
+		for _, r := range t.Running {
+			runs = append(runs, row(t.Name, r.Slot, r.Runner, r.Token, ops.Ago(r.Since, e.now()), ops.MS(r.RemainingMS)))
+		}
+	}
+	table(e.stdout, "TIMER\tLAST TICK\tCLAIMED BY\tCLAIM TOKEN\tRUNNING", rows)
+	if len(runs) > 0 {
+		fmt.Fprintln(e.stdout)
+		table(e.stdout, "TIMER\tSLOT\tRUNNER\tTOKEN\tSTARTED\tLEASE LEFT", runs)
+	}
+	fmt.Fprintln(e.stdout, "\n(last outcome and duration are per host: see the application's Scheduler.Status)")
+	return nil
+}
+
+func (e *env) jobs(ctx context.Context, src *ops.Source, pos []string, yes bool) error {
+	if len(pos) > 0 {
+		if len(pos) != 2 || (pos[0] != "retry" && pos[0] != "purge") {
+			return usagef("usage: leasehold jobs [retry ID | purge ID --yes]")
+		}
+		if src.Jobs == nil {
+			return src.JobsErr
+		}
+		id := pos[1]
+		if pos[0] == "retry" {
+			j, err := src.Retry(ctx, id)
+			if err != nil {
+				return err
+			}
+			if e.c.json {
+				return e.printJSON(j)
+			}
+			fmt.Fprintf(e.stdout, "job %s is back in flight (attempt 0, expired): the application's recovery scan will requeue it\n", id)
+			return nil
+		}
+		if !yes {
+			return usagef("--yes is required to purge: it deletes dead job %q for good (or use 'leasehold jobs retry %s')", id, id)
+		}
+		if err := src.Purge(ctx, id); err != nil {
+			return err
+		}
+		if e.c.json {
+			return e.printJSON(map[string]string{"purged": id})
+		}
+		fmt.Fprintf(e.stdout, "job %s purged\n", id)
+		return nil
+	}
+	v, err := src.JobsState(ctx, 100)
+	if err != nil {
+		return err
+	}
+	if e.c.json {
+		return e.printJSON(v)
+	}
+	fmt.Fprintf(e.stdout, "jobs: %d in flight (%d expired), %d dead\n", v.Counts.Tracked, v.Counts.Expired, v.Counts.Dead)
+	if len(v.InFlight) > 0 {
+		rows := make([]string, len(v.InFlight))
+		for i, j := range v.InFlight {
+			rows[i] = row(j.ID, j.Owner, j.Attempt, ops.MS(j.HeartbeatAgeMS), ops.MS(j.ExpiresInMS))
+		}
+		fmt.Fprintln(e.stdout, "\nIN FLIGHT")
+		table(e.stdout, "ID\tOWNER\tATTEMPT\tHEARTBEAT AGE\tEXPIRES IN", rows)
+	}
+	if len(v.Expired) > 0 {
+		rows := make([]string, len(v.Expired))
+		for i, j := range v.Expired {
+			rows[i] = row(j.ID, j.Owner, j.Attempt, ops.MS(-j.ExpiresInMS))
+		}
+		fmt.Fprintln(e.stdout, "\nEXPIRED (awaiting the recovery scan)")
+		table(e.stdout, "ID\tOWNER\tATTEMPT\tEXPIRED FOR", rows)
+	}
+	if len(v.Dead) > 0 {
+		rows := make([]string, len(v.Dead))
+		for i, d := range v.Dead {
+			rows[i] = row(d.ID, d.Attempt, ops.Ago(&d.DiedAt, e.now()), d.Reason)
+		}
+		fmt.Fprintln(e.stdout, "\nDEAD (leasehold jobs retry ID | purge ID --yes)")
+		table(e.stdout, "ID\tATTEMPT\tDIED\tREASON", rows)
+	}
+	return nil
+}
+
+func (e *env) release(ctx context.Context, src *ops.Source, key string, force bool) error {
+	g, err := src.Holder(ctx, key)
+	if err != nil {
+		return err
+	}
+	if !force {
+		return usagef("--force is required to release a key held by someone else: %q is held by %s (token %d, %s left); re-run with --force to remove the grant (the holder's resource must check fencing tokens)",
+			key, g.Owner, g.Token, ops.MS(g.RemainingMS))
+	}
+	if err := src.ForceRelease(ctx, key); err != nil {
+		return err
+	}
+	if e.c.json {
+		return e.printJSON(map[string]any{"released": g})
+	}
+	fmt.Fprintf(e.stdout, "released %q (was held by %s, token %d)\n", key, g.Owner, g.Token)
+	return nil
+}

@@ -1,0 +1,151 @@
+// Package ops gathers what the leasehold CLI and dashboard show — grants,
+// semaphores, leaders, timers and jobs — from a backend opened by URL, in
+// the shapes both print (tables, JSON, HTML), and carries out their
+// operator actions: force-release a key, retry or purge a dead job.
+//
+// Everything it reads goes through lock.Inspector and jobs.Registry and
+// writes nothing; the actions are the only writes.
+package ops
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold-go/leasehold/backend"
+	"github.com/leasehold-go/leasehold/jobs"
+	"github.com/leasehold-go/leasehold/jobs/memjobs"
+	"github.com/leasehold-go/leasehold/jobs/pgjobs"
+	"github.com/leasehold-go/leasehold/jobs/redisjobs"
+	"github.com/leasehold-go/leasehold/lock"
+)
+
+// ErrNoRegistry: the backend has no jobs registry (etcd), or none was
+// configured.
+var ErrNoRegistry = errors.New("no jobs registry")
+
+// Config says what to open.
+type Config struct {
+	Backend   string        // backend URL (backend.Open)
+	JobsURL   string        // jobs registry URL; "" for Backend's
+	Namespace string        // redisjobs namespace ("" for its default)
+	Table     string        // pgjobs table ("" for its default)
+	Owner     string        // identity recorded by actions (jobs.Revive)
+	Lease     time.Duration // the job lease the application's Runners use (heartbeat age); 0 for jobs.DefaultLease
+}
+
+// Source is an opened backend and, when it has one, jobs registry.
+type Source struct {
+	Lock    lock.Lock
+	Jobs    jobs.Registry // nil when JobsErr says why
+	JobsErr error
+	owner   string
+	lease   time.Duration
+	Now     func() time.Time // time.Now unless a test sets it
+	closers []func() error
+}
+
+// Open opens cfg's backend and jobs registry. A registry that cannot be
+// opened is not an error here: the jobs views report JobsErr.
+func Open(ctx context.Context, cfg Config) (*Source, error) {
+	if cfg.Backend == "" {
+		return nil, fmt.Errorf("%w: no backend URL", lock.ErrInvalidArgument)
+	}
+	var opts []lock.Option
+	if cfg.Owner != "" {
+		opts = append(opts, lock.WithOwner(cfg.Owner))
+	}
+	l, closeLock, err := backend.Open(ctx, cfg.Backend, opts...)
+	if err != nil {
+		return nil, err
+	}
+	s := &Source{Lock: l, owner: cfg.Owner, lease: cfg.Lease, Now: time.Now, closers: []func() error{closeLock}}
+	if s.lease <= 0 {
+		s.lease = jobs.DefaultLease
+	}
+	if s.owner == "" {
+		s.owner = "leasehold-cli"
+	}
+	jobsURL := cfg.JobsURL
+	if jobsURL == "" {
+		jobsURL = cfg.Backend
+	}
+	reg, closeReg, err := OpenRegistry(ctx, jobsURL, cfg.Namespace, cfg.Table)
+	if err != nil {
+		s.JobsErr = err
+	} else {
+		s.Jobs = reg
+		s.closers = append(s.closers, closeReg)
+	}
+	return s, nil
+}
+
+// Close closes what Open opened.
+func (s *Source) Close() error {
+	var errs []error
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		errs = append(errs, s.closers[i]())
+	}
+	return errors.Join(errs...)
+}
+
+var (
+	memMu  sync.Mutex
+	memReg = map[string]*memjobs.Registry{}
+)
+
+// OpenRegistry opens the jobs registry rawURL names: redis:// and
+// rediss:// (redisjobs, in namespace), postgres:// and postgresql://
+// (pgjobs, in table), mem://NAME (the in-process memjobs registry NAME,
+// shared by every OpenRegistry of it in this process). etcd has no
+// registry: ErrNoRegistry.
+func OpenRegistry(ctx context.Context, rawURL, namespace, table string) (jobs.Registry, func() error, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: jobs URL %q: %w", lock.ErrInvalidArgument, rawURL, err)
+	}
+	switch u.Scheme {
+	case "mem":
+		memMu.Lock()
+		defer memMu.Unlock()
+		name := u.Host + u.Path
+		r, ok := memReg[name]
+		if !ok || name == "" {
+			r = memjobs.New()
+			memReg[name] = r
+		}
+		return r, func() error { return nil }, nil
+	case "redis", "rediss":
+		o, err := redis.ParseURL(rawURL)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: %w", lock.ErrInvalidArgument, err)
+		}
+		c := redis.NewClient(o)
+		r, err := redisjobs.New(c, namespace)
+		if err != nil {
+			_ = c.Close()
+			return nil, nil, err
+		}
+		return r, c.Close, nil
+	case "postgres", "postgresql":
+		pool, err := pgxpool.New(ctx, rawURL)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: %w", lock.ErrInvalidArgument, err)
+		}
+		r, err := pgjobs.New(pool, table)
+		if err != nil {
+			pool.Close()
+			return nil, nil, err
+		}
+		return r, func() error { pool.Close(); return nil }, nil
+	case "etcd":
+		return nil, nil, fmt.Errorf("%w: etcd has no jobs registry (use --jobs redis://… or postgres://…)", ErrNoRegistry)
+	}
+	return nil, nil, fmt.Errorf("%w: jobs URL scheme %q is not one of mem, redis, rediss, postgres", lock.ErrInvalidArgument, u.Scheme)
+}

@@ -1,0 +1,42 @@
+package jobs
+
+import (
+	"context"
+	"time"
+)
+
+// reviveLease is the lease a revived job is tracked with: the smallest a
+// registry accepts, so that it is expired by the next recovery scan.
+const reviveLease = time.Millisecond
+
+// Revive puts a dead job back in flight, for tools that have no Requeue
+// function (the leasehold CLI and dashboard): it tracks the job again as
+// owned by by, with Attempt 0 and a deadline that passes at once, then
+// purges it from the dead set. The leader-gated recovery scan of the
+// application's Runner then finds it expired, reclaims it and requeues it
+// through the application's Requeue, as it would a crashed worker's job
+// (the history records the reclaim from by). That reclaim counts as a
+// recovery (Attempt 1): under MaxRetries 0 the job goes straight back to
+// the dead set.
+//
+// A crash between the two steps leaves the job both in flight and dead,
+// never lost; Revive again, or Purge, settles it. It returns ErrNotFound
+// when id is not in the dead set. An application that has its Requeue at
+// hand uses Runner.RetryDead instead, which requeues at once.
+func Revive(ctx context.Context, reg Registry, id, by string) (Job, error) {
+	d, err := reg.DeadJob(ctx, id)
+	if err != nil {
+		return Job{}, err
+	}
+	j := d.Job
+	j.Attempt = 0
+	j.Owner = by
+	tracked, err := reg.Track(ctx, j, reviveLease)
+	if err != nil {
+		return Job{}, err
+	}
+	if err := reg.Purge(ctx, id); err != nil {
+		return Job{}, err
+	}
+	return tracked, nil
+}

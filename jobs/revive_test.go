@@ -1,0 +1,78 @@
+package jobs_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leasehold-go/leasehold/jobs"
+	"github.com/leasehold-go/leasehold/jobs/memjobs"
+	"github.com/leasehold-go/leasehold/lock/memlock"
+)
+
+// TestReviveThenScanRequeues: a dead job revived (as the CLI does, without
+// a Requeue) leaves the dead set, and the application's next recovery scan
+// requeues it through the application's Requeue with Attempt 1 (one
+// recovery since the revival).
+func TestReviveThenScanRequeues(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		reg := memjobs.New()
+		q := &queue{}
+		r, err := jobs.NewRunner(reg, memlock.New(), q.requeue, jobs.WithMaxRetries(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := reg.Track(ctx, jobs.Job{ID: "j1", Payload: []byte("p"), Attempt: 3}, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second)
+		r.Scan(ctx) // attempt 4 > MaxRetries 1: to the dead set
+		if c, _ := reg.Counts(ctx); c.Dead != 1 || q.len() != 0 {
+			t.Fatalf("counts %+v, requeued %d: want the job dead", c, q.len())
+		}
+		j, err := jobs.Revive(ctx, reg, "j1", "leasehold-cli")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.Attempt != 0 || j.Owner != "leasehold-cli" || string(j.Payload) != "p" {
+			t.Fatalf("revived %+v", j)
+		}
+		if c, _ := reg.Counts(ctx); c.Dead != 0 || c.Tracked != 1 {
+			t.Fatalf("counts after Revive %+v, want 1 tracked and none dead", c)
+		}
+		time.Sleep(time.Millisecond) // the revived deadline passes
+		if n := r.Scan(ctx); n != 1 || q.len() != 1 {
+			t.Fatalf("scan recovered %d, requeued %d; want 1", n, q.len())
+		}
+		if got := q.jobs[0]; got.ID != "j1" || got.Attempt != 1 || string(got.Payload) != "p" {
+			t.Fatalf("requeued %+v, want j1 at attempt 1", got)
+		}
+		if c, _ := reg.Counts(ctx); c != (jobs.Counts{}) {
+			t.Fatalf("counts after recovery %+v, want none", c)
+		}
+		if _, err := jobs.Revive(ctx, reg, "j1", "x"); !errors.Is(err, jobs.ErrNotFound) {
+			t.Fatalf("Revive of a job not dead: %v, want ErrNotFound", err)
+		}
+	})
+}
+
+func ExampleRevive() {
+	ctx := context.Background()
+	reg := memjobs.New()
+	_, _ = reg.Track(ctx, jobs.Job{ID: "poison"}, time.Minute)
+	inflight, _ := reg.InFlight(ctx, 1)
+	_ = reg.Bury(ctx, inflight[0].Ref(), "its workers keep crashing")
+	// An operator's tool has no Requeue: it puts the job back in flight,
+	// expired at once, for the application's recovery scan to requeue.
+	j, err := jobs.Revive(ctx, reg, "poison", "operator")
+	fmt.Println(j.ID, j.Owner, j.Attempt, err)
+	c, _ := reg.Counts(ctx)
+	fmt.Println(c.Tracked, c.Dead)
+	// Output:
+	// poison operator 0 <nil>
+	// 1 0
+}
