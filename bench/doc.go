@@ -1,0 +1,33 @@
+// Package bench compares leasehold with the libraries teams use instead of
+// it, on the same loopback servers in the same run: on Redis,
+// github.com/bsm/redislock and github.com/go-redsync/redsync (one node);
+// on etcd, the client's concurrency.Mutex; on PostgreSQL, raw session
+// advisory locks; for cron timers, github.com/go-co-op/gocron/v2 with its
+// Redis locker (github.com/go-co-op/gocron-redis-lock/v2). Each also runs
+// against the raw floor of its backend where one exists.
+//
+// It is a module of its own so that the peers never enter leasehold's
+// dependencies. Everything is in testing.B benchmarks (no test asserts a
+// speed); the sub-benchmarks are named backend/library so that benchstat
+// compares them:
+//
+//	BenchmarkUncontended   one TryAcquire + Release, nobody else on the key
+//	BenchmarkContended     16 workers (one client each) on one key for 10 s:
+//	                       ops/s and the least productive worker's share
+//	BenchmarkHandoff       release → a waiter blocked the library's own way
+//	                       holds the key: p50-µs and p99-µs
+//	BenchmarkOncePerTick   three schedulers started 1/3 s apart run an
+//	                       every-second job: duplicate and missed ticks
+//	BenchmarkRecovery      a worker process with jobs in flight is SIGKILLed:
+//	                       time until its jobs are requeued
+//
+// The semaphore (one round trip against the slot-0-first loop) and the
+// recovery scan are measured by the benchmarks of the main module
+// (semaphore.BenchmarkSemaphore, jobs.BenchmarkScan); the report command
+// runs those too, so that docs/benchmarks.md has every figure:
+//
+//	go -C bench run ./cmd/report
+//
+// With -short the long workloads shrink (1 s of contention, 3 ticks, one
+// kill): that is the smoke run scripts/test does.
+package bench
