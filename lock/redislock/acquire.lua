@@ -16,12 +16,15 @@
 -- retries a command whose reply was lost, and the retry must not report the
 -- key as held by someone else (nor, for several keys, take a second one).
 local n = #KEYS / 2
-for j = 0, n - 1 do
-  local v = redis.call('GET', KEYS[2 * j + 1])
+local lockKeys = {}
+for j = 1, n do lockKeys[j] = KEYS[2 * j - 1] end
+local values = redis.call('MGET', unpack(lockKeys))
+for j = 1, n do
+  local v = values[j]
   if v then
     local token, since, tail = string.match(v, '^(%d+)|(%d+)|(.*)$')
     if tail == ARGV[1] then
-      return {1, token, j, since}
+      return {1, token, j - 1, since}
     end
   end
 end
@@ -29,18 +32,20 @@ local shortest = -1
 for i = 0, n - 1 do
   local j = (tonumber(ARGV[3]) + i) % n
   local lockKey, fenceKey = KEYS[2 * j + 1], KEYS[2 * j + 2]
-  local pttl = redis.call('PTTL', lockKey)
-  if pttl == -2 then
+  if not values[j + 1] then
     local t = redis.call('TIME')
     local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    local since = string.format('%.0f', now)
     local last = tonumber(redis.call('GET', fenceKey) or '0')
     local token = string.format('%.0f', math.max(last + 1, now))
-    redis.call('SET', fenceKey, token, 'PX', ARGV[4])
-    local since = string.format('%.0f', now)
-    redis.call('SET', lockKey, token .. '|' .. since .. '|' .. ARGV[1], 'PX', ARGV[2])
-    return {1, token, j, since}
+    -- NX: a key of another type (MGET reads it as nil) is not ours to replace.
+    if redis.call('SET', lockKey, token .. '|' .. since .. '|' .. ARGV[1], 'PX', ARGV[2], 'NX') then
+      redis.call('SET', fenceKey, token, 'PX', ARGV[4])
+      return {1, token, j, since}
+    end
   end
-  if pttl == -1 then pttl = 0 end -- a key without expiry: not ours to judge
+  local pttl = redis.call('PTTL', lockKey)
+  if pttl < 0 then pttl = 0 end -- a key without expiry: not ours to judge
   if shortest < 0 or pttl < shortest then shortest = pttl end
 end
 return {0, shortest}
