@@ -14,6 +14,8 @@ import (
 
 // Acquire blocks until it holds key for ttl or ctx ends.
 //
+// On a backend that implements Queue it waits in the server's own queue
+// for the key (retrying with backoff while the backend is unavailable).
 // On a backend that implements Waiter it subscribes to the key's releases
 // before the first attempt and sleeps until a release is announced; the
 // remaining ttl that a failed attempt reports bounds the sleep, so a key
@@ -37,10 +39,20 @@ func acquire(ctx context.Context, cfg *Config, l Lock, key string, ttl time.Dura
 	if err := Validate(ctx, key, ttl, 0); err != nil {
 		return nil, err
 	}
+	if q, ok := l.(Queue); ok {
+		// The queue is the waiting: AcquireWith only retries what failed
+		// for want of the backend.
+		return AcquireWith(ctx, cfg, lockOnly{l}, []string{key}, func(ctx context.Context) (Handle, error) {
+			return q.AcquireQueued(ctx, key, ttl)
+		})
+	}
 	return AcquireWith(ctx, cfg, l, []string{key}, func(ctx context.Context) (Handle, error) {
 		return l.TryAcquire(ctx, key, ttl)
 	})
 }
+
+// lockOnly hides a Lock's optional capabilities.
+type lockOnly struct{ Lock }
 
 // AcquireWith is the waiting loop behind Acquire, exported for the packages
 // built on lock (the semaphore waits on all its slots with it). try makes

@@ -58,6 +58,18 @@ type Subscription interface {
 	Close() error
 }
 
+// Queue is implemented by backends whose server keeps a queue of the
+// waiters for a key and grants it to the first of them on release
+// (PostgreSQL's advisory locks). Acquire uses it for one key: a waiter
+// blocks in the server, no release wakes a herd of waiters that then race,
+// and waiters are served in arrival order.
+type Queue interface {
+	// AcquireQueued waits in the server's queue for key and returns the
+	// grant, or fails when ctx ends (then nothing is held) or the backend
+	// is unavailable.
+	AcquireQueued(ctx context.Context, key string, ttl time.Duration) (Handle, error)
+}
+
 // MultiLock is implemented by backends that can grant the first free key of
 // a set in one round trip. The semaphore uses it.
 type MultiLock interface {

@@ -76,7 +76,22 @@
 //
 // # Waiting
 //
-// Subscribe (lock.Waiter) shares one connection per Lock, taken out of the
+// lock.Acquire of one key waits in the server's own queue (lock.Queue,
+// AcquireQueued): one statement blocks in pg_advisory_lock on a pooled
+// connection of its own, and on the grant draws the token and sets the ttl
+// like TryAcquire. The server serves waiters in arrival order and a release
+// wakes only the next one, so contention costs no herd of attempts: 16
+// workers on one key run about 10 times as many grants per second as with
+// notifications, and each gets its fair share. The ttl counts from the
+// grant: the reply says how long the statement waited. A waiter whose
+// context ends is cancelled and its connection closed, so it holds nothing.
+// Each waiter holds a connection (pool size bounds the waiters of one Lock)
+// and, like any running statement, a snapshot: very long waits hold back
+// vacuum's horizon. The first attempt on a key this instance has not seen
+// is a plain one, which records the key's name for List.
+//
+// Subscribe (lock.Waiter), for the semaphore's several keys and leader
+// election, shares one connection per Lock, taken out of the
 // pool, that LISTENs on the namespace's channel and holds, for each key
 // someone waits for, a shared advisory lock in the (int4, int4) space with
 // the key's 64 bits: its "interest". Release notifies only when

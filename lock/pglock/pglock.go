@@ -90,6 +90,7 @@ var (
 	_ lock.Lock      = (*Lock)(nil)
 	_ lock.Waiter    = (*Lock)(nil)
 	_ lock.MultiLock = (*Lock)(nil)
+	_ lock.Queue     = (*Lock)(nil)
 	_ lock.Inspector = (*Lock)(nil)
 )
 
@@ -345,7 +346,33 @@ func (l *Lock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (l
 	if err := checkTTL(ttl); err != nil {
 		return nil, err
 	}
-	return l.acquire(ctx, []string{key}, ttl)
+	return l.acquire(ctx, []string{key}, ttl, false)
+}
+
+// AcquireQueued implements lock.Queue: one statement waits in the server's
+// queue for the key (pg_advisory_lock; waiters are served in arrival order
+// and a release wakes only the next one), then draws the token and sets the
+// ttl as TryAcquire does. It holds a pooled connection while it waits. When
+// ctx ends, the wait is cancelled and the connection closed, so that
+// nothing stays held. lock.Acquire uses it.
+func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
+	if err := lock.Validate(ctx, key, ttl, MinTTL); err != nil {
+		return nil, err
+	}
+	if err := checkTTL(ttl); err != nil {
+		return nil, err
+	}
+	keys := []string{key}
+	if l.unregistered([]int64{l.id(key)}) {
+		// Record the key's name with a plain attempt first: a statement
+		// that waits must not hold an uncommitted insert that another
+		// instance's attempt on the same name would block on.
+		h, err := l.acquire(ctx, keys, ttl, false)
+		if !errors.Is(err, lock.ErrNotAcquired) {
+			return h, err
+		}
+	}
+	return l.acquire(ctx, keys, ttl, true)
 }
 
 // TryAcquireAny implements lock.MultiLock: one statement tries the keys in
@@ -358,10 +385,10 @@ func (l *Lock) TryAcquireAny(ctx context.Context, keys []string, ttl time.Durati
 		return nil, err
 	}
 	off := rand.N(len(keys))
-	return l.acquire(ctx, append(append([]string(nil), keys[off:]...), keys[:off]...), ttl)
+	return l.acquire(ctx, append(append([]string(nil), keys[off:]...), keys[:off]...), ttl, false)
 }
 
-func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration) (h lock.Handle, err error) {
+func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration, queued bool) (h lock.Handle, err error) {
 	start := time.Now()
 	defer func() { l.metrics.Attempt(ctx, start, err) }()
 	if err := l.ensureSetup(ctx); err != nil {
@@ -381,15 +408,18 @@ func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration) (h
 	}
 	expect := int32(c.Conn().PgConn().PID())
 	ttlMS := ms(ttl)
-	several := min(len(ids)-1, 1)
-	sql, args := l.sql.acquire[several], []any{ids, expect, l.pooled, l.ttlGUC, ttlMS, l.appOwner}
-	register := l.unregistered(ids)
+	variant := min(len(ids)-1, 1)
+	if queued {
+		variant = 2
+	}
+	sql, args := l.sql.acquire[variant], []any{ids, expect, l.pooled, l.ttlGUC, ttlMS, l.appOwner}
+	register := !queued && l.unregistered(ids)
 	if register {
 		names := make([][]byte, len(keys))
 		for i, k := range keys {
 			names[i] = []byte(k)
 		}
-		sql, args = l.sql.acquireRegister[several], append(args, names, l.namespace)
+		sql, args = l.sql.acquireRegister[variant], append(args, names, l.namespace)
 	}
 	var (
 		pid  int32
@@ -397,9 +427,10 @@ func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration) (h
 		tok  *int64
 		app  *string // the holder's application_name, as set
 		hint *int64
+		ran  int64 // µs from the statement's start to the grant
 	)
 	sent := time.Now()
-	err = c.QueryRow(ctx, sql, args...).Scan(&pid, &idx, &tok, &app, &hint)
+	err = c.QueryRow(ctx, sql, args...).Scan(&pid, &idx, &tok, &app, &hint, &ran)
 	if err == nil && register {
 		l.registered(ids)
 	}
@@ -446,7 +477,7 @@ func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration) (h
 	}
 	hd := &handle{
 		l: l, key: keys[i], id: ids[i], token: uint64(*tok), pid: pid, conn: c, since: since,
-		validUntil: lock.ValidUntil(sent, ttl),
+		validUntil: lock.ValidUntil(sent.Add(time.Duration(ran)*time.Microsecond), ttl),
 	}
 	if !l.track(hd) {
 		hd.end()

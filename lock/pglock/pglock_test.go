@@ -2,6 +2,7 @@ package pglock_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strconv"
 	"testing"
@@ -95,5 +96,98 @@ func TestInspectSinceSurvivesExtend(t *testing.T) {
 	}
 	if !g2.Since.Equal(g.Since) || g2.Remaining <= 5*time.Second {
 		t.Fatalf("after Extend(7s): Inspect = %+v, want Since %v and more than 5s remaining", g2, g.Since)
+	}
+}
+
+// waitingFor polls pg_locks until n sessions wait for an advisory lock.
+func waitingFor(t *testing.T, ctx context.Context, c *pgx.Conn, n int) {
+	t.Helper()
+	for {
+		var got int
+		if err := c.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND NOT granted`).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got == n {
+			return
+		}
+		if err := lock.Sleep(ctx, 5*time.Millisecond); err != nil {
+			t.Fatalf("%d waiters in pg_locks, want %d: %v", got, n, err)
+		}
+	}
+}
+
+// lock.Acquire on pglock waits in the server's queue: waiters are served
+// in arrival order, one release wakes one waiter, a cancelled waiter
+// leaves nothing behind, and a grant after a long wait is valid for its
+// ttl from the grant, not from the request.
+func TestAcquireQueued(t *testing.T) {
+	srv := testenv.NewPostgres(t)
+	ctx := ctxFor(t, 30*time.Second)
+	obs := connect(t, srv.DSN())
+	l := newLock(t, srv.DSN())
+	const key, ttl = "queued", 5 * time.Second
+	h, err := l.TryAcquire(ctx, key, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		i int
+		h lock.Handle
+	}
+	got := make(chan result, 3)
+	cancelled := make(chan error, 1)
+	cctx, cancel := context.WithCancel(ctx)
+	for i := range 3 {
+		wctx := ctx
+		if i == 1 {
+			wctx = cctx // the second waiter gives up
+		}
+		wl := newLock(t, srv.DSN())
+		go func() {
+			h, err := lock.Acquire(wctx, wl, key, ttl)
+			if i == 1 {
+				cancelled <- err
+				return
+			}
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			got <- result{i, h}
+		}()
+		waitingFor(t, ctx, obs, i+1)
+	}
+	cancel()
+	if err := <-cancelled; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled waiter: %v", err)
+	}
+	waitingFor(t, ctx, obs, 2)                                    // the cancelled one left the queue
+	if err := lock.Sleep(ctx, 300*time.Millisecond); err != nil { // a long wait for the next grant
+		t.Fatal(err)
+	}
+	released := time.Now()
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first := <-got
+	if first.i != 0 {
+		t.Fatalf("waiter %d served first, want 0 (arrival order)", first.i)
+	}
+	if vu := first.h.ValidUntil(); vu.Before(released.Add(ttl - lock.DriftAllowance(ttl) - 100*time.Millisecond)) {
+		t.Fatalf("ValidUntil %v after the release, want about the ttl %v from the grant", vu.Sub(released), ttl)
+	}
+	if first.h.Token() <= h.Token() {
+		t.Fatalf("token %d after %d", first.h.Token(), h.Token())
+	}
+	waitingFor(t, ctx, obs, 1) // one release woke one waiter
+	if err := first.h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	last := <-got
+	if last.i != 2 {
+		t.Fatalf("waiter %d served, want 2", last.i)
+	}
+	if err := last.h.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -36,11 +36,12 @@ const holders = `pg_locks l JOIN pg_stat_get_activity(NULL) s ON s.pid = l.pid
 	  AND l.database = (SELECT datid FROM pg_stat_get_activity(pg_backend_pid()))`
 
 type statements struct {
-	acquire, acquireRegister [2]string // [0] one key, [1] several
-	extend, release          string
-	inspect, list, force     string
-	setupCheck               string
-	setup                    []string
+	acquire              [3]string // [0] one key, [1] several, [2] one key, queued
+	acquireRegister      [2]string // [0] one key, [1] several; never queued (see AcquireQueued)
+	extend, release      string
+	inspect, list, force string
+	setupCheck           string
+	setup                []string
 }
 
 func buildStatements(schema string, serverMajor int) statements {
@@ -52,7 +53,17 @@ func buildStatements(schema string, serverMajor int) statements {
 	// several a recursive CTE that stops at the first success. idx is its
 	// 1-based index, NULL when none was free or when the session is not the
 	// one the client connected to (then nothing is tried: see ErrPooler).
-	try := func(ids string, several bool) string {
+	//
+	// queued waits in the server's queue for one key instead (pg_advisory_lock):
+	// the subquery keeps the call, which returns void, from being dropped.
+	try := func(ids string, several, queued bool) string {
+		if queued {
+			return `a AS MATERIALIZED (
+	SELECT pg_backend_pid() AS pid,
+	       CASE WHEN $3::bool OR pg_backend_pid() = $2::int4
+	            THEN (SELECT 1 FROM (SELECT pg_advisory_lock((` + ids + `)[1])) AS q) END AS idx
+)`
+		}
 		if !several {
 			return `a AS MATERIALIZED (
 	SELECT pg_backend_pid() AS pid,
@@ -69,16 +80,20 @@ func buildStatements(schema string, serverMajor int) statements {
 	       CASE WHEN $3::bool OR pg_backend_pid() = $2::int4 THEN (SELECT i FROM r WHERE got) END AS idx
 )`
 	}
-	acquire := func(register string, several bool) string {
-		return `WITH ` + try("$1::int8[]", several) + `, ` + register + `t AS MATERIALIZED (
+	// The last column is how long the statement ran before the grant (µs,
+	// the server's clock): the ttl counts from the statement's end, which is
+	// at least that long after the request was sent.
+	acquire := func(register string, several, queued bool) string {
+		return `WITH ` + try("$1::int8[]", several, queued) + `, ` + register + `t AS MATERIALIZED (
 	SELECT pid, idx, CASE WHEN idx IS NOT NULL THEN nextval('` + seq + `'::regclass) END AS tok FROM a
 )
 SELECT pid, idx, tok,
 	CASE WHEN tok IS NOT NULL THEN left(set_config($4::text, $5::text, false), 0)
 		|| set_config('application_name', tok || ' ' || $5::text || ' '
-			|| (extract(epoch FROM statement_timestamp()) * 1000)::int8 || ' ' || $6::text, false) END,
+			|| (extract(epoch FROM clock_timestamp()) * 1000)::int8 || ' ' || $6::text, false) END,
 	CASE WHEN idx IS NULL AND (pid = $2::int4 OR $3::bool) THEN (
-		SELECT min(` + remaining + `) FROM ` + holders + ` AND ` + lockID + ` = ANY($1::int8[])) END
+		SELECT min(` + remaining + `) FROM ` + holders + ` AND ` + lockID + ` = ANY($1::int8[])) END,
+	(extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000000)::int8
 FROM t`
 	}
 	register := `reg AS (
@@ -91,8 +106,8 @@ FROM t`
 		terminate = "pg_terminate_backend(l.pid, 5000)" // waits until the session is gone
 	}
 	return statements{
-		acquire:         [2]string{acquire("", false), acquire("", true)},
-		acquireRegister: [2]string{acquire(register, false), acquire(register, true)},
+		acquire:         [3]string{acquire("", false, false), acquire("", true, false), acquire("", false, true)},
+		acquireRegister: [2]string{acquire(register, false, false), acquire(register, true, false)},
 		// $1 pid at acquire, $2 id, $3 ttl setting, $4 ttl ms, $5 application_name.
 		extend: `WITH h AS MATERIALIZED (
 	SELECT pg_backend_pid() = $1::int4 AND EXISTS (
