@@ -18,7 +18,10 @@
 //  2. claims the tick: a grant on "timer/<name>/tick/<unix ms>" with a ttl
 //     of the interval plus the misfire threshold, never released, so the
 //     first host to claim runs it and every other host sees it taken
-//     (counted as Elsewhere);
+//     (counted as Elsewhere); a claim whose reply comes back later than
+//     the misfire threshold (held up in the network, or retried by the
+//     client) is skipped as a misfire, since the tick's first claim may
+//     have expired before it was granted;
 //  3. takes one of MaxConcurrency slots (a semaphore, "timer/<name>"); when
 //     all are busy the tick is skipped and counted, never queued;
 //  4. runs fn holding the slot, renewing its lease (LeaseTTL), with

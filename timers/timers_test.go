@@ -371,3 +371,59 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("nil Lock: %v", err)
 	}
 }
+
+// slowLock delivers its TryAcquire requests late, as a network that holds
+// packets (or a client that retries) would.
+type slowLock struct {
+	lock.Lock
+	delay time.Duration
+}
+
+func (s slowLock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
+	time.Sleep(s.delay)
+	return s.Lock.TryAcquire(ctx, key, ttl)
+}
+
+// A claim delivered after the tick's earlier claim expired is granted
+// again; the host must not run the tick a second time (chaos found it).
+func TestLateClaimDoesNotRunTheTickAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		time.Sleep(time.Until(epoch))
+		table := memlock.New()
+		var mu sync.Mutex
+		count := map[time.Time]int{}
+		fn := func(ctx context.Context) error {
+			tick, _ := timers.TickFrom(ctx)
+			mu.Lock()
+			count[tick.At]++
+			mu.Unlock()
+			return nil
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 10500*time.Millisecond)
+		defer cancel()
+		var wg sync.WaitGroup
+		var schedulers []*timers.Scheduler
+		// The claim lives interval + threshold = 1.5 s: the slow host's
+		// requests arrive 2 s late.
+		for _, l := range []lock.Lock{table.Share(), slowLock{table.Share(), 2 * time.Second}} {
+			s := timers.New(l)
+			if err := s.Add(timers.Every("late", time.Second, fn)); err != nil {
+				t.Fatal(err)
+			}
+			schedulers = append(schedulers, s)
+			wg.Go(func() { _ = s.Run(ctx) })
+		}
+		wg.Wait()
+		if len(count) < 9 {
+			t.Fatalf("%d ticks ran in 10 s", len(count))
+		}
+		for tick, n := range count {
+			if n != 1 {
+				t.Fatalf("tick %v ran %d times", tick, n)
+			}
+		}
+		if st := schedulers[1].Status()[0]; st.Runs != 0 || st.Skips < 3 {
+			t.Fatalf("the slow host's status: %+v; want its late claims skipped", st)
+		}
+	})
+}
