@@ -46,3 +46,60 @@ func TestCheckerCatchesViolations(t *testing.T) {
 		})
 	}
 }
+
+// The tick checks must be able to fail too.
+func TestTickCheckerCatchesViolations(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	run := func(worker int, tick, from, to int) grant {
+		return grant{Worker: worker, Key: "slot0", Token: uint64(from), Tick: at(tick), Start: at(from), End: at(to), ValidUntil: at(to), Release: "unobserved"}
+	}
+	// Every tick of a 3 s run ran once, at 250 ms intervals.
+	every := func() []grant {
+		var gs []grant
+		for tick := 0; tick <= 3000; tick += 250 {
+			gs = append(gs, run(tick/250%4, tick, tick+5, tick+50))
+		}
+		return gs
+	}
+	base := func(gs []grant) *history {
+		return &history{Interval: 250 * time.Millisecond, Begin: at(0), Finish: at(3000), Grants: gs}
+	}
+	twice := append(every(), run(3, 1000, 1080, 1100))
+	for _, c := range []struct {
+		name string
+		h    *history
+		want string
+	}{
+		{"clean", base(every()), ""},
+		{"a tick ran twice", base(twice), "once per tick"},
+		{"twice across a restart that lost the claim", func() *history { h := base(twice); h.Losses = []time.Time{at(1050)}; return h }(), ""},
+		{"twice, a restart outside the claim window", func() *history { h := base(twice); h.Losses = []time.Time{at(1500)}; return h }(), "once per tick"},
+		{"twice after a reset that frees the claim", func() *history {
+			h := base(twice)
+			h.ResetFrees, h.Cuts = true, []cut{{Worker: 0, Kind: "reset", From: at(1060), To: at(1060)}}
+			return h
+		}(), ""},
+		{"twice after a reset where resets free nothing", func() *history {
+			h := base(twice)
+			h.Cuts = []cut{{Worker: 0, Kind: "reset", From: at(1060), To: at(1060)}}
+			return h
+		}(), "once per tick"},
+		{"most ticks missed", base(every()[:3]), "liveness"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			bad := c.h.checkTicks()
+			switch {
+			case c.want == "" && len(bad) > 0:
+				t.Fatalf("violations in a clean history: %v", bad)
+			case c.want != "" && (len(bad) == 0 || !strings.Contains(strings.Join(bad, "\n"), c.want)):
+				t.Fatalf("want a %q violation, got %v", c.want, bad)
+			}
+		})
+	}
+	// Two runs of one slot that overlap break the concurrency limit.
+	h := base([]grant{run(0, 0, 5, 400), run(1, 250, 255, 300)})
+	if bad := h.check(); len(bad) == 0 || !strings.Contains(strings.Join(bad, "\n"), "limit") {
+		t.Fatalf("overlapping runs with one slot: %v", bad)
+	}
+}

@@ -42,6 +42,7 @@ type config struct {
 	workers  int
 	slots    int  // 0: the lock workload (one key); n: a semaphore of n slots
 	leader   bool // the leader workload: leader.Run with term-stamped writes
+	timers   int  // n > 0: the timers workload, MaxConcurrency n
 }
 
 func chaosConfig(t *testing.T) config {
@@ -65,7 +66,10 @@ func runNemesis(t *testing.T, tg target, c config) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.duration)
 	defer cancel()
 	key := fmt.Sprintf("chaos/%s/%d", tg.name, c.seed)
-	h.Limit = max(c.slots, 1)
+	h.Limit = max(c.slots, c.timers, 1)
+	if c.timers > 0 {
+		h.Interval = timerInterval
+	}
 	fences := map[string]*lock.Fence{}
 	var fencesMu sync.Mutex
 	fenceFor := func(key string) *lock.Fence {
@@ -94,6 +98,10 @@ func runNemesis(t *testing.T, tg target, c config) {
 			}
 			acquire = func(ctx context.Context) (lock.Handle, error) { return sem.Acquire(ctx, tg.ttl) }
 		}
+		if c.timers > 0 {
+			wg.Go(func() { runTimers(ctx, i, l, key, c.timers, tg.ttl, fenceFor, h, stall[i], seed) })
+			continue
+		}
 		if c.leader {
 			wg.Go(func() { lead(ctx, i, l, key, tg.ttl, fenceFor, h, stall[i], seed) })
 			continue
@@ -101,6 +109,7 @@ func runNemesis(t *testing.T, tg target, c config) {
 		wg.Go(func() { work(ctx, i, acquire, tg.ttl, fenceFor, h, stall[i], seed) })
 	}
 	// The nemesis: a fault every so often, healed before the next.
+	h.Begin = time.Now()
 	for ctx.Err() == nil {
 		wait := time.Duration(200+rng.IntN(600)) * time.Millisecond
 		victim := rng.IntN(c.workers)
@@ -141,6 +150,7 @@ func runNemesis(t *testing.T, tg target, c config) {
 		}
 		sleep(ctx, wait)
 	}
+	h.Finish = time.Now()
 	for _, p := range proxies {
 		p.SetMode(faultproxy.Pass)
 		p.SetDelay(0)
@@ -152,7 +162,11 @@ func runNemesis(t *testing.T, tg target, c config) {
 	for _, p := range proxies {
 		p.Close()
 	}
-	if bad := h.check(); len(bad) > 0 {
+	bad := h.check()
+	if c.timers > 0 {
+		bad = append(bad, h.checkTicks()...)
+	}
+	if len(bad) > 0 {
 		path := h.save()
 		for _, b := range bad[:min(len(bad), 10)] {
 			t.Error(b)
