@@ -51,8 +51,8 @@ type history struct {
 	// ResetFrees: a connection reset frees the holder's grant at the
 	// server at once (pglock).
 	ResetFrees bool
-	Relaxed    []string    // documented exceptions in force for this run
-	Losses     []time.Time // restarts that lost every grant (Redis without persistence)
+	Relaxed    []string      // documented exceptions in force for this run
+	Losses     []time.Time   // restarts that lost every grant (Redis without persistence)
 	Interval   time.Duration // the timers workload: the timer's interval
 	Begin      time.Time     // the nemesis started
 	Finish     time.Time     // the nemesis stopped
