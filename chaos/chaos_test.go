@@ -7,10 +7,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold-go/leasehold/internal/testenv"
+	"github.com/leasehold-go/leasehold/jobs"
+	"github.com/leasehold-go/leasehold/jobs/memjobs"
+	"github.com/leasehold-go/leasehold/jobs/pgjobs"
+	"github.com/leasehold-go/leasehold/jobs/redisjobs"
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/etcdlock"
 	"github.com/leasehold-go/leasehold/lock/pglock"
@@ -60,6 +65,14 @@ func redisTarget(t *testing.T) target {
 			return l, func() { _ = l.Close(); _ = c.Close() }
 		},
 		restart: srv.Restart,
+		registry: func(t *testing.T, proxy string) (jobs.Registry, func()) {
+			c := redis.NewClient(&redis.Options{Addr: proxy, DialTimeout: time.Second, ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond})
+			reg, err := redisjobs.New(c, "chaos")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return reg, func() { _ = c.Close() }
+		},
 	}
 }
 
@@ -81,11 +94,25 @@ func postgresTarget(t *testing.T) target {
 			return l, func() { _ = l.Close() }
 		},
 		restart: srv.Restart,
+		registry: func(t *testing.T, proxy string) (jobs.Registry, func()) {
+			_, port, _ := net.SplitHostPort(proxy)
+			dsn := strings.Replace(srv.DSN(), srv.Addr(), "127.0.0.1:"+port, 1) + "&connect_timeout=2"
+			pool, err := pgxpool.New(context.Background(), dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			reg, err := pgjobs.New(pool, "chaos_jobs")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return reg, pool.Close
+		},
 	}
 }
 
 func etcdTarget(t *testing.T) target {
 	srv := testenv.NewEtcd(t)
+	mem := memjobs.New()
 	return target{
 		// etcd keeps leases across a restart (its WAL is fsynced), and
 		// extends them on a new leader: a restart loses no grant.
@@ -102,5 +129,8 @@ func etcdTarget(t *testing.T) target {
 			return l, func() { _ = l.Close(); _ = c.Close() }
 		},
 		restart: srv.Restart,
+		// etcd has no jobs registry: the workers share one in memory, and
+		// only the recovery election runs on etcd.
+		registry: func(*testing.T, string) (jobs.Registry, func()) { return mem, func() {} },
 	}
 }

@@ -56,6 +56,7 @@ type history struct {
 	Interval   time.Duration // the timers workload: the timer's interval
 	Begin      time.Time     // the nemesis started
 	Finish     time.Time     // the nemesis stopped
+	Jobs       *ledger       // the jobs workload
 }
 
 // cut is a connection fault of one worker's client, from From to To.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leasehold-go/leasehold/internal/faultproxy"
+	"github.com/leasehold-go/leasehold/jobs"
 	"github.com/leasehold-go/leasehold/leader"
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/semaphore"
@@ -26,6 +27,9 @@ type target struct {
 	addr    string                                               // the server's host:port, behind the proxies
 	connect func(t *testing.T, proxy string) (lock.Lock, func()) // a Lock whose client dials proxy, and its closer
 	restart func(t testing.TB)                                   // a crash restart of the server
+	// registry is the jobs workload's registry on this backend for a
+	// client that dials proxy, and its closer.
+	registry func(t *testing.T, proxy string) (jobs.Registry, func())
 	// losesGrants: a restart loses the grants (Redis without persistence):
 	// holders across it may overlap their successors until their next
 	// renewal, as redislock's documentation says; fencing still orders them.
@@ -43,6 +47,7 @@ type config struct {
 	slots    int  // 0: the lock workload (one key); n: a semaphore of n slots
 	leader   bool // the leader workload: leader.Run with term-stamped writes
 	timers   int  // n > 0: the timers workload, MaxConcurrency n
+	jobs     bool // the jobs workload: a jobs.Runner per worker, crashes, a completion ledger
 }
 
 func chaosConfig(t *testing.T) config {
@@ -80,6 +85,16 @@ func runNemesis(t *testing.T, tg target, c config) {
 		}
 		return fences[key]
 	}
+	// The jobs workload's workers go on after the nemesis, until the
+	// queue has drained.
+	workCtx, stopWork := context.WithCancel(context.Background())
+	defer stopWork()
+	var q *queue
+	var regs []jobs.Registry
+	if c.jobs {
+		q, h.Jobs = newQueue(), newLedger()
+		go h.Jobs.produce(ctx, q)
+	}
 	proxies := make([]*faultproxy.Proxy, c.workers)
 	stall := make([]chan time.Duration, c.workers)
 	var closers []func()
@@ -97,6 +112,13 @@ func runNemesis(t *testing.T, tg target, c config) {
 				t.Fatal(err)
 			}
 			acquire = func(ctx context.Context) (lock.Handle, error) { return sem.Acquire(ctx, tg.ttl) }
+		}
+		if c.jobs {
+			reg, closeReg := tg.registry(t, proxies[i].Addr())
+			regs = append(regs, reg)
+			closers = append(closers, closeReg)
+			wg.Go(func() { jobWorker(workCtx, i, l, reg, key, q, h.Jobs, stall[i], seed) })
+			continue
 		}
 		if c.timers > 0 {
 			wg.Go(func() { runTimers(ctx, i, l, key, c.timers, tg.ttl, fenceFor, h, stall[i], seed) })
@@ -155,16 +177,30 @@ func runNemesis(t *testing.T, tg target, c config) {
 		p.SetMode(faultproxy.Pass)
 		p.SetDelay(0)
 	}
+	if c.jobs { // the drain: a few recovery intervals at most
+		drain, cancel := context.WithTimeout(context.Background(), 15*jobLease)
+		for drain.Err() == nil && !h.finished(drain, regs[0], q) {
+			sleep(drain, 100*time.Millisecond)
+		}
+		cancel()
+		h.Relaxed = append(h.Relaxed, fmt.Sprintf("drained in %v", time.Since(h.Finish).Round(time.Millisecond)))
+	}
+	stopWork()
 	wg.Wait()
+	bad := h.check()
+	if c.timers > 0 {
+		bad = append(bad, h.checkTicks()...)
+	}
+	if c.jobs {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		bad = append(bad, h.checkJobs(cctx, regs[0], q)...)
+		cancel()
+	}
 	for _, closeFn := range closers {
 		closeFn()
 	}
 	for _, p := range proxies {
 		p.Close()
-	}
-	bad := h.check()
-	if c.timers > 0 {
-		bad = append(bad, h.checkTicks()...)
 	}
 	if len(bad) > 0 {
 		path := h.save()
@@ -189,7 +225,7 @@ func runNemesis(t *testing.T, tg target, c config) {
 		}
 	}
 	t.Logf("%d grants, %d writes (%d accepted), %d faults, exceptions %v", len(h.Grants), len(h.Writes), accepted, len(h.Faults), h.Relaxed)
-	if len(h.Grants) < 3 {
+	if len(h.Grants) < 3 && !c.jobs {
 		t.Fatalf("only %d grants: the run did not exercise the lock", len(h.Grants))
 	}
 }
