@@ -24,12 +24,15 @@ import (
 type target struct {
 	name    string
 	ttl     time.Duration
-	addr    string                                               // the server's host:port, behind the proxies
-	connect func(t *testing.T, proxy string) (lock.Lock, func()) // a Lock whose client dials proxy, and its closer
-	restart func(t testing.TB)                                   // a crash restart of the server
+	addrs   []string                                                 // the server's members' host:port, behind the proxies
+	connect func(t *testing.T, proxies []string) (lock.Lock, func()) // a Lock whose client dials proxies (one per member), and its closer
+	restart func(t testing.TB)                                       // a crash restart of the server
 	// registry is the jobs workload's registry on this backend for a
-	// client that dials proxy, and its closer.
-	registry func(t *testing.T, proxy string) (jobs.Registry, func())
+	// client that dials proxies, and its closer.
+	registry func(t *testing.T, proxies []string) (jobs.Registry, func())
+	// killMember, on a cluster, stops member pick (the leader instead when
+	// leader is set), waits down, and starts it again, noting what it did.
+	killMember func(t *testing.T, pick int, leader bool, down time.Duration, note func(format string, args ...any))
 	// losesGrants: a restart loses the grants (Redis without persistence):
 	// holders across it may overlap their successors until their next
 	// renewal, as redislock's documentation says; fencing still orders them.
@@ -95,14 +98,16 @@ func runNemesis(t *testing.T, tg target, c config) {
 		q, h.Jobs = newQueue(), newLedger()
 		go h.Jobs.produce(ctx, q)
 	}
-	proxies := make([]*faultproxy.Proxy, c.workers)
+	proxies := make([]proxySet, c.workers)
 	stall := make([]chan time.Duration, c.workers)
 	var closers []func()
 	var wg sync.WaitGroup
 	for i := range c.workers {
-		proxies[i] = faultproxy.Start(t, tg.addr)
+		for _, addr := range tg.addrs {
+			proxies[i] = append(proxies[i], faultproxy.Start(t, addr))
+		}
 		stall[i] = make(chan time.Duration, 1)
-		l, closeFn := tg.connect(t, proxies[i].Addr())
+		l, closeFn := tg.connect(t, proxies[i].addrs())
 		closers = append(closers, closeFn)
 		seed := rng.Int64()
 		acquire := func(ctx context.Context) (lock.Handle, error) { return lock.Acquire(ctx, l, key, tg.ttl) }
@@ -114,7 +119,7 @@ func runNemesis(t *testing.T, tg target, c config) {
 			acquire = func(ctx context.Context) (lock.Handle, error) { return sem.Acquire(ctx, tg.ttl) }
 		}
 		if c.jobs {
-			reg, closeReg := tg.registry(t, proxies[i].Addr())
+			reg, closeReg := tg.registry(t, proxies[i].addrs())
 			regs = append(regs, reg)
 			closers = append(closers, closeReg)
 			wg.Go(func() { jobWorker(workCtx, i, l, reg, key, q, h.Jobs, stall[i], seed) })
@@ -132,10 +137,18 @@ func runNemesis(t *testing.T, tg target, c config) {
 	}
 	// The nemesis: a fault every so often, healed before the next.
 	h.Begin = time.Now()
+	kills := 0
 	for ctx.Err() == nil {
 		wait := time.Duration(200+rng.IntN(600)) * time.Millisecond
 		victim := rng.IntN(c.workers)
 		p := proxies[victim]
+		if tg.killMember != nil && (kills == 0 || rng.IntN(3) == 0) { // the first kill stops the leader
+			d := tg.ttl/2 + time.Duration(rng.Int64N(int64(tg.ttl)*2))
+			tg.killMember(t, rng.IntN(len(tg.addrs)), kills == 0 || rng.IntN(2) == 0, d, h.fault)
+			kills++
+			sleep(ctx, wait)
+			continue
+		}
 		switch f := rng.IntN(10); {
 		case f < 3:
 			d := tg.ttl/2 + time.Duration(rng.Int64N(int64(tg.ttl)*2))
@@ -231,6 +244,42 @@ func runNemesis(t *testing.T, tg target, c config) {
 }
 
 func sleep(ctx context.Context, d time.Duration) { _ = lock.Sleep(ctx, d) }
+
+// proxySet is a worker's proxies, one per member of the server; a fault
+// hits them all.
+type proxySet []*faultproxy.Proxy
+
+func (ps proxySet) addrs() []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.Addr())
+	}
+	return out
+}
+
+func (ps proxySet) SetMode(m faultproxy.Mode) {
+	for _, p := range ps {
+		p.SetMode(m)
+	}
+}
+
+func (ps proxySet) SetDelay(d time.Duration) {
+	for _, p := range ps {
+		p.SetDelay(d)
+	}
+}
+
+func (ps proxySet) ResetAll() {
+	for _, p := range ps {
+		p.ResetAll()
+	}
+}
+
+func (ps proxySet) Close() {
+	for _, p := range ps {
+		p.Close()
+	}
+}
 
 // work is one worker: acquire, keep, write under the lease while it is
 // valid, release; or, when the nemesis stalls it, stop looking at the lease
