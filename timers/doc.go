@@ -51,6 +51,11 @@
 //	                                 timeout, then cancels their contexts, and returns when
 //	                                 every slot is released
 //	fn returns an error              retried within the tick (RetryOnError), else counted
+//	backend loses its grants         the tick's claim is lost too: a host that claims the tick
+//	(Redis restart without           again within the misfire threshold runs it a second time;
+//	persistence; PostgreSQL restart, claims that come back later are skipped (reason misfire).
+//	or a reset of the claimer's      Slots are lost as with any grant: the runs learn it at their
+//	connection)                      next renewal (fn's context, cause lock.ErrLost)
 //
 // The fencing token of a run's slot is in its context (lock.TokenFrom), and
 // TickFrom gives the tick, including the claim's token, which grows with
