@@ -407,13 +407,7 @@ func lead(ctx context.Context, id int, l lock.Lock, name string, ttl time.Durati
 	_ = leader.Run(ctx, l, name, func(lctx context.Context) error {
 		term, _ := lock.TokenFrom(lctx)
 		g = grant{Worker: id, Key: leader.Key(name), Token: term, Start: time.Now()}
-		var endMu sync.Mutex
-		var end time.Time
-		stop := context.AfterFunc(lctx, func() {
-			endMu.Lock()
-			end = time.Now()
-			endMu.Unlock()
-		})
+		ended := endOf(lctx)
 		fence := fenceFor(g.Key)
 		resign := time.Now().Add(time.Duration(rng.Int64N(int64(ttl) * 2)))
 		for time.Now().Before(resign) {
@@ -429,17 +423,32 @@ func lead(ctx context.Context, id int, l lock.Lock, name string, ttl time.Durati
 			h.addWrite(write{Worker: id, Key: g.Key, Token: term, At: now, Accepted: accepted})
 			time.Sleep(time.Duration(5+rng.IntN(20)) * time.Millisecond)
 		}
-		stop()
-		endMu.Lock()
-		g.End = end
-		endMu.Unlock()
-		if g.End.IsZero() {
-			g.End = time.Now() // resigned: the lease is released after fn returns
-		}
+		g.End = ended() // or resigned: the lease is released after fn returns
 		if g.LossSeen = errors.Is(context.Cause(lctx), lock.ErrLost); g.LossSeen {
 			g.LossAt = g.End
 		}
 		g.ValidUntil = g.End
 		return nil
 	}, leader.WithLease(ttl), leader.WithRenewEvery(ttl/3), leader.WithRetry(ttl/2), leader.OnDemoted(demoted))
+}
+
+// endOf watches ctx; the function it returns stops watching and returns
+// when ctx ended, or now if it has not.
+func endOf(ctx context.Context) func() time.Time {
+	var mu sync.Mutex
+	var end time.Time
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		end = time.Now()
+		mu.Unlock()
+	})
+	return func() time.Time {
+		stop()
+		mu.Lock()
+		defer mu.Unlock()
+		if end.IsZero() {
+			return time.Now()
+		}
+		return end
+	}
 }

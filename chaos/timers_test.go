@@ -54,13 +54,7 @@ func runTimers(ctx context.Context, id int, l lock.Lock, name string, conc int, 
 		tick, _ := timers.TickFrom(rctx)
 		token, _ := lock.TokenFrom(rctx)
 		g := grant{Worker: id, Key: fmt.Sprintf("slot%d", tick.Slot), Token: token, Start: time.Now(), Tick: tick.At, Release: "unobserved"}
-		var endMu sync.Mutex
-		var end time.Time
-		stop := context.AfterFunc(rctx, func() {
-			endMu.Lock()
-			end = time.Now()
-			endMu.Unlock()
-		})
+		ended := endOf(rctx)
 		fence := fenceFor(g.Key)
 		until := time.Now().Add(randDuration(timerInterval/10, longest))
 		for time.Now().Before(until) {
@@ -76,13 +70,7 @@ func runTimers(ctx context.Context, id int, l lock.Lock, name string, conc int, 
 			h.addWrite(write{Worker: id, Key: g.Key, Token: token, At: now, Accepted: accepted})
 			time.Sleep(randDuration(5*time.Millisecond, 25*time.Millisecond))
 		}
-		stop()
-		endMu.Lock()
-		g.End = end
-		endMu.Unlock()
-		if g.End.IsZero() {
-			g.End = time.Now()
-		}
+		g.End = ended()
 		if g.LossSeen = rctx.Err() != nil; g.LossSeen {
 			g.LossAt = g.End
 		}
