@@ -25,11 +25,17 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-func TestNemesisRedis(t *testing.T) { runNemesis(t, redisTarget(t), chaosConfig(t)) }
+// Each run has servers of its own: runs go in parallel (go test's
+// -parallel, GOMAXPROCS by default, bounds how many at once).
 
-func TestNemesisPostgres(t *testing.T) { runNemesis(t, postgresTarget(t), chaosConfig(t)) }
+func TestNemesisRedis(t *testing.T) { t.Parallel(); runNemesis(t, redisTarget(t), chaosConfig(t)) }
 
-func TestNemesisEtcd(t *testing.T) { runNemesis(t, etcdTarget(t), chaosConfig(t)) }
+func TestNemesisPostgres(t *testing.T) {
+	t.Parallel()
+	runNemesis(t, postgresTarget(t), chaosConfig(t))
+}
+
+func TestNemesisEtcd(t *testing.T) { t.Parallel(); runNemesis(t, etcdTarget(t), chaosConfig(t)) }
 
 // A three-member etcd cluster whose members (the leader among them) the
 // nemesis stops and starts again, besides the proxy faults; each worker
@@ -50,6 +56,7 @@ func TestNemesisEtcdCluster(t *testing.T) {
 func TestNemesisSemaphore(t *testing.T) {
 	for name, tg := range map[string]func(*testing.T) target{"redis": redisTarget, "postgres": postgresTarget, "etcd": etcdTarget} {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			c := chaosConfig(t)
 			c.slots = 3
 			runNemesis(t, tg(t), c)
@@ -61,6 +68,7 @@ func TestNemesisSemaphore(t *testing.T) {
 func TestNemesisLeader(t *testing.T) {
 	for name, tg := range map[string]func(*testing.T) target{"redis": redisTarget, "postgres": postgresTarget, "etcd": etcdTarget} {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			c := chaosConfig(t)
 			c.leader = true
 			runNemesis(t, tg(t), c)
