@@ -4,6 +4,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasehold-go/leasehold/jobs"
+	"github.com/leasehold-go/leasehold/jobs/memjobs"
 )
 
 // The checker must be able to fail: each history below breaks one rule.
@@ -37,6 +40,120 @@ func TestCheckerCatchesViolations(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			bad := c.h.check()
+			switch {
+			case c.want == "" && len(bad) > 0:
+				t.Fatalf("violations in a clean history: %v", bad)
+			case c.want != "" && (len(bad) == 0 || !strings.Contains(strings.Join(bad, "\n"), c.want)):
+				t.Fatalf("want a %q violation, got %v", c.want, bad)
+			}
+		})
+	}
+}
+
+// The tick checks must be able to fail too.
+func TestTickCheckerCatchesViolations(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	run := func(worker int, tick, from, to int) grant {
+		return grant{Worker: worker, Key: "slot0", Token: uint64(from), Tick: at(tick), Start: at(from), End: at(to), ValidUntil: at(to), Release: "unobserved"}
+	}
+	// Every tick of a 3 s run ran once, at 250 ms intervals.
+	every := func() []grant {
+		var gs []grant
+		for tick := 0; tick <= 3000; tick += 250 {
+			gs = append(gs, run(tick/250%4, tick, tick+5, tick+50))
+		}
+		return gs
+	}
+	base := func(gs []grant) *history {
+		return &history{Interval: 250 * time.Millisecond, Begin: at(0), Finish: at(3000), Grants: gs}
+	}
+	twice := append(every(), run(3, 1000, 1080, 1100))
+	for _, c := range []struct {
+		name string
+		h    *history
+		want string
+	}{
+		{"clean", base(every()), ""},
+		{"a tick ran twice", base(twice), "once per tick"},
+		{"twice across a restart that lost the claim", func() *history { h := base(twice); h.Losses = []time.Time{at(1050)}; return h }(), ""},
+		{"twice, a restart outside the claim window", func() *history { h := base(twice); h.Losses = []time.Time{at(1500)}; return h }(), "once per tick"},
+		{"twice after a reset that frees the claim", func() *history {
+			h := base(twice)
+			h.ResetFrees, h.Cuts = true, []cut{{Worker: 0, Kind: "reset", From: at(1060), To: at(1060)}}
+			return h
+		}(), ""},
+		{"twice after a reset where resets free nothing", func() *history {
+			h := base(twice)
+			h.Cuts = []cut{{Worker: 0, Kind: "reset", From: at(1060), To: at(1060)}}
+			return h
+		}(), "once per tick"},
+		{"most ticks missed", base(every()[:3]), "liveness"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			bad := c.h.checkTicks()
+			switch {
+			case c.want == "" && len(bad) > 0:
+				t.Fatalf("violations in a clean history: %v", bad)
+			case c.want != "" && (len(bad) == 0 || !strings.Contains(strings.Join(bad, "\n"), c.want)):
+				t.Fatalf("want a %q violation, got %v", c.want, bad)
+			}
+		})
+	}
+	// Two runs of one slot that overlap break the concurrency limit.
+	h := base([]grant{run(0, 0, 5, 400), run(1, 250, 255, 300)})
+	if bad := h.check(); len(bad) == 0 || !strings.Contains(strings.Join(bad, "\n"), "limit") {
+		t.Fatalf("overlapping runs with one slot: %v", bad)
+	}
+}
+
+// The jobs ledger's checks must be able to fail too.
+func TestJobsCheckerCatchesViolations(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	// Two jobs submitted; job-0000 completed; f sets job-0001's fate.
+	ledgerWith := func(f func(h *history)) *history {
+		lg := newLedger()
+		lg.Submitted = 2
+		lg.Completed["job-0000"] = 1
+		h := &history{Jobs: lg}
+		f(h)
+		return h
+	}
+	for _, c := range []struct {
+		name    string
+		h       *history
+		tracked bool // job-0001 is still tracked in the registry
+		want    string
+	}{
+		{"clean", ledgerWith(func(h *history) { h.Jobs.Completed["job-0001"] = 2 }), false, ""},
+		{"lost", ledgerWith(func(*history) {}), false, "job lost"},
+		{"still in flight", ledgerWith(func(*history) {}), true, "in flight"},
+		{"stale Done, no fault", ledgerWith(func(h *history) {
+			h.Jobs.Unsure = []doneCall{{Worker: 1, ID: "job-0001", From: at(0), To: at(10), Result: "stale"}}
+		}), false, "job lost"},
+		{"stale Done during a fault", ledgerWith(func(h *history) {
+			h.Jobs.Unsure = []doneCall{{Worker: 1, ID: "job-0001", From: at(0), To: at(10), Result: "stale"}}
+			h.Cuts = []cut{{Worker: 1, Kind: "blackhole", From: at(5), To: at(300)}}
+		}), false, ""},
+		{"unanswered Done", ledgerWith(func(h *history) {
+			h.Jobs.Unsure = []doneCall{{Worker: 1, ID: "job-0001", From: at(0), To: at(10), Result: "i/o timeout"}}
+		}), false, ""},
+		{"lost by a restart that lost the registry", ledgerWith(func(h *history) {
+			h.Jobs.Tracked["job-0001"] = at(0)
+			h.Losses = []time.Time{at(100)}
+		}), false, ""},
+		{"dead within MaxRetries", ledgerWith(func(h *history) { h.Jobs.Dead["job-0001"] = jobMaxRetries }), false, "buried"},
+		{"dead after MaxRetries", ledgerWith(func(h *history) { h.Jobs.Dead["job-0001"] = jobMaxRetries + 1 }), false, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			reg := memjobs.New()
+			if c.tracked {
+				if _, err := reg.Track(t.Context(), jobs.Job{ID: "job-0001"}, time.Hour); err != nil {
+					t.Fatal(err)
+				}
+			}
+			bad := c.h.checkJobs(t.Context(), reg, newQueue())
 			switch {
 			case c.want == "" && len(bad) > 0:
 				t.Fatalf("violations in a clean history: %v", bad)

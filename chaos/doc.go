@@ -4,6 +4,16 @@
 // holders past their ttl, while workers contend for a key and write to a
 // fenced resource; afterwards a checker goes through the recorded history.
 //
+// The workloads: the lock with a fenced resource; the semaphore (3 slots);
+// the leader with term-stamped writes; the timers (every worker runs the
+// same timer on its own scheduler, MaxConcurrency 1 and 2; the checker
+// counts runs per tick, their overlap per slot, and a liveness floor); the
+// jobs (a jobs.Runner per worker over the backend's registry — memjobs on
+// etcd —, workers that crash, and a completion ledger checked after a
+// bounded drain). A three-member etcd cluster run stops and starts members,
+// the leader first; TestPostgresHalfOpenHolder silences a PostgreSQL
+// holder's connection past its ttl.
+//
 // It has no code outside its tests. `go test ./chaos/` runs a short seeded
 // slice; LEASEHOLD_CHAOS=1 runs the long tier (a minute per backend);
 // LEASEHOLD_CHAOS_SEED=N replays one seed. A failing run prints its seed and

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leasehold-go/leasehold/internal/faultproxy"
+	"github.com/leasehold-go/leasehold/jobs"
 	"github.com/leasehold-go/leasehold/leader"
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/semaphore"
@@ -23,9 +24,15 @@ import (
 type target struct {
 	name    string
 	ttl     time.Duration
-	addr    string                                               // the server's host:port, behind the proxies
-	connect func(t *testing.T, proxy string) (lock.Lock, func()) // a Lock whose client dials proxy, and its closer
-	restart func(t testing.TB)                                   // a crash restart of the server
+	addrs   []string                                                 // the server's members' host:port, behind the proxies
+	connect func(t *testing.T, proxies []string) (lock.Lock, func()) // a Lock whose client dials proxies (one per member), and its closer
+	restart func(t testing.TB)                                       // a crash restart of the server
+	// registry is the jobs workload's registry on this backend for a
+	// client that dials proxies, and its closer.
+	registry func(t *testing.T, proxies []string) (jobs.Registry, func())
+	// killMember, on a cluster, stops member pick (the leader instead when
+	// leader is set), waits down, and starts it again, noting what it did.
+	killMember func(t *testing.T, pick int, leader bool, down time.Duration, note func(format string, args ...any))
 	// losesGrants: a restart loses the grants (Redis without persistence):
 	// holders across it may overlap their successors until their next
 	// renewal, as redislock's documentation says; fencing still orders them.
@@ -42,6 +49,8 @@ type config struct {
 	workers  int
 	slots    int  // 0: the lock workload (one key); n: a semaphore of n slots
 	leader   bool // the leader workload: leader.Run with term-stamped writes
+	timers   int  // n > 0: the timers workload, MaxConcurrency n
+	jobs     bool // the jobs workload: a jobs.Runner per worker, crashes, a completion ledger
 }
 
 func chaosConfig(t *testing.T) config {
@@ -65,7 +74,10 @@ func runNemesis(t *testing.T, tg target, c config) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.duration)
 	defer cancel()
 	key := fmt.Sprintf("chaos/%s/%d", tg.name, c.seed)
-	h.Limit = max(c.slots, 1)
+	h.Limit = max(c.slots, c.timers, 1)
+	if c.timers > 0 {
+		h.Interval = timerInterval
+	}
 	fences := map[string]*lock.Fence{}
 	var fencesMu sync.Mutex
 	fenceFor := func(key string) *lock.Fence {
@@ -76,14 +88,26 @@ func runNemesis(t *testing.T, tg target, c config) {
 		}
 		return fences[key]
 	}
-	proxies := make([]*faultproxy.Proxy, c.workers)
+	// The jobs workload's workers go on after the nemesis, until the
+	// queue has drained.
+	workCtx, stopWork := context.WithCancel(context.Background())
+	defer stopWork()
+	var q *queue
+	var regs []jobs.Registry
+	if c.jobs {
+		q, h.Jobs = newQueue(), newLedger()
+		go h.Jobs.produce(ctx, q)
+	}
+	proxies := make([]proxySet, c.workers)
 	stall := make([]chan time.Duration, c.workers)
 	var closers []func()
 	var wg sync.WaitGroup
 	for i := range c.workers {
-		proxies[i] = faultproxy.Start(t, tg.addr)
+		for _, addr := range tg.addrs {
+			proxies[i] = append(proxies[i], faultproxy.Start(t, addr))
+		}
 		stall[i] = make(chan time.Duration, 1)
-		l, closeFn := tg.connect(t, proxies[i].Addr())
+		l, closeFn := tg.connect(t, proxies[i].addrs())
 		closers = append(closers, closeFn)
 		seed := rng.Int64()
 		acquire := func(ctx context.Context) (lock.Handle, error) { return lock.Acquire(ctx, l, key, tg.ttl) }
@@ -94,6 +118,17 @@ func runNemesis(t *testing.T, tg target, c config) {
 			}
 			acquire = func(ctx context.Context) (lock.Handle, error) { return sem.Acquire(ctx, tg.ttl) }
 		}
+		if c.jobs {
+			reg, closeReg := tg.registry(t, proxies[i].addrs())
+			regs = append(regs, reg)
+			closers = append(closers, closeReg)
+			wg.Go(func() { jobWorker(workCtx, i, l, reg, key, q, h.Jobs, stall[i], seed) })
+			continue
+		}
+		if c.timers > 0 {
+			wg.Go(func() { runTimers(ctx, i, l, key, c.timers, tg.ttl, fenceFor, h, stall[i], seed) })
+			continue
+		}
 		if c.leader {
 			wg.Go(func() { lead(ctx, i, l, key, tg.ttl, fenceFor, h, stall[i], seed) })
 			continue
@@ -101,10 +136,19 @@ func runNemesis(t *testing.T, tg target, c config) {
 		wg.Go(func() { work(ctx, i, acquire, tg.ttl, fenceFor, h, stall[i], seed) })
 	}
 	// The nemesis: a fault every so often, healed before the next.
+	h.Begin = time.Now()
+	kills := 0
 	for ctx.Err() == nil {
 		wait := time.Duration(200+rng.IntN(600)) * time.Millisecond
 		victim := rng.IntN(c.workers)
 		p := proxies[victim]
+		if tg.killMember != nil && (kills == 0 || rng.IntN(3) == 0) { // the first kill stops the leader
+			d := tg.ttl/2 + time.Duration(rng.Int64N(int64(tg.ttl)*2))
+			tg.killMember(t, rng.IntN(len(tg.addrs)), kills == 0 || rng.IntN(2) == 0, d, h.fault)
+			kills++
+			sleep(ctx, wait)
+			continue
+		}
 		switch f := rng.IntN(10); {
 		case f < 3:
 			d := tg.ttl/2 + time.Duration(rng.Int64N(int64(tg.ttl)*2))
@@ -141,18 +185,37 @@ func runNemesis(t *testing.T, tg target, c config) {
 		}
 		sleep(ctx, wait)
 	}
+	h.Finish = time.Now()
 	for _, p := range proxies {
 		p.SetMode(faultproxy.Pass)
 		p.SetDelay(0)
 	}
+	if c.jobs { // the drain: a few recovery intervals at most
+		drain, cancel := context.WithTimeout(context.Background(), 15*jobLease)
+		for drain.Err() == nil && !h.finished(drain, regs[0], q) {
+			sleep(drain, 100*time.Millisecond)
+		}
+		cancel()
+		h.Relaxed = append(h.Relaxed, fmt.Sprintf("drained in %v", time.Since(h.Finish).Round(time.Millisecond)))
+	}
+	stopWork()
 	wg.Wait()
+	bad := h.check()
+	if c.timers > 0 {
+		bad = append(bad, h.checkTicks()...)
+	}
+	if c.jobs {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		bad = append(bad, h.checkJobs(cctx, regs[0], q)...)
+		cancel()
+	}
 	for _, closeFn := range closers {
 		closeFn()
 	}
 	for _, p := range proxies {
 		p.Close()
 	}
-	if bad := h.check(); len(bad) > 0 {
+	if len(bad) > 0 {
 		path := h.save()
 		for _, b := range bad[:min(len(bad), 10)] {
 			t.Error(b)
@@ -175,12 +238,48 @@ func runNemesis(t *testing.T, tg target, c config) {
 		}
 	}
 	t.Logf("%d grants, %d writes (%d accepted), %d faults, exceptions %v", len(h.Grants), len(h.Writes), accepted, len(h.Faults), h.Relaxed)
-	if len(h.Grants) < 3 {
+	if len(h.Grants) < 3 && !c.jobs {
 		t.Fatalf("only %d grants: the run did not exercise the lock", len(h.Grants))
 	}
 }
 
 func sleep(ctx context.Context, d time.Duration) { _ = lock.Sleep(ctx, d) }
+
+// proxySet is a worker's proxies, one per member of the server; a fault
+// hits them all.
+type proxySet []*faultproxy.Proxy
+
+func (ps proxySet) addrs() []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.Addr())
+	}
+	return out
+}
+
+func (ps proxySet) SetMode(m faultproxy.Mode) {
+	for _, p := range ps {
+		p.SetMode(m)
+	}
+}
+
+func (ps proxySet) SetDelay(d time.Duration) {
+	for _, p := range ps {
+		p.SetDelay(d)
+	}
+}
+
+func (ps proxySet) ResetAll() {
+	for _, p := range ps {
+		p.ResetAll()
+	}
+}
+
+func (ps proxySet) Close() {
+	for _, p := range ps {
+		p.Close()
+	}
+}
 
 // work is one worker: acquire, keep, write under the lease while it is
 // valid, release; or, when the nemesis stalls it, stop looking at the lease
@@ -308,13 +407,7 @@ func lead(ctx context.Context, id int, l lock.Lock, name string, ttl time.Durati
 	_ = leader.Run(ctx, l, name, func(lctx context.Context) error {
 		term, _ := lock.TokenFrom(lctx)
 		g = grant{Worker: id, Key: leader.Key(name), Token: term, Start: time.Now()}
-		var endMu sync.Mutex
-		var end time.Time
-		stop := context.AfterFunc(lctx, func() {
-			endMu.Lock()
-			end = time.Now()
-			endMu.Unlock()
-		})
+		ended := endOf(lctx)
 		fence := fenceFor(g.Key)
 		resign := time.Now().Add(time.Duration(rng.Int64N(int64(ttl) * 2)))
 		for time.Now().Before(resign) {
@@ -330,17 +423,32 @@ func lead(ctx context.Context, id int, l lock.Lock, name string, ttl time.Durati
 			h.addWrite(write{Worker: id, Key: g.Key, Token: term, At: now, Accepted: accepted})
 			time.Sleep(time.Duration(5+rng.IntN(20)) * time.Millisecond)
 		}
-		stop()
-		endMu.Lock()
-		g.End = end
-		endMu.Unlock()
-		if g.End.IsZero() {
-			g.End = time.Now() // resigned: the lease is released after fn returns
-		}
+		g.End = ended() // or resigned: the lease is released after fn returns
 		if g.LossSeen = errors.Is(context.Cause(lctx), lock.ErrLost); g.LossSeen {
 			g.LossAt = g.End
 		}
 		g.ValidUntil = g.End
 		return nil
 	}, leader.WithLease(ttl), leader.WithRenewEvery(ttl/3), leader.WithRetry(ttl/2), leader.OnDemoted(demoted))
+}
+
+// endOf watches ctx; the function it returns stops watching and returns
+// when ctx ended, or now if it has not.
+func endOf(ctx context.Context) func() time.Time {
+	var mu sync.Mutex
+	var end time.Time
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		end = time.Now()
+		mu.Unlock()
+	})
+	return func() time.Time {
+		stop()
+		mu.Lock()
+		defer mu.Unlock()
+		if end.IsZero() {
+			return time.Now()
+		}
+		return end
+	}
 }

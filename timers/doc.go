@@ -18,7 +18,10 @@
 //  2. claims the tick: a grant on "timer/<name>/tick/<unix ms>" with a ttl
 //     of the interval plus the misfire threshold, never released, so the
 //     first host to claim runs it and every other host sees it taken
-//     (counted as Elsewhere);
+//     (counted as Elsewhere); a claim whose reply comes back later than
+//     the misfire threshold (held up in the network, or retried by the
+//     client) is skipped as a misfire, since the tick's first claim may
+//     have expired before it was granted;
 //  3. takes one of MaxConcurrency slots (a semaphore, "timer/<name>"); when
 //     all are busy the tick is skipped and counted, never queued;
 //  4. runs fn holding the slot, renewing its lease (LeaseTTL), with
@@ -48,6 +51,11 @@
 //	                                 timeout, then cancels their contexts, and returns when
 //	                                 every slot is released
 //	fn returns an error              retried within the tick (RetryOnError), else counted
+//	backend loses its grants         the tick's claim is lost too: a host that claims the tick
+//	(Redis restart without           again within the misfire threshold runs it a second time;
+//	persistence; PostgreSQL restart, claims that come back later are skipped (reason misfire).
+//	or a reset of the claimer's      Slots are lost as with any grant: the runs learn it at their
+//	connection)                      next renewal (fn's context, cause lock.ErrLost)
 //
 // The fencing token of a run's slot is in its context (lock.TokenFrom), and
 // TickFrom gives the tick, including the claim's token, which grows with

@@ -236,6 +236,15 @@ func (e *entry) tick(ctx, runCtx context.Context, runs *sync.WaitGroup, at time.
 		e.skip(ctx, at, "error", err.Error())
 		return
 	}
+	// The claim proves the tick unclaimed only if it was granted while the
+	// earlier claims of this tick were still alive, and they live from at
+	// least at to at + interval + threshold: a grant that came back after
+	// the threshold (a request held up in the network, retried by the
+	// client) may have outlived them, and another host may have run it.
+	if late := e.s.set.clock().Sub(at); late > e.t.misfireAt(at) {
+		e.skip(ctx, at, "misfire", fmt.Sprintf("the claim came back %v late", late.Round(time.Millisecond)))
+		return
+	}
 	lease := e.t.leaseFor(at)
 	permit, err := e.sem.TryAcquire(ctx, lease)
 	switch {

@@ -257,15 +257,8 @@ func TestOncePerTickAcrossSkewedHosts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		time.Sleep(time.Until(epoch))
 		table := memlock.New()
-		var mu sync.Mutex
-		count := map[time.Time]int{}
-		fn := func(ctx context.Context) error {
-			tick, _ := timers.TickFrom(ctx)
-			mu.Lock()
-			count[tick.At]++
-			mu.Unlock()
-			return nil
-		}
+		var count tickCount
+		fn := count.fn
 		var wg sync.WaitGroup
 		ctx, cancel := context.WithTimeout(t.Context(), 30500*time.Millisecond)
 		defer cancel()
@@ -282,14 +275,7 @@ func TestOncePerTickAcrossSkewedHosts(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		if len(count) < 29 {
-			t.Fatalf("%d ticks ran in 30 s", len(count))
-		}
-		for tick, n := range count {
-			if n != 1 {
-				t.Fatalf("tick %v ran %d times", tick, n)
-			}
-		}
+		count.onceEach(t, 29)
 		var elsewhere int64
 		for _, s := range schedulers {
 			elsewhere += s.Status()[0].Elsewhere
@@ -370,4 +356,78 @@ func TestBadInput(t *testing.T) {
 	if err := timers.New(nil).Add(timers.Every("x", time.Second, fn)); !errors.Is(err, lock.ErrInvalidArgument) {
 		t.Errorf("nil Lock: %v", err)
 	}
+}
+
+// tickCount counts the runs of each tick.
+type tickCount struct {
+	mu sync.Mutex
+	n  map[time.Time]int
+}
+
+func (c *tickCount) fn(ctx context.Context) error {
+	tick, _ := timers.TickFrom(ctx)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[time.Time]int{}
+	}
+	c.n[tick.At]++
+	return nil
+}
+
+// onceEach fails unless at least min ticks ran, each once.
+func (c *tickCount) onceEach(t *testing.T, min int) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.n) < min {
+		t.Fatalf("%d ticks ran, want at least %d", len(c.n), min)
+	}
+	for tick, n := range c.n {
+		if n != 1 {
+			t.Fatalf("tick %v ran %d times", tick, n)
+		}
+	}
+}
+
+// slowLock delivers its TryAcquire requests late, as a network that holds
+// packets (or a client that retries) would.
+type slowLock struct {
+	lock.Lock
+	delay time.Duration
+}
+
+func (s slowLock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
+	time.Sleep(s.delay)
+	return s.Lock.TryAcquire(ctx, key, ttl)
+}
+
+// A claim delivered after the tick's earlier claim expired is granted
+// again; the host must not run the tick a second time (chaos found it).
+func TestLateClaimDoesNotRunTheTickAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		time.Sleep(time.Until(epoch))
+		table := memlock.New()
+		var count tickCount
+		fn := count.fn
+		ctx, cancel := context.WithTimeout(t.Context(), 10500*time.Millisecond)
+		defer cancel()
+		var wg sync.WaitGroup
+		var schedulers []*timers.Scheduler
+		// The claim lives interval + threshold = 1.5 s: the slow host's
+		// requests arrive 2 s late.
+		for _, l := range []lock.Lock{table.Share(), slowLock{table.Share(), 2 * time.Second}} {
+			s := timers.New(l)
+			if err := s.Add(timers.Every("late", time.Second, fn)); err != nil {
+				t.Fatal(err)
+			}
+			schedulers = append(schedulers, s)
+			wg.Go(func() { _ = s.Run(ctx) })
+		}
+		wg.Wait()
+		count.onceEach(t, 9)
+		if st := schedulers[1].Status()[0]; st.Runs != 0 || st.Skips < 3 {
+			t.Fatalf("the slow host's status: %+v; want its late claims skipped", st)
+		}
+	})
 }

@@ -20,6 +20,15 @@
 // Durability is Redis's: without AOF (appendfsync everysec or always) a
 // restart loses the registry, and with it the knowledge of what was in
 // flight. Run the registry's Redis with persistence.
+//
+// # Client retries
+//
+// go-redis retries a command whose reply was lost (MaxRetries, 3 by
+// default). The scripts are safe to retry, but the outcome may be the
+// retry's: a Done that took effect is retried, finds the entry gone and
+// returns jobs.ErrStale — the job finished and is not run again, but the
+// worker is told it was reclaimed. Build the client with MaxRetries: -1
+// for exact outcomes (the chaos tests record such Done calls).
 package redisjobs
 
 import (
