@@ -66,13 +66,16 @@
 // are recorded once per key and Lock instance, for List; delete old rows
 // of leasehold_keys at will, only List reads them.
 //
-// The objects, for a DBA to create beforehand:
+// The objects, for a DBA to create beforehand (SetupStatements prints the
+// exact statements):
 //
 //	CREATE SEQUENCE leasehold_tokens AS bigint MINVALUE 1;
 //	CREATE TABLE leasehold_keys (id bigint PRIMARY KEY, namespace text NOT NULL, key bytea NOT NULL);
+//	CREATE FUNCTION leasehold_remaining_v1(ids bigint[]) ... -- the holders' remaining ttl
 //
-// with USAGE on the sequence and SELECT, INSERT on the table for the
-// application's role (WithSchema puts them in a schema).
+// with USAGE on the sequence, SELECT, INSERT on the table and EXECUTE on
+// the function for the application's role (WithSchema puts them in a
+// schema).
 //
 // # Waiting
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -102,4 +103,15 @@ func ExampleID() {
 	// SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1
 	//   AND ((classid::int8 << 32) | objid::int8) = <id>;
 	fmt.Println(pglock.ID(pglock.DefaultNamespace, "reports/daily"))
+}
+
+// The statements that create pglock's objects, for a DBA.
+func ExampleSetupStatements() {
+	for _, stmt := range pglock.SetupStatements("locks") {
+		fmt.Println(strings.TrimSpace(strings.SplitN(stmt, "(", 2)[0]))
+	}
+	// Output:
+	// CREATE SEQUENCE IF NOT EXISTS "locks"."leasehold_tokens" AS bigint MINVALUE 1
+	// CREATE TABLE IF NOT EXISTS "locks"."leasehold_keys"
+	// CREATE FUNCTION "locks"."leasehold_remaining_v1"
 }

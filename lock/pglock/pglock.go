@@ -174,6 +174,13 @@ func New(pool *pgxpool.Pool, opts ...lock.Option) (*Lock, error) {
 
 // NewFromDSN makes a pool from dsn (pgxpool syntax; pool_max_conns defaults
 // to DefaultMaxConns here) and returns a Lock over it. Close closes the pool.
+//
+// Its sessions run with plan_cache_mode=force_generic_plan (set when
+// pglock first uses a connection): the server then plans each prepared
+// statement once per session. Left to choose, it plans the acquire
+// statement anew on every run, which costs about as much as the rest of
+// the acquire. A pool passed to New is left as it is: give its sessions
+// the same setting if nothing else that runs on them minds.
 func NewFromDSN(ctx context.Context, dsn string, opts ...lock.Option) (*Lock, error) {
 	if err := lock.CheckContext(ctx); err != nil {
 		return nil, err
@@ -185,6 +192,7 @@ func NewFromDSN(ctx context.Context, dsn string, opts ...lock.Option) (*Lock, er
 	if !strings.Contains(dsn, "pool_max_conns") {
 		pcfg.MaxConns = DefaultMaxConns
 	}
+
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, lock.Unavailable("pglock: connect", err)
@@ -275,7 +283,8 @@ func (l *Lock) setup(ctx context.Context, create bool) error {
 	if create || !exists {
 		for _, stmt := range probe.setup {
 			// Concurrent CREATE ... IF NOT EXISTS can still collide in the
-			// catalogs (23505, 42P07): the object exists then. The commit
+			// catalogs (23505, 42P07), and CREATE FUNCTION finds it made
+			// (42723): the object exists then. The commit
 			// is synchronous: a sequence lost in a crash would restart the
 			// tokens.
 			err := pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
@@ -285,7 +294,7 @@ func (l *Lock) setup(ctx context.Context, create bool) error {
 				_, err := tx.Exec(ctx, stmt)
 				return err
 			})
-			if err != nil && !isCode(err, "23505", "42P07") {
+			if err != nil && !isCode(err, "23505", "42P07", "42723") {
 				return lock.Unavailable("pglock: setup: "+stmt, err)
 			}
 		}
@@ -412,12 +421,20 @@ func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration, qu
 	if queued {
 		variant = 2
 	}
-	sql, args := l.sql.acquire[variant], []any{ids, expect, l.pooled, l.ttlGUC, ttlMS, l.appOwner}
+	var idArg any = ids // several keys: arrays; one: scalars (see buildStatements)
+	if variant != 1 {
+		idArg = ids[0]
+	}
+	sql, args := l.sql.acquire[variant], []any{idArg, expect, l.pooled, l.ttlGUC, ttlMS, l.appOwner}
 	register := !queued && l.unregistered(ids)
 	if register {
-		names := make([][]byte, len(keys))
-		for i, k := range keys {
-			names[i] = []byte(k)
+		var names any = []byte(keys[0])
+		if variant == 1 {
+			n := make([][]byte, len(keys))
+			for i, k := range keys {
+				n[i] = []byte(k)
+			}
+			names = n
 		}
 		sql, args = l.sql.acquireRegister[variant], append(args, names, l.namespace)
 	}
@@ -445,7 +462,7 @@ func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration, qu
 		if isCode(err, "53200") {
 			return nil, fmt.Errorf("%w: %w: acquire %q: %w", lock.ErrUnavailable, ErrLockTableFull, keys[0], err)
 		}
-		if isCode(err, "42P01", "42704") { // the sequence or table was dropped
+		if isCode(err, "42P01", "42704", "42883") { // the sequence, table or function was dropped
 			l.setupMu.Lock()
 			l.setupOK = false
 			l.setupMu.Unlock()
@@ -507,7 +524,11 @@ func (l *Lock) prepare(ctx context.Context, c *pgxpool.Conn) error {
 		}
 		return lock.Unavailable("pglock: preparing a connection", err)
 	}
-	if _, err := c.Exec(ctx, "SELECT set_config('synchronous_commit', 'on', false)"); err != nil {
+	setup := "SELECT set_config('synchronous_commit', 'on', false)"
+	if l.ownsPool { // see NewFromDSN
+		setup += ", set_config('plan_cache_mode', 'force_generic_plan', false)"
+	}
+	if _, err := c.Exec(ctx, setup); err != nil {
 		return fail(err)
 	}
 	for _, sql := range []string{l.sql.acquire[0], l.sql.acquireRegister[0], l.sql.extend, l.sql.release} {

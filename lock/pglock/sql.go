@@ -47,34 +47,52 @@ type statements struct {
 func buildStatements(schema string, serverMajor int) statements {
 	seq := qualified(schema, "leasehold_tokens")
 	keys := qualified(schema, "leasehold_keys")
-	// $1 ids, $2 the backend pid the client was told, $3 pooler allowed,
-	// $4 ttl setting name, $5 ttl ms, $6 owner, [$7 key names, $8 namespace].
+	// fn reports the shortest remaining ttl of the holders of some ids. A
+	// function, so that the acquire statements' plans stay small: every run
+	// initialises its whole plan, and the join on pg_locks would cost more
+	// than the rest of an acquire; PL/pgSQL plans the query once per session.
+	fn := qualified(schema, "leasehold_remaining_v1")
+	// $1 the id (one key) or ids, $2 the backend pid the client was told,
+	// $3 pooler allowed, $4 ttl setting name, $5 ttl ms, $6 owner, [$7 the
+	// key name or names, $8 namespace].
+	//
+	// The statements for one key take scalars, not arrays: with nothing in
+	// the parameters to change the planner's estimates, the server switches
+	// to the prepared statement's generic plan after five runs instead of
+	// planning every run anew, which costs more than the rest of the work.
+	//
 	// try takes the first free of the keys: for one key a plain call, for
 	// several a recursive CTE that stops at the first success. idx is its
 	// 1-based index, NULL when none was free or when the session is not the
 	// one the client connected to (then nothing is tried: see ErrPooler).
-	//
-	// queued waits in the server's queue for one key instead (pg_advisory_lock):
-	// the subquery keeps the call, which returns void, from being dropped.
-	try := func(ids string, several, queued bool) string {
-		if queued {
+	// queued waits in the server's queue for one key instead
+	// (pg_advisory_lock): the subquery keeps the call, which returns void,
+	// from being dropped.
+	type shape int
+	const (
+		one shape = iota
+		several
+		queued
+	)
+	try := func(sh shape) string {
+		switch sh {
+		case queued:
 			return `a AS MATERIALIZED (
 	SELECT pg_backend_pid() AS pid,
 	       CASE WHEN $3::bool OR pg_backend_pid() = $2::int4
-	            THEN (SELECT 1 FROM (SELECT pg_advisory_lock((` + ids + `)[1])) AS q) END AS idx
+	            THEN (SELECT 1 FROM (SELECT pg_advisory_lock($1::int8)) AS q) END AS idx
 )`
-		}
-		if !several {
+		case one:
 			return `a AS MATERIALIZED (
 	SELECT pg_backend_pid() AS pid,
-	       CASE WHEN ($3::bool OR pg_backend_pid() = $2::int4) AND pg_try_advisory_lock((` + ids + `)[1]) THEN 1 END AS idx
+	       CASE WHEN ($3::bool OR pg_backend_pid() = $2::int4) AND pg_try_advisory_lock($1::int8) THEN 1 END AS idx
 )`
 		}
 		return `RECURSIVE r(i, got) AS (
 	SELECT 0, false
 	UNION ALL
-	SELECT i + 1, pg_try_advisory_lock((` + ids + `)[i + 1]) FROM r
-	 WHERE NOT got AND i < cardinality(` + ids + `)
+	SELECT i + 1, pg_try_advisory_lock(($1::int8[])[i + 1]) FROM r
+	 WHERE NOT got AND i < cardinality($1::int8[])
 ), a AS MATERIALIZED (
 	SELECT pg_backend_pid() AS pid,
 	       CASE WHEN $3::bool OR pg_backend_pid() = $2::int4 THEN (SELECT i FROM r WHERE got) END AS idx
@@ -83,8 +101,20 @@ func buildStatements(schema string, serverMajor int) statements {
 	// The last column is how long the statement ran before the grant (µs,
 	// the server's clock): the ttl counts from the statement's end, which is
 	// at least that long after the request was sent.
-	acquire := func(register string, several, queued bool) string {
-		return `WITH ` + try("$1::int8[]", several, queued) + `, ` + register + `t AS MATERIALIZED (
+	acquire := func(sh shape, register bool) string {
+		ids, names, idArray := `$1::int8`, `$7::bytea`, `ARRAY[$1::int8]`
+		if sh == several {
+			ids, names, idArray = `unnest($1::int8[])`, `unnest($7::bytea[])`, `$1::int8[]`
+		}
+		reg := ""
+		if register {
+			reg = `reg AS (
+	INSERT INTO ` + keys + ` (id, namespace, key)
+	SELECT u.id, $8::text, u.key FROM (SELECT ` + ids + ` AS id, ` + names + ` AS key) AS u
+	ON CONFLICT (id) DO NOTHING
+), `
+		}
+		return `WITH ` + try(sh) + `, ` + reg + `t AS MATERIALIZED (
 	SELECT pid, idx, CASE WHEN idx IS NOT NULL THEN nextval('` + seq + `'::regclass) END AS tok FROM a
 )
 SELECT pid, idx, tok,
@@ -92,22 +122,17 @@ SELECT pid, idx, tok,
 		|| set_config('application_name', tok || ' ' || $5::text || ' '
 			|| (extract(epoch FROM clock_timestamp()) * 1000)::int8 || ' ' || $6::text, false) END,
 	CASE WHEN idx IS NULL AND (pid = $2::int4 OR $3::bool) THEN (
-		SELECT min(` + remaining + `) FROM ` + holders + ` AND ` + lockID + ` = ANY($1::int8[])) END,
+		SELECT ` + fn + `(` + idArray + `)) END,
 	(extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000000)::int8
 FROM t`
 	}
-	register := `reg AS (
-	INSERT INTO ` + keys + ` (id, namespace, key)
-	SELECT id, $8::text, key FROM unnest($1::int8[], $7::bytea[]) AS u(id, key)
-	ON CONFLICT (id) DO NOTHING
-), `
 	terminate := "pg_terminate_backend(l.pid)"
 	if serverMajor >= 14 {
 		terminate = "pg_terminate_backend(l.pid, 5000)" // waits until the session is gone
 	}
 	return statements{
-		acquire:         [3]string{acquire("", false, false), acquire("", true, false), acquire("", false, true)},
-		acquireRegister: [2]string{acquire(register, false, false), acquire(register, true, false)},
+		acquire:         [3]string{acquire(one, false), acquire(several, false), acquire(queued, false)},
+		acquireRegister: [2]string{acquire(one, true), acquire(several, true)},
 		// $1 pid at acquire, $2 id, $3 ttl setting, $4 ttl ms, $5 application_name.
 		extend: `WITH h AS MATERIALIZED (
 	SELECT pg_backend_pid() = $1::int4 AND EXISTS (
@@ -132,12 +157,25 @@ FROM ` + keys + ` k, ` + holders + ` AND ` + lockID + ` = k.id
 SELECT n, CASE WHEN n > 0 THEN pg_notify($2::text, $3::text) END FROM x`,
 		setupCheck: `SELECT current_setting('server_version_num')::int,
 	current_setting('idle_session_timeout', true),
-	to_regclass('` + seq + `') IS NOT NULL AND to_regclass('` + keys + `') IS NOT NULL`,
+	to_regclass('` + seq + `') IS NOT NULL AND to_regclass('` + keys + `') IS NOT NULL
+	AND to_regprocedure('` + fn + `(bigint[])') IS NOT NULL`,
 		setup: []string{
 			`CREATE SEQUENCE IF NOT EXISTS ` + seq + ` AS bigint MINVALUE 1`,
 			`CREATE TABLE IF NOT EXISTS ` + keys + ` (id bigint PRIMARY KEY, namespace text NOT NULL, key bytea NOT NULL)`,
+			`CREATE FUNCTION ` + fn + `(ids bigint[]) RETURNS bigint LANGUAGE plpgsql STABLE AS $fn$
+BEGIN
+	RETURN (SELECT min(` + remaining + `) FROM ` + holders + ` AND ` + lockID + ` = ANY(ids));
+END
+$fn$`,
 		},
 	}
+}
+
+// SetupStatements returns the statements Setup runs to create the
+// sequence, the table and the function pglock uses, in schema ("" for the
+// search_path), for a DBA to run with a role that may create them.
+func SetupStatements(schema string) []string {
+	return buildStatements(schema, 0).setup
 }
 
 // qualified returns schema.name quoted, or name alone (found through the
