@@ -38,9 +38,9 @@
 // notifications (Waiter) a waiter wakes when the holder releases, not on a
 // polling tick; the remaining ttl a failed attempt reports bounds its sleep,
 // so the key of a crashed holder is taken as soon as it expires. On a
-// backend whose server queues waiters (Queue: PostgreSQL), it waits in that
-// queue instead: first come, first served, and a release wakes one waiter,
-// not all of them.
+// backend that queues waiters (Queue: PostgreSQL's own lock queue, a queue
+// kept in Redis), it waits in that queue instead: about first come, first
+// served, and a release wakes the head of the queue, not every waiter.
 //
 // Keep renews a handle every ttl/3 and gives the holder a context that is
 // cancelled, with a cause matching ErrLost, the moment the grant can no

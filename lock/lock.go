@@ -58,11 +58,11 @@ type Subscription interface {
 	Close() error
 }
 
-// Queue is implemented by backends whose server keeps a queue of the
-// waiters for a key and grants it to the first of them on release
-// (PostgreSQL's advisory locks). Acquire uses it for one key: a waiter
-// blocks in the server, no release wakes a herd of waiters that then race,
-// and waiters are served in arrival order.
+// Queue is implemented by backends that keep a queue of the waiters for a
+// key and hand the key to the first of them on release (PostgreSQL's
+// advisory locks; redislock keeps a queue in Redis). Acquire uses it for
+// one key: no release wakes a herd of waiters that then race, and waiters
+// are served in (about) arrival order.
 type Queue interface {
 	// AcquireQueued waits in the server's queue for key and returns the
 	// grant, or fails when ctx ends (then nothing is held) or the backend

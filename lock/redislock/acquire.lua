@@ -1,8 +1,15 @@
 -- Grants the first free key among the lock keys, starting at an offset.
--- KEYS: lock key 1, fence key 1, lock key 2, fence key 2, ...
+-- KEYS: lock key 1, fence key 1, lock key 2, fence key 2, ...; for a queued
+-- attempt (one key) then the key's wait queue and its deadlines.
 -- ARGV[1]: "<attempt>|<owner>", unique to this acquire attempt, ARGV[2]: ttl
 -- in ms, ARGV[3]: start offset (0-based), ARGV[4]: fence counter lifetime
--- in ms.
+-- in ms, ARGV[5]: for a queued attempt, the waiter's id (else empty),
+-- ARGV[6]: how long its place is kept without another attempt, in ms.
+--
+-- A queued attempt that fails puts the waiter in the key's queue (keeping
+-- its place if it is there already) and sets its deadline; one that
+-- succeeds takes it out. Release wakes the first live waiters of the queue
+-- (release.lua), so that a release does not wake every waiter.
 -- Returns {1, token, index, granted at in µs} when granted, {0, shortest
 -- remaining ttl in ms} when every key is held. The grant's value is
 -- "<token>|<granted at, µs>|<attempt>|<owner>".
@@ -15,7 +22,15 @@
 -- A key already granted to this attempt is returned as it is: go-redis
 -- retries a command whose reply was lost, and the retry must not report the
 -- key as held by someone else (nor, for several keys, take a second one).
+local waiter = ARGV[5]
 local n = #KEYS / 2
+if waiter ~= '' then n = 1 end
+local function dequeue()
+  if waiter ~= '' then
+    redis.call('ZREM', KEYS[3], waiter)
+    redis.call('HDEL', KEYS[4], waiter)
+  end
+end
 local lockKeys = {}
 for j = 1, n do lockKeys[j] = KEYS[2 * j - 1] end
 local values = redis.call('MGET', unpack(lockKeys))
@@ -24,6 +39,7 @@ for j = 1, n do
   if v then
     local token, since, tail = string.match(v, '^(%d+)|(%d+)|(.*)$')
     if tail == ARGV[1] then
+      dequeue()
       return {1, token, j - 1, since}
     end
   end
@@ -41,11 +57,20 @@ for i = 0, n - 1 do
     -- NX: a key of another type (MGET reads it as nil) is not ours to replace.
     if redis.call('SET', lockKey, token .. '|' .. since .. '|' .. ARGV[1], 'PX', ARGV[2], 'NX') then
       redis.call('SET', fenceKey, token, 'PX', ARGV[4])
+      dequeue()
       return {1, token, j, since}
     end
   end
   local pttl = redis.call('PTTL', lockKey)
   if pttl < 0 then pttl = 0 end -- a key without expiry: not ours to judge
   if shortest < 0 or pttl < shortest then shortest = pttl end
+end
+if waiter ~= '' then
+  local t = redis.call('TIME')
+  local nowMs = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('ZADD', KEYS[3], 'NX', nowMs, waiter)
+  redis.call('HSET', KEYS[4], waiter, nowMs + tonumber(ARGV[6]))
+  redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[6]) + 60000)
+  redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[6]) + 60000)
 end
 return {0, shortest}

@@ -24,6 +24,16 @@
 //     every waiter and made on first use; Subscribe returns once the server
 //     has confirmed it. When the subscription's connection breaks, every
 //     waiter is woken to try again, since a release may have been missed.
+//   - Queued waiting (lock.Queue, which lock.Acquire uses for one key): a
+//     failed attempt of AcquireQueued puts the waiter in the key's queue in
+//     Redis, and Release wakes only the first two live waiters of it, with
+//     a message for each alone; the others sleep on. Under contention a
+//     handoff then costs about two attempts instead of one per waiter
+//     (TestAcquireQueuedWakesTheHeadOfTheQueue), and waiters are served
+//     about in arrival order. A waiter keeps its place by trying again at
+//     least every second; one that stops loses it two seconds later, and a
+//     release skips it. The semaphore and leader election keep the
+//     broadcast: they wait on several keys, or among few candidates.
 //   - TryAcquireAny grants the first free key of a set in one script,
 //     starting at a random offset: the semaphore's one round trip.
 //   - Inspect and List report owner, token and remaining ttl; List uses

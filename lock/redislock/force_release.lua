@@ -1,5 +1,6 @@
 -- Deletes a grant whoever holds it and wakes the waiters.
--- KEYS[1]: lock key, KEYS[2]: its fence counter. ARGV[1]: release channel,
+-- KEYS[1]: lock key, KEYS[2]: its fence counter, KEYS[3], KEYS[4]: its wait
+-- queue and the waiters' deadlines (see wake.lua). ARGV[1]: release channel,
 -- ARGV[2]: the user's key.
 -- Returns 1 when a grant was removed. The fence counter moves past the
 -- evicted grant's token, so that its holder's Release reports the loss
@@ -10,6 +11,7 @@ if redis.call('DEL', KEYS[1]) == 1 then
     redis.call('SET', KEYS[2], string.format('%.0f', tonumber(f) + 1), 'KEEPTTL')
   end
   redis.call('PUBLISH', ARGV[1], ARGV[2])
+  wake(ARGV[1], ARGV[2])
   return 1
 end
 return 0

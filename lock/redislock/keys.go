@@ -11,6 +11,9 @@ import (
 //
 //	<prefix>l<enc(k)>   the grant: "<token>|<granted at µs>|<attempt>|<owner>", ttl as PX
 //	<prefix>f<enc(k)>   the fence counter: the last token drawn
+//	<prefix>q<enc(k)>   the waiters queued for k (a sorted set, by arrival)
+//	<prefix>d<enc(k)>   their deadlines (a hash): a waiter that stops trying
+//	                    loses its place
 //
 // enc(k) carries the hash tag and is reversible, so Inspector can list keys:
 //
@@ -62,6 +65,10 @@ func decodeKey(enc string) (string, bool) {
 
 func (l *Lock) lockKey(k string) string  { return l.prefix + "l" + encodeKey(k) }
 func (l *Lock) fenceKey(k string) string { return l.prefix + "f" + encodeKey(k) }
+func (l *Lock) queueKey(k string) string { return l.prefix + "q" + encodeKey(k) }
+func (l *Lock) deadlinesKey(k string) string {
+	return l.prefix + "d" + encodeKey(k)
+}
 
 // globEscape escapes the characters SCAN's MATCH treats specially.
 func globEscape(s string) string {

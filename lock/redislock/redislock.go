@@ -28,12 +28,14 @@ var (
 	inspectSrc string
 	//go:embed force_release.lua
 	forceReleaseSrc string
+	//go:embed wake.lua
+	wakeSrc string
 
 	acquireScript      = redis.NewScript(acquireSrc)
 	extendScript       = redis.NewScript(extendSrc)
-	releaseScript      = redis.NewScript(releaseSrc)
+	releaseScript      = redis.NewScript(wakeSrc + releaseSrc)
 	inspectScript      = redis.NewScript(inspectSrc)
-	forceReleaseScript = redis.NewScript(forceReleaseSrc)
+	forceReleaseScript = redis.NewScript(wakeSrc + forceReleaseSrc)
 )
 
 const (
@@ -70,6 +72,7 @@ type Lock struct {
 var (
 	_ lock.Lock      = (*Lock)(nil)
 	_ lock.Waiter    = (*Lock)(nil)
+	_ lock.Queue     = (*Lock)(nil)
 	_ lock.MultiLock = (*Lock)(nil)
 	_ lock.Inspector = (*Lock)(nil)
 )
@@ -121,7 +124,57 @@ func (l *Lock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (l
 	if err := lock.Validate(ctx, key, ttl, MinTTL); err != nil {
 		return nil, err
 	}
-	return l.acquire(ctx, []string{key}, ttl, 0)
+	return l.acquire(ctx, []string{key}, ttl, 0, "")
+}
+
+// queuePlaceKept is how long a queued waiter keeps its place without
+// another attempt; a waiter tries again at least every half of it, so only
+// one that stopped (crashed, or gone without saying) loses its place.
+const queuePlaceKept = 2 * time.Second
+
+// AcquireQueued implements lock.Queue with a queue of waiters per key kept
+// in Redis: a failed attempt puts the waiter in it (at its arrival place),
+// and a release wakes only the first two live waiters of the queue, by a
+// message for them alone on the release channel, instead of every waiter
+// of the key; they try at once, the others sleep on. A waiter tries again
+// when the holder's remaining ttl has passed (a holder that crashed does
+// not release), and at least every second, which keeps its place; one that
+// stops trying loses its place two seconds later. A cancelled waiter
+// leaves the queue. lock.Acquire uses it: under contention a release costs
+// about two attempts, not one per waiter, and waiters are served about in
+// arrival order (a newcomer's first attempt may still win a free key).
+func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration) (h lock.Handle, err error) {
+	if err := lock.Validate(ctx, key, ttl, MinTTL); err != nil {
+		return nil, err
+	}
+	waiter := attemptID()
+	sub := l.notifier.Subscribe(key + "\x00" + waiter)
+	defer sub.Close()
+	if err := l.ensureSubscribed(ctx); err != nil {
+		return nil, err
+	}
+	queued := false
+	defer func() {
+		if err != nil && queued { // leave the queue; if this fails, the place lapses
+			qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			defer cancel()
+			_ = l.client.HDel(qctx, l.deadlinesKey(key), waiter).Err()
+		}
+	}()
+	for {
+		h, err := l.acquire(ctx, []string{key}, ttl, 0, waiter)
+		if err == nil || !errors.Is(err, lock.ErrNotAcquired) {
+			return h, err
+		}
+		queued = true
+		wait := queuePlaceKept / 2
+		if hint := lock.RemainingTTL(err); hint > 0 && hint < wait {
+			wait = hint + time.Millisecond
+		}
+		if err := sub.Wait(ctx, wait); err != nil {
+			return nil, err
+		}
+	}
 }
 
 // TryAcquireAny implements lock.MultiLock in one round trip, starting at a
@@ -131,18 +184,28 @@ func (l *Lock) TryAcquireAny(ctx context.Context, keys []string, ttl time.Durati
 	if err := lock.ValidateKeys(ctx, keys, ttl, MinTTL); err != nil {
 		return nil, err
 	}
-	return l.acquire(ctx, keys, ttl, rand.N(len(keys)))
+	return l.acquire(ctx, keys, ttl, rand.N(len(keys)), "")
 }
 
-func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration, offset int) (lock.Handle, error) {
-	rkeys := make([]string, 0, 2*len(keys))
+// attemptID is a fresh random id: of an acquire attempt (a retried acquire
+// finds its own grant by it) and of a queued waiter.
+func attemptID() string { return strconv.FormatUint(rand.Uint64(), 36) }
+
+// acquire makes one attempt; waiter, for one key, names the queued waiter
+// the attempt is made for (see AcquireQueued).
+func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration, offset int, waiter string) (lock.Handle, error) {
+	rkeys := make([]string, 0, 2*len(keys)+2)
 	for _, k := range keys {
 		rkeys = append(rkeys, l.lockKey(k), l.fenceKey(k))
 	}
-	// The attempt's id makes a retried acquire find its own grant.
-	tail := strconv.FormatUint(rand.Uint64(), 36) + "|" + l.owner
+	tail := attemptID() + "|" + l.owner
+	if waiter != "" {
+		rkeys = append(rkeys, l.queueKey(keys[0]), l.deadlinesKey(keys[0]))
+		tail = waiter + "|" + l.owner
+	}
 	sent := time.Now()
-	res, err := acquireScript.Run(ctx, l.client, rkeys, tail, ms(ttl), offset, ms(fenceLifetime)).Int64Slice()
+	res, err := acquireScript.Run(ctx, l.client, rkeys, tail, ms(ttl), offset, ms(fenceLifetime),
+		waiter, ms(queuePlaceKept)).Int64Slice()
 	h, err := l.grant(keys, ttl, sent, tail, res, err)
 	l.metrics.Attempt(ctx, sent, err)
 	return h, err
@@ -235,7 +298,7 @@ func (h *handle) Release(ctx context.Context) error {
 	if released {
 		return h.lost("second release")
 	}
-	n, err := releaseScript.Run(ctx, h.l.client, []string{h.rkey, h.l.fenceKey(h.key)},
+	n, err := releaseScript.Run(ctx, h.l.client, []string{h.rkey, h.l.fenceKey(h.key), h.l.queueKey(h.key), h.l.deadlinesKey(h.key)},
 		h.value, h.l.channel, h.key, strconv.FormatUint(h.token, 10)).Int64()
 	switch {
 	case err != nil:
@@ -260,7 +323,8 @@ func (l *Lock) ForceRelease(ctx context.Context, key string) (bool, error) {
 	if err := lock.ValidateKey(ctx, key); err != nil {
 		return false, err
 	}
-	n, err := forceReleaseScript.Run(ctx, l.client, []string{l.lockKey(key), l.fenceKey(key)}, l.channel, key).Int64()
+	n, err := forceReleaseScript.Run(ctx, l.client, []string{l.lockKey(key), l.fenceKey(key), l.queueKey(key), l.deadlinesKey(key)},
+		l.channel, key).Int64()
 	if err != nil {
 		return false, lock.Unavailable("redislock: force release", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -79,7 +80,9 @@ func (l *Lock) listen(ps *redis.PubSub, done chan struct{}) {
 		}
 		switch m := msg.(type) {
 		case *redis.Message:
-			l.notifier.Notify(m.Payload)
+			// "\x01<key>\x00<waiter>" wakes one queued waiter; anything
+			// else is a released key.
+			l.notifier.Notify(strings.TrimPrefix(m.Payload, "\x01"))
 		case *redis.Subscription:
 			l.notifier.NotifyAll() // resubscribed after a reconnect
 		}
