@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -55,6 +57,13 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// memRuns numbers the in-process tables the tests make: a mem://NAME table
+// lives as long as the process, so a test run again (-count 2) needs a new
+// one.
+var memRuns atomic.Int64
+
+func memURL(name string) string { return fmt.Sprintf("mem://%s-%d", name, memRuns.Add(1)) }
 
 // fillMem makes a state on the in-process backend mem://url at the
 // bubble's fixed clock: grants, a semaphore, a leader, a timer's claim and
@@ -111,7 +120,7 @@ func fillMem(t *testing.T, url string) (stop func()) {
 // testdata/*.golden.
 func TestGolden(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		url := "mem://golden-" + strings.ReplaceAll(t.Name(), "/", "-")
+		url := memURL("golden-" + strings.ReplaceAll(t.Name(), "/", "-"))
 		stop := fillMem(t, url)
 		defer stop()
 		for _, c := range []struct {
@@ -140,7 +149,7 @@ func TestGolden(t *testing.T) {
 // values the state was made with.
 func TestJSON(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		url := "mem://json-" + t.Name()
+		url := memURL("json-" + t.Name())
 		stop := fillMem(t, url)
 		defer stop()
 		decode := func(v any, args ...string) {
