@@ -3,6 +3,7 @@ package backend_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -34,14 +35,18 @@ func TestOpen(t *testing.T) {
 			t.Fatalf("%s: close: %v", url, err)
 		}
 	}
-	// Two opens of one named table share its grants.
-	a, _, _ := backend.Open(ctx, "mem://table")
-	b, _, _ := backend.Open(ctx, "mem://table")
-	if _, err := a.TryAcquire(ctx, "k", time.Minute); err != nil {
+	// Two opens of one named table share its grants. (The table lives as
+	// long as the process: a name of its own per run.)
+	table := fmt.Sprintf("mem://table-%d", time.Now().UnixNano())
+	a, _, _ := backend.Open(ctx, table)
+	b, _, _ := backend.Open(ctx, table)
+	h, err := a.TryAcquire(ctx, "k", time.Minute)
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer h.Release(ctx)
 	if _, err := b.TryAcquire(ctx, "k", time.Minute); !errors.Is(err, lock.ErrNotAcquired) {
-		t.Fatalf("mem://table opened twice: %v", err)
+		t.Fatalf("%s opened twice: %v", table, err)
 	}
 }
 
