@@ -53,10 +53,11 @@ func Open(ctx context.Context, rawURL string, opts ...lock.Option) (lock.Lock, f
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w: %w", lock.ErrInvalidArgument, err)
 		}
+		o.ContextTimeoutEnabled = true // calls end with their context (see redislock)
 		return openRedis(ctx, redis.NewClient(o), opts)
 	case "redis+cluster":
 		addrs := strings.Split(u.Host, ",")
-		return openRedis(ctx, redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs}), opts)
+		return openRedis(ctx, redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true}), opts)
 	case "postgres", "postgresql":
 		l, err := pglock.NewFromDSN(ctx, rawURL, opts...)
 		if err != nil {

@@ -145,7 +145,27 @@ func (l *Lease) renew() {
 		}
 		until := l.ValidUntil()
 		ectx, cancel := context.WithDeadline(context.Background(), until.Add(-l.cfg.Margin))
-		err := l.h.Extend(ectx, l.ttl)
+		// Extend runs on its own goroutine so that the deadline ends the
+		// lease on time even if the backend holds the call past ectx (a
+		// driver that ignores contexts on a stalled connection); the loop
+		// still waits for the call to return before it ends, so renewal
+		// has stopped before Release goes on.
+		extended := make(chan error, 1)
+		go func() { extended <- l.h.Extend(ectx, l.ttl) }()
+		var err error
+		select {
+		case err = <-extended:
+		case <-deadline.C:
+			l.lose("deadline", Lost("validity ended during a renewal that did not answer"))
+			<-extended
+			cancel()
+			return
+		case <-lost:
+			l.lose("backend", Lost("the backend reported the grant gone"))
+			<-extended
+			cancel()
+			return
+		}
 		cancel()
 		switch {
 		case err == nil:

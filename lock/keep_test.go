@@ -84,6 +84,43 @@ func TestKeepUnknownOutcomesEndAtValidUntil(t *testing.T) {
 	})
 }
 
+// A renewal that hangs past its context (a driver that ignores contexts
+// on a stalled connection) must not hold the loss signal: the lease ends at
+// ValidUntil, and Release still waits for the hung call to return.
+func TestKeepEndsAtValidUntilWhileARenewalHangs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := memlock.New()
+		h, _ := l.TryAcquire(t.Context(), "k", 3*time.Second)
+		validUntil := h.ValidUntil()
+		unblock := make(chan struct{})
+		s := &scripted{Handle: h, extend: func(context.Context, time.Duration) error {
+			<-unblock // ignores its context, as go-redis does without ContextTimeoutEnabled
+			return lock.Unavailable("extend", errors.New("i/o timeout"))
+		}}
+		lease, _ := lock.Keep(t.Context(), s, 3*time.Second)
+		<-lease.Context().Done()
+		if now := time.Now(); !now.Equal(validUntil) {
+			t.Fatalf("lease ended at %v, want exactly ValidUntil %v", now, validUntil)
+		}
+		if !errors.Is(lease.Err(), lock.ErrLost) {
+			t.Fatalf("cause %v, want ErrLost", lease.Err())
+		}
+		released := make(chan error, 1)
+		go func() { released <- lease.Release(context.Background()) }()
+		synctest.Wait()
+		select {
+		case <-released:
+			t.Fatal("Release returned while a renewal was still in flight")
+		default:
+		}
+		time.Sleep(2 * time.Second) // the driver's own timeout
+		close(unblock)
+		if err := <-released; !errors.Is(err, lock.ErrLost) {
+			t.Fatalf("Release after the lease ended: %v, want ErrLost", err)
+		}
+	})
+}
+
 func TestKeepLostOnRenewal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := memlock.New()

@@ -20,6 +20,15 @@
 //   - Extend and Release compare the stored value with the grant's before
 //     they touch the key, so they never act on a newer holder's grant.
 //     Release also PUBLISHes the key on the release channel.
+//   - Deadlines: every call ends when its context does, also when the
+//     server stops answering. go-redis bounds socket reads and writes by
+//     the context only with ContextTimeoutEnabled; without it a stalled
+//     server holds a call for the client's ReadTimeout (seconds), past a
+//     lease's ValidUntil. So for such a client each call that has a
+//     context that can end runs on a goroutine of its own, and the caller
+//     returns at the deadline while the call finishes in the background.
+//     Set ContextTimeoutEnabled: true on the client to avoid that
+//     goroutine (backend.Open does).
 //   - Waiting: one subscription per Lock to "<prefix>released", shared by
 //     every waiter and made on first use; Subscribe returns once the server
 //     has confirmed it. When the subscription's connection breaks, every

@@ -19,7 +19,7 @@ func (l *Lock) Inspect(ctx context.Context, key string) (lock.Grant, bool, error
 	if err := lock.ValidateKey(ctx, key); err != nil {
 		return lock.Grant{}, false, err
 	}
-	res, err := inspectScript.Run(ctx, l.client, []string{l.lockKey(key)}).Slice()
+	res, err := l.run(ctx, inspectScript, []string{l.lockKey(key)}).Slice()
 	if err != nil {
 		return lock.Grant{}, false, lock.Unavailable("redislock: inspect", err)
 	}
@@ -65,12 +65,12 @@ func (l *Lock) List(ctx context.Context, prefix string) ([]lock.Grant, error) {
 		mu.Unlock()
 		return err
 	}
-	var err error
-	if cc, ok := l.client.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return add(ctx, c) })
-	} else {
-		err = add(ctx, l.client)
-	}
+	err := l.within(ctx, func() error {
+		if cc, ok := l.client.(*redis.ClusterClient); ok {
+			return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return add(ctx, c) })
+		}
+		return add(ctx, l.client)
+	})
 	if err != nil {
 		return nil, lock.Unavailable("redislock: list", err)
 	}

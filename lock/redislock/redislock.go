@@ -55,12 +55,14 @@ const (
 // Lock is a lock.Lock on Redis. It is safe for concurrent use; share one
 // per process and Close it at the end.
 type Lock struct {
-	client  redis.UniversalClient
-	prefix  string
-	channel string
-	owner   string
-	log     *slog.Logger
-	metrics *lock.BackendMetrics
+	client redis.UniversalClient
+	// ctxBound: the client bounds calls by their context itself (see within).
+	ctxBound bool
+	prefix   string
+	channel  string
+	owner    string
+	log      *slog.Logger
+	metrics  *lock.BackendMetrics
 
 	notifier lock.Notifier
 	subMu    sync.Mutex
@@ -105,12 +107,13 @@ func New(client redis.UniversalClient, opts ...lock.Option) (*Lock, error) {
 		return nil, err
 	}
 	return &Lock{
-		client:  client,
-		prefix:  s.prefix,
-		channel: s.prefix + "released",
-		owner:   cfg.Owner,
-		log:     cfg.Logger,
-		metrics: cfg.Telemetry().Backend("redislock"),
+		client:   client,
+		ctxBound: honoursContext(client),
+		prefix:   s.prefix,
+		channel:  s.prefix + "released",
+		owner:    cfg.Owner,
+		log:      cfg.Logger,
+		metrics:  cfg.Telemetry().Backend("redislock"),
 	}, nil
 }
 
@@ -158,7 +161,7 @@ func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration)
 		if err != nil && queued { // leave the queue; if this fails, the place lapses
 			qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 			defer cancel()
-			_ = l.client.HDel(qctx, l.deadlinesKey(key), waiter).Err()
+			_ = l.within(qctx, func() error { return l.client.HDel(qctx, l.deadlinesKey(key), waiter).Err() })
 		}
 	}()
 	for {
@@ -204,7 +207,7 @@ func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration, of
 		tail = waiter + "|" + l.owner
 	}
 	sent := time.Now()
-	res, err := acquireScript.Run(ctx, l.client, rkeys, tail, ms(ttl), offset, ms(fenceLifetime),
+	res, err := l.run(ctx, acquireScript, rkeys, tail, ms(ttl), offset, ms(fenceLifetime),
 		waiter, ms(queuePlaceKept)).Int64Slice()
 	h, err := l.grant(keys, ttl, sent, tail, res, err)
 	l.metrics.Attempt(ctx, sent, err)
@@ -272,7 +275,7 @@ func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
 		return h.lost("extend after release")
 	}
 	sent := time.Now()
-	n, err := extendScript.Run(ctx, h.l.client, []string{h.rkey}, h.value, ms(ttl)).Int64()
+	n, err := h.l.run(ctx, extendScript, []string{h.rkey}, h.value, ms(ttl)).Int64()
 	switch {
 	case err != nil:
 		return lock.Unavailable("redislock: extend", err)
@@ -298,7 +301,7 @@ func (h *handle) Release(ctx context.Context) error {
 	if released {
 		return h.lost("second release")
 	}
-	n, err := releaseScript.Run(ctx, h.l.client, []string{h.rkey, h.l.fenceKey(h.key), h.l.queueKey(h.key), h.l.deadlinesKey(h.key)},
+	n, err := h.l.run(ctx, releaseScript, []string{h.rkey, h.l.fenceKey(h.key), h.l.queueKey(h.key), h.l.deadlinesKey(h.key)},
 		h.value, h.l.channel, h.key, strconv.FormatUint(h.token, 10)).Int64()
 	switch {
 	case err != nil:
@@ -323,7 +326,7 @@ func (l *Lock) ForceRelease(ctx context.Context, key string) (bool, error) {
 	if err := lock.ValidateKey(ctx, key); err != nil {
 		return false, err
 	}
-	n, err := forceReleaseScript.Run(ctx, l.client, []string{l.lockKey(key), l.fenceKey(key), l.queueKey(key), l.deadlinesKey(key)},
+	n, err := l.run(ctx, forceReleaseScript, []string{l.lockKey(key), l.fenceKey(key), l.queueKey(key), l.deadlinesKey(key)},
 		l.channel, key).Int64()
 	if err != nil {
 		return false, lock.Unavailable("redislock: force release", err)

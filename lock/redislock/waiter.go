@@ -40,21 +40,51 @@ func (l *Lock) ensureSubscribed(ctx context.Context) error {
 	if l.pubsub != nil {
 		return nil
 	}
-	ps := l.client.Subscribe(ctx, l.channel)
-	for {
-		msg, err := ps.Receive(ctx)
-		if err != nil {
-			_ = ps.Close()
-			return lock.Unavailable("redislock: subscribe", err)
-		}
-		if _, ok := msg.(*redis.Subscription); ok {
-			break
-		}
+	ps, err := l.subscribe(ctx)
+	if err != nil {
+		return lock.Unavailable("redislock: subscribe", err)
 	}
 	l.pubsub = ps
 	l.loopDone = make(chan struct{})
 	go l.listen(ps, l.loopDone)
 	return nil
+}
+
+// subscribe opens the release subscription and waits for the server's
+// confirmation, within ctx (see within): a subscription confirmed after ctx
+// ended is closed.
+func (l *Lock) subscribe(ctx context.Context) (*redis.PubSub, error) {
+	type result struct {
+		ps  *redis.PubSub
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ps := l.client.Subscribe(ctx, l.channel)
+		for {
+			msg, err := ps.Receive(ctx)
+			if err != nil {
+				_ = ps.Close()
+				done <- result{nil, err}
+				return
+			}
+			if _, ok := msg.(*redis.Subscription); ok {
+				done <- result{ps, nil}
+				return
+			}
+		}
+	}()
+	select {
+	case r := <-done:
+		return r.ps, r.err
+	case <-ctx.Done():
+		go func() {
+			if r := <-done; r.ps != nil {
+				_ = r.ps.Close()
+			}
+		}()
+		return nil, ctx.Err()
+	}
 }
 
 func (l *Lock) listen(ps *redis.PubSub, done chan struct{}) {

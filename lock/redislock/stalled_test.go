@@ -1,0 +1,101 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold-go/leasehold/internal/faultproxy"
+	"github.com/leasehold-go/leasehold/internal/testenv"
+	"github.com/leasehold-go/leasehold/lock"
+)
+
+// A server that stops answering (stopped, partitioned, a blackholed
+// connection) must not hold a call past its context: go-redis ignores
+// contexts on reads and writes unless the client sets
+// ContextTimeoutEnabled, and then waits its ReadTimeout (5 s here). Every
+// operation must end within its deadline either way, and Keep's context
+// must end at ValidUntil, not seconds later.
+func TestStalledServerAnswersWithinTheDeadline(t *testing.T) {
+	for _, honours := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", honours), func(t *testing.T) {
+			p := faultproxy.Start(t, testenv.Redis(t).Addr())
+			c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: honours, MaxRetries: -1})
+			t.Cleanup(func() { _ = c.Close() })
+			l := newLock(t, c)
+			ctx := t.Context()
+			key := "stalled/" + t.Name()
+			held, err := l.TryAcquire(ctx, key, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kept, err := l.TryAcquire(ctx, key+"/kept", 600*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lease, err := lock.Keep(ctx, kept, 600*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = lease.Release(context.Background()) }()
+
+			lostAt := make(chan time.Time, 1)
+			go func() {
+				<-lease.Context().Done()
+				lostAt <- time.Now()
+			}()
+			p.SetMode(faultproxy.Blackhole)
+			defer p.SetMode(faultproxy.Pass)
+
+			const deadline, slack = 200 * time.Millisecond, 300 * time.Millisecond
+			ops := []struct {
+				name string
+				call func(context.Context) error
+			}{
+				{"TryAcquire", func(ctx context.Context) error { _, err := l.TryAcquire(ctx, key+"/other", time.Second); return err }},
+				{"TryAcquireAny", func(ctx context.Context) error {
+					_, err := l.TryAcquireAny(ctx, []string{key + "/a", key + "/b"}, time.Second)
+					return err
+				}},
+				{"AcquireQueued", func(ctx context.Context) error { _, err := l.AcquireQueued(ctx, key, time.Second); return err }},
+				{"Extend", func(ctx context.Context) error { return held.Extend(ctx, time.Minute) }},
+				{"Inspect", func(ctx context.Context) error { _, _, err := l.Inspect(ctx, key); return err }},
+				{"List", func(ctx context.Context) error { _, err := l.List(ctx, "stalled/"); return err }},
+				{"ForceRelease", func(ctx context.Context) error { _, err := l.ForceRelease(ctx, key+"/other"); return err }},
+				{"Subscribe", func(ctx context.Context) error {
+					_, err := newLock(t, c).Subscribe(ctx, key)
+					return err
+				}},
+				{"Release", func(ctx context.Context) error { return held.Release(ctx) }},
+			}
+			for _, op := range ops {
+				octx, cancel := context.WithTimeout(ctx, deadline)
+				start := time.Now()
+				err := op.call(octx)
+				took := time.Since(start)
+				cancel()
+				if !errors.Is(err, lock.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("%s on a stalled server: %v, want ErrUnavailable", op.name, err)
+				}
+				if took > deadline+slack {
+					t.Errorf("%s on a stalled server returned after %v, past its %v deadline", op.name, took, deadline)
+				}
+			}
+			select {
+			case at := <-lostAt:
+				if late := at.Sub(lease.ValidUntil()); late > slack {
+					t.Errorf("Keep's context ended %v after ValidUntil", late)
+				}
+				if !errors.Is(context.Cause(lease.Context()), lock.ErrLost) {
+					t.Errorf("Keep's cause: %v, want ErrLost", context.Cause(lease.Context()))
+				}
+			case <-time.After(time.Until(lease.ValidUntil()) + 2*time.Second):
+				t.Errorf("Keep's context still open 2 s after ValidUntil")
+			}
+		})
+	}
+}
