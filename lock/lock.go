@@ -68,6 +68,10 @@ type Queue interface {
 	// grant, or fails when ctx ends (then nothing is held) or the backend
 	// is unavailable.
 	AcquireQueued(ctx context.Context, key string, ttl time.Duration) (Handle, error)
+	// Waiting is the number of callers waiting in key's queue now: for
+	// operators, and for tests that must know a waiter is queued before
+	// they release.
+	Waiting(ctx context.Context, key string) (int, error)
 }
 
 // MultiLock is implemented by backends that can grant the first free key of

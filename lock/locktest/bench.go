@@ -37,16 +37,26 @@ func BenchHandoff(b *testing.B, holder, waiter lock.Lock) {
 	ctx := context.Background()
 	key := "locktest/handoff/" + randomID()
 	w, _ := waiter.(lock.Waiter)
+	q, queued := holder.(lock.Queue)
+	if _, ok := waiter.(lock.Queue); ok != queued {
+		b.Fatalf("holder %T and waiter %T differ in lock.Queue", holder, waiter)
+	}
 	var lat []time.Duration
 	for b.Loop() {
 		h, err := holder.TryAcquire(ctx, key, time.Minute)
 		if err != nil {
 			b.Fatal(err)
 		}
+		// The waiter blocks the way callers do: in the backend's queue when
+		// it has one (then the holder sees it queued), else on its Waiter.
+		var blocking lock.Lock = waiter
 		ob := &observed{Lock: waiter, Waiter: w, failed: make(chan struct{})}
+		if !queued {
+			blocking = ob
+		}
 		got := make(chan time.Time, 1)
 		go func() {
-			hw, err := lock.Acquire(ctx, ob, key, time.Minute)
+			hw, err := lock.Acquire(ctx, blocking, key, time.Minute)
 			now := time.Now()
 			if err != nil {
 				b.Error(err)
@@ -56,7 +66,11 @@ func BenchHandoff(b *testing.B, holder, waiter lock.Lock) {
 			got <- now
 			_ = hw.Release(ctx)
 		}()
-		<-ob.failed
+		if queued {
+			WaitQueued(b, q, key, 1, time.Minute)
+		} else {
+			<-ob.failed
+		}
 		released := time.Now()
 		if err := h.Release(ctx); err != nil {
 			b.Fatal(err)

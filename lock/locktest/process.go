@@ -83,8 +83,23 @@ func holder(newLock func() (lock.Lock, error), in io.Reader, out io.Writer) erro
 			}
 		}
 	}
+	// Block the way callers do: in the backend's queue when it has one,
+	// else on its Waiter; say BLOCKED once the first attempt has failed.
 	w, _ := l.(lock.Waiter)
 	ob := &observed{Lock: l, Waiter: w, failed: make(chan struct{})}
+	var blocking lock.Lock = ob
+	if q, ok := l.(lock.Queue); ok {
+		blocking = l
+		go func() {
+			for ctx.Err() == nil {
+				if n, err := q.Waiting(ctx, os.Getenv(keyEnv)); err == nil && n > 0 {
+					ob.once.Do(func() { close(ob.failed) })
+					return
+				}
+				time.Sleep(time.Millisecond) // polling with a bound: ctx
+			}
+		}()
+	}
 	go func() {
 		select {
 		case <-ob.failed:
@@ -92,7 +107,7 @@ func holder(newLock func() (lock.Lock, error), in io.Reader, out io.Writer) erro
 		case <-ctx.Done():
 		}
 	}()
-	h, err := lock.Acquire(ctx, ob, os.Getenv(keyEnv), ttl)
+	h, err := lock.Acquire(ctx, blocking, os.Getenv(keyEnv), ttl)
 	acquiredAt := time.Now()
 	if err != nil {
 		return err

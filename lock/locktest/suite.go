@@ -50,6 +50,7 @@ func Run(t *testing.T, newLock Factory, opts ...Option) {
 		{"KeepLosesAtDeadline", s.keepDeadline},
 		{"KeepLosesOnRenewal", s.keepRenewalLoss},
 		{"Waiter", s.waiter},
+		{"Queue", s.queue},
 		{"MultiLock", s.multiLock},
 		{"Inspector", s.inspector},
 	} {

@@ -384,6 +384,22 @@ func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration)
 	return l.acquire(ctx, keys, ttl, true)
 }
 
+// Waiting implements lock.Queue: the sessions waiting in the server's
+// queue for key's advisory lock (pg_locks, not granted), in one round trip.
+func (l *Lock) Waiting(ctx context.Context, key string) (int, error) {
+	if err := lock.ValidateKey(ctx, key); err != nil {
+		return 0, err
+	}
+	if err := l.ensureSetup(ctx); err != nil {
+		return 0, err
+	}
+	var n int
+	if err := l.pool.QueryRow(ctx, l.sql.waiting, l.id(key)).Scan(&n); err != nil {
+		return 0, lock.Unavailable("pglock: waiting", err)
+	}
+	return n, nil
+}
+
 // TryAcquireAny implements lock.MultiLock: one statement tries the keys in
 // turn from a random offset and takes the first free one.
 func (l *Lock) TryAcquireAny(ctx context.Context, keys []string, ttl time.Duration) (lock.Handle, error) {

@@ -40,6 +40,7 @@ type statements struct {
 	acquireRegister      [2]string // [0] one key, [1] several; never queued (see AcquireQueued)
 	extend, release      string
 	inspect, list, force string
+	waiting              string
 	setupCheck           string
 	setup                []string
 }
@@ -148,6 +149,9 @@ SELECT ok, set_config($2::text, $3::text, false),
 	CASE WHEN ok THEN CASE WHEN pg_try_advisory_xact_lock($4::int4, $5::int4) THEN NULL
 		ELSE pg_notify($6::text, $7::text) END END
 FROM u`,
+		// $1 id: the sessions waiting in the server's queue for the lock.
+		waiting: `SELECT count(*) FROM pg_locks l WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND NOT l.granted
+	AND l.database = (SELECT datid FROM pg_stat_get_activity(pg_backend_pid())) AND ` + lockID + ` = $1::int8`,
 		inspect: `SELECT s.application_name, ` + remaining + ` FROM ` + holders + ` AND ` + lockID + ` = $1::int8`,
 		list: `SELECT k.key, s.application_name, ` + remaining + `
 FROM ` + keys + ` k, ` + holders + ` AND ` + lockID + ` = k.id

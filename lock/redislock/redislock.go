@@ -30,12 +30,15 @@ var (
 	forceReleaseSrc string
 	//go:embed wake.lua
 	wakeSrc string
+	//go:embed waiting.lua
+	waitingSrc string
 
 	acquireScript      = redis.NewScript(acquireSrc)
 	extendScript       = redis.NewScript(extendSrc)
 	releaseScript      = redis.NewScript(wakeSrc + releaseSrc)
 	inspectScript      = redis.NewScript(inspectSrc)
 	forceReleaseScript = redis.NewScript(wakeSrc + forceReleaseSrc)
+	waitingScript      = redis.NewScript(waitingSrc)
 )
 
 const (
@@ -178,6 +181,19 @@ func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration)
 			return nil, err
 		}
 	}
+}
+
+// Waiting implements lock.Queue: the waiters in key's queue whose place
+// has not lapsed, in one round trip.
+func (l *Lock) Waiting(ctx context.Context, key string) (int, error) {
+	if err := lock.ValidateKey(ctx, key); err != nil {
+		return 0, err
+	}
+	n, err := l.run(ctx, waitingScript, []string{l.queueKey(key), l.deadlinesKey(key)}).Int()
+	if err != nil {
+		return 0, lock.Unavailable("redislock: waiting", err)
+	}
+	return n, nil
 }
 
 // TryAcquireAny implements lock.MultiLock in one round trip, starting at a
