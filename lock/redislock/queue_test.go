@@ -167,3 +167,45 @@ func TestAcquireQueuedSkipsGoneWaiters(t *testing.T) {
 		t.Fatalf("after the release: %d queued, %d deadlines; want the gone waiters dropped", q, d)
 	}
 }
+
+// A queued waiter whose holder crashed (never releases) wakes by the
+// remaining ttl its attempts report, not by a fixed poll: it gets the key
+// right after the grant expires, after about one attempt per second of
+// ttl (the attempts that keep its place in the queue) plus the last one.
+func TestAcquireQueuedWakesWhenACrashedHoldersGrantExpires(t *testing.T) {
+	addr := testenv.Redis(t).Addr()
+	count := &attempts{}
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	c.AddHook(count)
+	t.Cleanup(func() { _ = c.Close() })
+	holder, err := New(redis.NewClient(&redis.Options{Addr: addr}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = waiter.Close() })
+	ctx := t.Context()
+	key := "queue/crashed-holder/" + attemptID()
+	const ttl = 2500 * time.Millisecond
+	crashed, err := holder.TryAcquire(ctx, key, ttl) // never released: the holder "crashed"
+	if err != nil {
+		t.Fatal(err)
+	}
+	expiry := crashed.ValidUntil().Add(lock.DriftAllowance(ttl))
+	h, err := lock.Acquire(ctx, waiter, key, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := time.Now()
+	defer func() { _ = h.Release(context.Background()) }()
+	if late := got.Sub(expiry); late > 300*time.Millisecond {
+		t.Errorf("granted %v after the crashed holder's grant expired, want within 300 ms", late)
+	}
+	if n := count.n.Load(); n > 5 {
+		t.Errorf("%d attempts for a %v ttl: the waiter polled instead of waking by the remaining ttl", n, ttl)
+	}
+	t.Logf("granted %v after the expiry, %d attempts", got.Sub(expiry).Round(time.Millisecond), count.n.Load())
+}
