@@ -111,3 +111,24 @@ func ExampleRemainingTTL() {
 	fmt.Println(lock.RemainingTTL(err) > 59*time.Second)
 	// Output: true
 }
+
+// Whoever claims a one-off key first does the work; the others see it
+// taken. The claim is never released: it lapses after its ttl.
+func ExampleClaim() {
+	l := memlock.New()
+	ctx := context.Background()
+	for _, host := range []string{"host-a", "host-b"} {
+		token, err := lock.Claim(ctx, l, "invoices/2026-11-22", time.Hour)
+		switch {
+		case errors.Is(err, lock.ErrNotAcquired):
+			fmt.Println(host, "sees it claimed")
+		case err != nil:
+			fmt.Println(host, "error:", err)
+		default:
+			fmt.Println(host, "claimed it, token", token)
+		}
+	}
+	// Output:
+	// host-a claimed it, token 1
+	// host-b sees it claimed
+}

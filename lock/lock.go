@@ -74,6 +74,19 @@ type Queue interface {
 	Waiting(ctx context.Context, key string) (int, error)
 }
 
+// Claimer is implemented by backends that can record a one-off claim on a
+// key that holds nothing while it lasts: a grant that is never extended
+// or released and lapses after its ttl. A backend whose grants hold a
+// resource (pglock: a session) implements it so that claims do not hold
+// it for their ttl. Timers claim each tick this way. Use Claim, which
+// falls back to TryAcquire.
+type Claimer interface {
+	// Claim takes key for ttl if it is not claimed, and returns the
+	// claim's fencing token (greater than every earlier claim's on key);
+	// ErrNotAcquired when it is claimed.
+	Claim(ctx context.Context, key string, ttl time.Duration) (token uint64, err error)
+}
+
 // MultiLock is implemented by backends that can grant the first free key of
 // a set in one round trip. The semaphore uses it.
 type MultiLock interface {

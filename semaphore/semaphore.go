@@ -257,9 +257,9 @@ func (s *Semaphore) declare(ctx context.Context) {
 	if !due {
 		return
 	}
-	// Held by a participant of the same size already: that declares it too.
-	// The grant is left to expire.
-	_, _ = s.l.TryAcquire(ctx, sizeKey(s.name, s.size), 2*declareEvery)
+	// Claimed by a participant of the same size already: that declares it
+	// too. A claim lapses by itself and, on pglock, holds no connection.
+	_, _ = lock.Claim(ctx, s.l, sizeKey(s.name, s.size), 2*declareEvery)
 }
 
 // check declares the size and, on backends with an Inspector, compares it

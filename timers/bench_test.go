@@ -39,6 +39,11 @@ func (c *counting) TryAcquireAny(ctx context.Context, keys []string, ttl time.Du
 	return &countingHandle{h, c}, nil
 }
 
+func (c *counting) Claim(ctx context.Context, key string, ttl time.Duration) (uint64, error) {
+	c.n.Add(1)
+	return lock.Claim(ctx, c.Lock, key, ttl)
+}
+
 func (c *counting) List(ctx context.Context, prefix string) ([]lock.Grant, error) {
 	c.n.Add(1)
 	return c.Lock.(lock.Inspector).List(ctx, prefix)

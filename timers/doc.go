@@ -15,8 +15,9 @@
 // started. At a tick, a host
 //
 //  1. skips it if it got there later than the misfire threshold (counted);
-//  2. claims the tick: a grant on "timer/<name>/tick/<unix ms>" with a ttl
-//     of the interval plus the misfire threshold, never released, so the
+//  2. claims the tick (lock.Claim: a one-off grant, which on pglock holds
+//     no connection) on "timer/<name>/tick/<unix ms>" with a ttl of the
+//     interval plus the misfire threshold, never released, so the
 //     first host to claim runs it and every other host sees it taken
 //     (counted as Elsewhere); a claim whose reply comes back later than
 //     the misfire threshold (held up in the network, or retried by the

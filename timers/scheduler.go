@@ -177,9 +177,10 @@ type entry struct {
 	status Status
 }
 
-// claimKey is the key that makes tick at run once: whoever grants it runs
-// the tick. It is never released; it expires after the interval plus the
-// misfire threshold, when no host can still reach the tick.
+// claimKey is the key that makes tick at run once: whoever claims it
+// (lock.Claim) runs the tick. The claim lapses after the interval plus the
+// misfire threshold, when no host can still reach the tick; on a backend
+// whose grants hold a connection (pglock) it holds none meanwhile.
 func claimKey(name string, at time.Time) string {
 	return "timer/" + name + "/tick/" + strconv.FormatInt(at.UnixMilli(), 10)
 }
@@ -224,7 +225,7 @@ func sleepUntil(ctx context.Context, at time.Time, clock func() time.Time) bool 
 // tick claims tick at, takes a slot and starts the run.
 func (e *entry) tick(ctx, runCtx context.Context, runs *sync.WaitGroup, at time.Time) {
 	claimTTL := e.t.interval(at) + e.t.misfireAt(at)
-	claim, err := e.s.l.TryAcquire(ctx, claimKey(e.t.name, at), claimTTL)
+	claim, err := lock.Claim(ctx, e.s.l, claimKey(e.t.name, at), claimTTL)
 	switch {
 	case errors.Is(err, lock.ErrNotAcquired):
 		e.record(func(st *Status) { st.Elsewhere++ })
@@ -258,7 +259,7 @@ func (e *entry) tick(ctx, runCtx context.Context, runs *sync.WaitGroup, at time.
 		e.skip(ctx, at, "error", err.Error())
 		return
 	}
-	tick := Tick{Timer: e.t.name, At: at, Claim: claim.Token(), Slot: permit.Slot()}
+	tick := Tick{Timer: e.t.name, At: at, Claim: claim, Slot: permit.Slot()}
 	runs.Go(func() {
 		start := e.s.set.clock()
 		err := lock.Hold(runCtx, permit, lease, func(ctx context.Context) error {

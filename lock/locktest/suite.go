@@ -51,6 +51,7 @@ func Run(t *testing.T, newLock Factory, opts ...Option) {
 		{"KeepLosesOnRenewal", s.keepRenewalLoss},
 		{"Waiter", s.waiter},
 		{"Queue", s.queue},
+		{"Claim", s.claim},
 		{"MultiLock", s.multiLock},
 		{"Inspector", s.inspector},
 	} {

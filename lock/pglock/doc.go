@@ -71,11 +71,22 @@
 //
 //	CREATE SEQUENCE leasehold_tokens AS bigint MINVALUE 1;
 //	CREATE TABLE leasehold_keys (id bigint PRIMARY KEY, namespace text NOT NULL, key bytea NOT NULL);
+//	CREATE TABLE leasehold_claims (...); -- one-off claims (Claim), and an index on their expiry
 //	CREATE FUNCTION leasehold_remaining_v1(ids bigint[]) ... -- the holders' remaining ttl
 //
-// with USAGE on the sequence, SELECT, INSERT on the table and EXECUTE on
-// the function for the application's role (WithSchema puts them in a
+// with USAGE on the sequence, SELECT, INSERT on leasehold_keys, SELECT,
+// INSERT, UPDATE, DELETE on leasehold_claims and EXECUTE on the function for the application's role (WithSchema puts them in a
 // schema).
+//
+// # Claims
+//
+// A grant holds a session, and so a pooled connection, until it is
+// released or its ttl ends. A one-off claim that is never released (a
+// timer's claim on a tick) would hold one for its whole ttl: Claim
+// (lock.Claimer) records it in the leasehold_claims table instead, in one
+// statement that holds nothing afterwards. Claims and grants are separate:
+// a key is claimed or locked, not both. Each claim deletes a few lapsed
+// ones, so the table holds about the live claims.
 //
 // # Waiting
 //

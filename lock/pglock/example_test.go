@@ -113,5 +113,7 @@ func ExampleSetupStatements() {
 	// Output:
 	// CREATE SEQUENCE IF NOT EXISTS "locks"."leasehold_tokens" AS bigint MINVALUE 1
 	// CREATE TABLE IF NOT EXISTS "locks"."leasehold_keys"
+	// CREATE TABLE IF NOT EXISTS "locks"."leasehold_claims"
+	// CREATE INDEX IF NOT EXISTS leasehold_claims_until ON "locks"."leasehold_claims"
 	// CREATE FUNCTION "locks"."leasehold_remaining_v1"
 }

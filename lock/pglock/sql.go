@@ -40,7 +40,7 @@ type statements struct {
 	acquireRegister      [2]string // [0] one key, [1] several; never queued (see AcquireQueued)
 	extend, release      string
 	inspect, list, force string
-	waiting              string
+	waiting, claim       string
 	setupCheck           string
 	setup                []string
 }
@@ -48,6 +48,11 @@ type statements struct {
 func buildStatements(schema string, serverMajor int) statements {
 	seq := qualified(schema, "leasehold_tokens")
 	keys := qualified(schema, "leasehold_keys")
+	claims := qualified(schema, "leasehold_claims")
+	// A live claim as a holder row: "<token> <ttl ms> <since ms> <owner>"
+	// and its remaining ttl in ms (see Claim).
+	claimRow := `c.token || ' ' || c.ttl_ms || ' ' || (extract(epoch FROM c.since) * 1000)::int8 || ' ' || c.owner,
+	GREATEST(0, (extract(epoch FROM c.until - clock_timestamp()) * 1000)::int8)`
 	// fn reports the shortest remaining ttl of the holders of some ids. A
 	// function, so that the acquire statements' plans stay small: every run
 	// initialises its whole plan, and the join on pg_locks would cost more
@@ -152,20 +157,43 @@ FROM u`,
 		// $1 id: the sessions waiting in the server's queue for the lock.
 		waiting: `SELECT count(*) FROM pg_locks l WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND NOT l.granted
 	AND l.database = (SELECT datid FROM pg_stat_get_activity(pg_backend_pid())) AND ` + lockID + ` = $1::int8`,
-		inspect: `SELECT s.application_name, ` + remaining + ` FROM ` + holders + ` AND ` + lockID + ` = $1::int8`,
+		inspect: `SELECT s.application_name, ` + remaining + ` FROM ` + holders + ` AND ` + lockID + ` = $1::int8
+UNION ALL SELECT ` + claimRow + ` FROM ` + claims + ` c WHERE c.id = $1::int8 AND c.until > clock_timestamp()`,
+		// $1 id, $2 namespace, $3 key, $4 owner, $5 ttl ms. Takes the claim
+		// when there is none or it lapsed (no row back: claimed), and
+		// deletes a few lapsed claims of other keys on the way, so the
+		// table holds about the live claims.
+		claim: `WITH gc AS (
+	DELETE FROM ` + claims + ` WHERE id IN (SELECT id FROM ` + claims + ` WHERE until < clock_timestamp() AND id <> $1::int8
+		ORDER BY until LIMIT 8 FOR UPDATE SKIP LOCKED)
+)
+INSERT INTO ` + claims + ` AS c (id, namespace, key, owner, token, ttl_ms, since, until)
+VALUES ($1::int8, $2::text, $3::bytea, $4::text, nextval('` + seq + `'), $5::int8, clock_timestamp(),
+	clock_timestamp() + $5::int8 * interval '1 millisecond')
+ON CONFLICT (id) DO UPDATE SET namespace = EXCLUDED.namespace, key = EXCLUDED.key, owner = EXCLUDED.owner,
+	token = EXCLUDED.token, ttl_ms = EXCLUDED.ttl_ms, since = EXCLUDED.since, until = EXCLUDED.until
+	WHERE c.until <= clock_timestamp()
+RETURNING token`,
 		list: `SELECT k.key, s.application_name, ` + remaining + `
 FROM ` + keys + ` k, ` + holders + ` AND ` + lockID + ` = k.id
-  AND k.namespace = $1::text AND substring(k.key FROM 1 FOR octet_length($2::bytea)) = $2::bytea`,
+  AND k.namespace = $1::text AND substring(k.key FROM 1 FOR octet_length($2::bytea)) = $2::bytea
+UNION ALL SELECT c.key, ` + claimRow + ` FROM ` + claims + ` c
+WHERE c.namespace = $1::text AND substring(c.key FROM 1 FOR octet_length($2::bytea)) = $2::bytea
+  AND c.until > clock_timestamp()`,
 		// $1 id, $2 channel, $3 payload.
 		force: `WITH x AS MATERIALIZED (SELECT count(` + terminate + `) AS n FROM ` + holders + ` AND ` + lockID + ` = $1::int8)
 SELECT n, CASE WHEN n > 0 THEN pg_notify($2::text, $3::text) END FROM x`,
 		setupCheck: `SELECT current_setting('server_version_num')::int,
 	current_setting('idle_session_timeout', true),
 	to_regclass('` + seq + `') IS NOT NULL AND to_regclass('` + keys + `') IS NOT NULL
+	AND to_regclass('` + claims + `') IS NOT NULL
 	AND to_regprocedure('` + fn + `(bigint[])') IS NOT NULL`,
 		setup: []string{
 			`CREATE SEQUENCE IF NOT EXISTS ` + seq + ` AS bigint MINVALUE 1`,
 			`CREATE TABLE IF NOT EXISTS ` + keys + ` (id bigint PRIMARY KEY, namespace text NOT NULL, key bytea NOT NULL)`,
+			`CREATE TABLE IF NOT EXISTS ` + claims + ` (id bigint PRIMARY KEY, namespace text NOT NULL, key bytea NOT NULL,
+	owner text NOT NULL, token bigint NOT NULL, ttl_ms bigint NOT NULL, since timestamptz NOT NULL, until timestamptz NOT NULL)`,
+			`CREATE INDEX IF NOT EXISTS leasehold_claims_until ON ` + claims + ` (until)`,
 			`CREATE FUNCTION ` + fn + `(ids bigint[]) RETURNS bigint LANGUAGE plpgsql STABLE AS $fn$
 BEGIN
 	RETURN (SELECT min(` + remaining + `) FROM ` + holders + ` AND ` + lockID + ` = ANY(ids));
