@@ -435,16 +435,17 @@ func (r *Runner) backoff(attempt int) time.Duration {
 	return rand.N(d + 1)
 }
 
-// RetryDead requeues a dead job (with its attempt reset and no delay) and
-// then deletes it from the dead set. A crash in between leaves it both
-// requeued and dead: never lost.
+// RetryDead requeues a dead job as new — its ID and payload, Attempt 0, no
+// history, no epoch, owner or deadline of its past life — with no delay,
+// and then deletes it from the dead set. Its history is readable until
+// then (DeadJob, OnDead). A crash in between leaves it both requeued and
+// dead: never lost.
 func (r *Runner) RetryDead(ctx context.Context, id string) error {
 	d, err := r.reg.DeadJob(ctx, id)
 	if err != nil {
 		return err
 	}
-	j := d.Job
-	j.Attempt = 0
+	j := Job{ID: d.ID, Payload: d.Payload}
 	if err := r.requeue(ctx, j, 0); err != nil {
 		return err
 	}
