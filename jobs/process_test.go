@@ -332,29 +332,56 @@ func TestKilledWorkersJobsAreRequeued(t *testing.T) {
 	})
 }
 
-// A recovering process killed right after each step: no job is lost, and
-// the duplicates are at most one per crash.
+// A recovering process killed right after each step of its first
+// recovery: it really dies there (its "DYING" line, then SIGKILL), no job is
+// lost, and the duplicates are at most one per crash. On the bury path —
+// jobs at MaxRetries, the recoverer killed after the reclaim and before
+// the bury — every job ends in the dead set, none requeued.
 func TestRecovererKilledBetweenSteps(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store, b backends.Backend) {
-		for _, step := range []jobs.Step{jobs.StepReclaimed, jobs.StepRequeued} {
-			t.Run(string(step), func(t *testing.T) {
+		for _, tc := range []struct {
+			name    string
+			step    jobs.Step
+			attempt int // of the crashed worker's jobs
+			bury    bool
+		}{
+			{"reclaimed", jobs.StepReclaimed, 0, false},
+			{"requeued", jobs.StepRequeued, 0, false},
+			{"reclaimed-before-bury", jobs.StepReclaimed, jobs.DefaultMaxRetries, true},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
 				ns := nsFor(t)
 				reg := s.open(t, ns)
 				ids := []string{"a", "b", "c"}
 				for _, id := range ids {
-					if _, err := reg.Track(t.Context(), jobs.Job{ID: id, Owner: "crashed-worker"}, 100*time.Millisecond); err != nil {
+					if _, err := reg.Track(t.Context(), jobs.Job{ID: id, Payload: []byte("work " + id), Owner: "crashed-worker", Attempt: tc.attempt}, 100*time.Millisecond); err != nil {
 						t.Fatal(err)
 					}
 				}
-				r := childproc.Start(t, append(append(s.env, b.Env...), "JOBS_CHILD=recoverer", "JOBS_NS="+ns, "JOBS_KILL_AT="+string(step))...)
+				r := childproc.Start(t, append(append(s.env, b.Env...), "JOBS_CHILD=recoverer", "JOBS_NS="+ns, "JOBS_KILL_AT="+string(tc.step))...)
 				childRequeued := map[string]int{}
+				var dying []string
 				for line := range r.Lines { // until the child dies
 					var id string
 					var attempt int
 					if _, err := fmt.Sscanf(line, "REQUEUED %s %d", &id, &attempt); err == nil {
+						if len(dying) > 0 {
+							t.Fatalf("the recoverer went on after %q: %q", dying[0], line)
+						}
 						childRequeued[id]++
 					}
+					if strings.HasPrefix(line, "DYING after ") {
+						dying = append(dying, line)
+					}
 				}
+				_ = r.Cmd.Wait() // its stdout is closed: it has exited
+				if len(dying) != 1 || !strings.HasPrefix(dying[0], "DYING after "+string(tc.step)+" of ") {
+					t.Fatalf("the recoverer's last words: %q, want one \"DYING after %s of <job>\"", dying, tc.step)
+				}
+				if ws, ok := r.Cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+					t.Fatalf("the recoverer ended with %v, want killed by SIGKILL at the step", r.Cmd.ProcessState)
+				}
+				victim := strings.TrimPrefix(dying[0], "DYING after "+string(tc.step)+" of ")
 				var rec recorder
 				runRecoverer(t, reg, b.New(t), ns, &rec)
 				deadline := time.Now().Add(10 * time.Second)
@@ -368,21 +395,49 @@ func TestRecovererKilledBetweenSteps(t *testing.T) {
 					}
 					<-time.After(50 * time.Millisecond)
 				}
+				if c, _ := reg.Counts(t.Context()); c.Tracked != 0 {
+					t.Fatalf("entries left: %+v", c)
+				}
+				if tc.bury {
+					for _, id := range ids {
+						if n := childRequeued[id] + rec.count(id); n != 0 {
+							t.Fatalf("job %s, at MaxRetries, was requeued %d times", id, n)
+						}
+						d, err := reg.DeadJob(t.Context(), id)
+						if err != nil {
+							t.Fatalf("job %s was lost (killed after %s, before the bury): %v", id, tc.step, err)
+						}
+						// The dead recoverer's reclaim counts: the victim was
+						// reclaimed twice, the others once.
+						want := tc.attempt + 1
+						if id == victim {
+							want++
+						}
+						if d.Attempt != want || len(d.History) != want-tc.attempt || string(d.Payload) != "work "+id {
+							t.Fatalf("dead job %+v, want attempt %d", d, want)
+						}
+					}
+					if c, _ := reg.Counts(t.Context()); c.Dead != int64(len(ids)) {
+						t.Fatalf("counts %+v, want all %d dead", c, len(ids))
+					}
+					t.Logf("killed after %s of %s: every job buried, none requeued", tc.step, victim)
+					return
+				}
 				dups := 0
 				for _, id := range ids {
 					n := childRequeued[id] + rec.count(id)
 					if n == 0 {
-						t.Fatalf("job %s was lost (killed after %s)", id, step)
+						t.Fatalf("job %s was lost (killed after %s)", id, tc.step)
 					}
 					if n > 2 {
 						t.Fatalf("job %s requeued %d times after one crash", id, n)
 					}
 					dups += n - 1
 				}
-				if c, _ := reg.Counts(t.Context()); c.Tracked != 0 {
-					t.Fatalf("entries left: %+v", c)
+				if tc.step == jobs.StepRequeued && childRequeued[victim] != 1 {
+					t.Fatalf("killed after requeueing %s, but the child requeued %v", victim, childRequeued)
 				}
-				t.Logf("killed after %s: every job requeued, %d duplicate(s)", step, dups)
+				t.Logf("killed after %s of %s: every job requeued, %d duplicate(s)", tc.step, victim, dups)
 			})
 		}
 	})
