@@ -115,7 +115,8 @@ func WithScanBatch(n int) lock.Option {
 }
 
 // WithElection names the leader election that gates recovery (default
-// "jobs-recovery"); runners of one registry must share it.
+// "jobs-recovery"); runners of one registry must share it. NewRunner
+// rejects a name that is empty or makes too long a lock key.
 func WithElection(name string) lock.Option {
 	return opt("WithElection", func(s *settings, n string) error { s.election = n; return nil }, name)
 }
@@ -168,6 +169,9 @@ func NewRunner(reg Registry, l lock.Lock, requeue Requeue, opts ...lock.Option) 
 		return nil, fmt.Errorf("%w: jobs.NewRunner: nil registry, lock or requeue function", lock.ErrInvalidArgument)
 	case s.heartbeat*3 >= s.lease:
 		return nil, fmt.Errorf("%w: jobs: the heartbeat interval %v must be below a third of the lease %v", lock.ErrInvalidArgument, s.heartbeat, s.lease)
+	}
+	if err := checkElection(s.election); err != nil {
+		return nil, err
 	}
 	r := &Runner{reg: reg, l: l, requeue: requeue, s: s, cfg: cfg, identity: cfg.Owner,
 		inflight: map[string]*inflight{}, m: newMetrics(cfg)}
