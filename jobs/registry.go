@@ -16,7 +16,11 @@ var ErrNotFound = errors.New("jobs: no such job")
 
 // Job is a unit of work as the registry records it.
 type Job struct {
-	ID      string
+	// ID names the job: 1 to lock.MaxKeyLen bytes, unique among the jobs in
+	// flight (tracking an ID again replaces its entry).
+	ID string
+	// Payload is what the job needs to run again elsewhere, stored as is
+	// (the registry does not read it).
 	Payload []byte
 	// Owner is the identity of the worker (or recoverer) that holds it.
 	Owner string
@@ -35,7 +39,10 @@ type Job struct {
 
 // Ref names one epoch of a job.
 type Ref struct {
-	ID    string
+	// ID is the job's ID.
+	ID string
+	// Epoch is the job's epoch when tracked or reclaimed; an operation on a
+	// Ref acts only while the entry still has it.
 	Epoch uint64
 }
 
@@ -53,7 +60,10 @@ type Recovery struct {
 // DeadJob is a job in the dead set.
 type DeadJob struct {
 	Job
+	// DiedAt is when the job was buried (server time).
 	DiedAt time.Time
+	// Reason says why, as the recoverer gave it to Bury (e.g. the number
+	// of recoveries against MaxRetries).
 	Reason string
 }
 

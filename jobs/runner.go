@@ -115,7 +115,8 @@ func WithScanBatch(n int) lock.Option {
 }
 
 // WithElection names the leader election that gates recovery (default
-// "jobs-recovery"); runners of one registry must share it.
+// "jobs-recovery"); runners of one registry must share it. NewRunner
+// rejects a name that is empty or makes too long a lock key.
 func WithElection(name string) lock.Option {
 	return opt("WithElection", func(s *settings, n string) error { s.election = n; return nil }, name)
 }
@@ -168,6 +169,9 @@ func NewRunner(reg Registry, l lock.Lock, requeue Requeue, opts ...lock.Option) 
 		return nil, fmt.Errorf("%w: jobs.NewRunner: nil registry, lock or requeue function", lock.ErrInvalidArgument)
 	case s.heartbeat*3 >= s.lease:
 		return nil, fmt.Errorf("%w: jobs: the heartbeat interval %v must be below a third of the lease %v", lock.ErrInvalidArgument, s.heartbeat, s.lease)
+	}
+	if err := checkElection(s.election); err != nil {
+		return nil, err
 	}
 	r := &Runner{reg: reg, l: l, requeue: requeue, s: s, cfg: cfg, identity: cfg.Owner,
 		inflight: map[string]*inflight{}, m: newMetrics(cfg)}
@@ -435,16 +439,17 @@ func (r *Runner) backoff(attempt int) time.Duration {
 	return rand.N(d + 1)
 }
 
-// RetryDead requeues a dead job (with its attempt reset and no delay) and
-// then deletes it from the dead set. A crash in between leaves it both
-// requeued and dead: never lost.
+// RetryDead requeues a dead job as new — its ID and payload, Attempt 0, no
+// history, no epoch, owner or deadline of its past life — with no delay,
+// and then deletes it from the dead set. Its history is readable until
+// then (DeadJob, OnDead). A crash in between leaves it both requeued and
+// dead: never lost.
 func (r *Runner) RetryDead(ctx context.Context, id string) error {
 	d, err := r.reg.DeadJob(ctx, id)
 	if err != nil {
 		return err
 	}
-	j := d.Job
-	j.Attempt = 0
+	j := Job{ID: d.ID, Payload: d.Payload}
 	if err := r.requeue(ctx, j, 0); err != nil {
 		return err
 	}

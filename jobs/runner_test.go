@@ -3,6 +3,8 @@ package jobs_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/leasehold-go/leasehold/jobs"
 	"github.com/leasehold-go/leasehold/jobs/memjobs"
+	"github.com/leasehold-go/leasehold/leader"
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/memlock"
 )
@@ -223,29 +226,90 @@ func TestFailedRequeueIsRetried(t *testing.T) {
 	})
 }
 
+// The requeue delay of attempt n is uniform over [0, min(base·2^(n−1), cap)]:
+// every recovery gets one, within its bound, and they spread over it (some
+// in the lower half, some in the upper: the chance that 32 uniform draws
+// all land in one half is 2^-31).
 func TestBackoffIsFullJitterUnderTheCap(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
+		const perAttempt = 32
 		reg, table := memjobs.New(), memlock.New()
-		var delays []time.Duration
+		delays := map[int][]time.Duration{} // by the attempt requeued
 		r, err := jobs.NewRunner(reg, table, func(_ context.Context, j jobs.Job, d time.Duration) error {
-			delays = append(delays, d)
+			delays[j.Attempt] = append(delays[j.Attempt], d)
 			return nil
 		}, jobs.WithBackoff(time.Second, 4*time.Second), jobs.WithMaxRetries(100))
 		if err != nil {
 			t.Fatal(err)
 		}
-		for attempt := range 6 {
-			if _, err := reg.Track(t.Context(), jobs.Job{ID: "b", Attempt: attempt}, time.Millisecond); err != nil {
+		bounds := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 4 * time.Second, 4 * time.Second, 4 * time.Second}
+		for prior := range bounds {
+			for i := range perAttempt {
+				if _, err := reg.Track(t.Context(), jobs.Job{ID: fmt.Sprintf("b%d-%d", prior, i), Attempt: prior}, time.Millisecond); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		time.Sleep(time.Second)
+		if n := r.Scan(t.Context()); n != perAttempt*len(bounds) {
+			t.Fatalf("recovered %d, want %d", n, perAttempt*len(bounds))
+		}
+		for i, bound := range bounds {
+			attempt := i + 1
+			ds := delays[attempt]
+			if len(ds) != perAttempt {
+				t.Fatalf("attempt %d: %d delays, want %d", attempt, len(ds), perAttempt)
+			}
+			low, high := 0, 0
+			for _, d := range ds {
+				if d < 0 || d > bound {
+					t.Fatalf("attempt %d delay %v, want within [0, %v]", attempt, d, bound)
+				}
+				if d < bound/2 {
+					low++
+				} else {
+					high++
+				}
+			}
+			if low == 0 || high == 0 {
+				t.Fatalf("attempt %d: delays %v do not spread over [0, %v]", attempt, ds, bound)
+			}
+		}
+	})
+}
+
+// A job that fails (done with an error) is an ordinary failure: its entry
+// goes, and it never counts as a recovery — Attempt stays, and no number of
+// failures sends it to the dead set.
+func TestFailedJobsAreNotRecoveries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg, table := memjobs.New(), memlock.New()
+		var q queue
+		r := newRunner(t, reg, table.Share(), &q, jobs.WithMaxRetries(1))
+		j := jobs.Job{ID: "flaky", Payload: []byte("p")}
+		for range 5 {
+			_, done, err := r.Track(t.Context(), j)
+			if err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(time.Second)
-			r.Scan(t.Context())
-		}
-		bounds := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 4 * time.Second, 4 * time.Second, 4 * time.Second}
-		for i, d := range delays {
-			if d < 0 || d > bounds[i] {
-				t.Fatalf("attempt %d delay %v, want within [0, %v]", i+1, d, bounds[i])
+			if err := done(errors.New("the job failed")); err != nil {
+				t.Fatalf("done(err): %v", err)
 			}
+			if c, _ := reg.Counts(t.Context()); c.Tracked != 0 || c.Dead != 0 {
+				t.Fatalf("after a failure: %+v, want no entry and nothing dead", c)
+			}
+		}
+		// Now its worker crashes: the first recovery, Attempt 1, requeued
+		// (MaxRetries 1), not the sixth.
+		if _, err := reg.Track(t.Context(), jobs.Job{ID: "flaky", Owner: "crashed"}, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second)
+		if n := r.Scan(t.Context()); n != 1 || q.len() != 1 || q.jobs[0].Attempt != 1 {
+			t.Fatalf("recovered %d: %+v, want one requeue at attempt 1", n, q.jobs)
+		}
+		if c, _ := reg.Counts(t.Context()); c.Dead != 0 {
+			t.Fatalf("dead after failures and one crash: %+v", c)
 		}
 	})
 }
@@ -254,16 +318,27 @@ func TestConfigIsValidated(t *testing.T) {
 	reg, l := memjobs.New(), memlock.New()
 	rq := func(context.Context, jobs.Job, time.Duration) error { return nil }
 	for name, opts := range map[string][]lock.Option{
-		"heartbeat at lease/3": {jobs.WithLease(15 * time.Second), jobs.WithHeartbeatEvery(5 * time.Second)},
-		"zero lease":           {jobs.WithLease(0)},
-		"negative retries":     {jobs.WithMaxRetries(-1)},
-		"cap below base":       {jobs.WithBackoff(time.Minute, time.Second)},
-		"zero scan":            {jobs.WithScanEvery(0)},
-		"zero batch":           {jobs.WithScanBatch(0)},
+		"heartbeat at lease/3":  {jobs.WithLease(15 * time.Second), jobs.WithHeartbeatEvery(5 * time.Second)},
+		"zero lease":            {jobs.WithLease(0)},
+		"negative retries":      {jobs.WithMaxRetries(-1)},
+		"cap below base":        {jobs.WithBackoff(time.Minute, time.Second)},
+		"zero scan":             {jobs.WithScanEvery(0)},
+		"zero batch":            {jobs.WithScanBatch(0)},
+		"empty election":        {jobs.WithElection("")},
+		"election key too long": {jobs.WithElection(strings.Repeat("e", lock.MaxKeyLen-len(leader.Key(""))+1))},
 	} {
 		if _, err := jobs.NewRunner(reg, l, rq, opts...); !errors.Is(err, lock.ErrInvalidArgument) {
 			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
 		}
+	}
+	for _, name := range []string{"", strings.Repeat("e", lock.MaxKeyLen)} {
+		if _, err := jobs.NewRunner(reg, l, rq, jobs.WithElection(name)); !errors.Is(err, lock.ErrInvalidKey) {
+			t.Errorf("election %.10q…: %v, want ErrInvalidKey", name, err)
+		}
+	}
+	// The longest name whose election key is valid.
+	if _, err := jobs.NewRunner(reg, l, rq, jobs.WithElection(strings.Repeat("e", lock.MaxKeyLen-len(leader.Key(""))))); err != nil {
+		t.Errorf("an election name at the key limit: %v", err)
 	}
 	if _, err := jobs.NewRunner(nil, l, rq); !errors.Is(err, lock.ErrInvalidArgument) {
 		t.Errorf("nil registry: %v", err)

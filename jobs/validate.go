@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/leasehold-go/leasehold/leader"
 	"github.com/leasehold-go/leasehold/lock"
 )
 
@@ -26,4 +27,16 @@ func CheckLease(ctx context.Context, id string, lease time.Duration) error {
 		return err
 	}
 	return lock.CheckTTL(lease, time.Millisecond)
+}
+
+// checkElection rejects an election name that leader.Run would refuse: an
+// empty one, or one whose lock key (leader.Key) is not a valid key.
+func checkElection(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: jobs: empty election name", lock.ErrInvalidKey)
+	}
+	if err := lock.CheckKey(leader.Key(name)); err != nil {
+		return fmt.Errorf("jobs: election name %q: %w", name, err)
+	}
+	return nil
 }

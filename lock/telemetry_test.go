@@ -8,45 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/leasehold-go/leasehold/internal/metrictest"
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/memlock"
 )
-
-// points collects every data point by metric name and outcome/reason.
-func points(t *testing.T, r *sdkmetric.ManualReader) map[string]int64 {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := r.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]int64{}
-	label := func(set attribute.Set) string {
-		var parts []string
-		for _, kv := range set.ToSlice() {
-			parts = append(parts, string(kv.Key)+"="+kv.Value.AsString())
-		}
-		return strings.Join(parts, ",")
-	}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			switch d := m.Data.(type) {
-			case metricdata.Histogram[float64]:
-				for _, p := range d.DataPoints {
-					out[m.Name+"{"+label(p.Attributes)+"}"] += int64(p.Count)
-				}
-			case metricdata.Sum[int64]:
-				for _, p := range d.DataPoints {
-					out[m.Name+"{"+label(p.Attributes)+"}"] += p.Value
-				}
-			}
-		}
-	}
-	return out
-}
 
 func TestMetricsAndLogs(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
@@ -68,7 +35,7 @@ func TestMetricsAndLogs(t *testing.T) {
 	<-lease.Context().Done() // lost at its deadline
 	_ = lease.Release(ctx)
 
-	got := points(t, reader)
+	got := metrictest.Points(t, reader)
 	for _, want := range []string{
 		"leasehold.lock.attempt.duration{leasehold.backend=memlock,leasehold.outcome=acquired}",
 		"leasehold.lock.attempt.duration{leasehold.backend=memlock,leasehold.outcome=busy}",

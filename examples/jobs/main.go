@@ -9,7 +9,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -49,7 +48,43 @@ func main() {
 	}
 }
 
-// chanQueue is the in-memory queue; redisQueue the list of the process demo.
+// queue hands out jobs: chanQueue in memory, redisQueue (a list) in the
+// process demo.
+type queue interface {
+	push(ctx context.Context, j jobs.Job) error
+	pop(ctx context.Context) (jobs.Job, bool)
+}
+
+// Outcomes of settle.
+const (
+	done      = "DONE"      // worked through; the completion was accepted
+	stale     = "STALE"     // worked through, but the completion was rejected: recovered meanwhile, it runs again elsewhere
+	abandoned = "ABANDONED" // the job's context ended first: reclaimed elsewhere, or its lease ran out here
+	putBack   = "PUTBACK"   // abandoned while still this worker's: back on the queue, since nobody will recover it
+)
+
+// settle works on a tracked job for d, unless its context ends first, and
+// finishes it. Only a done job counts as completed.
+func settle(ctx context.Context, q queue, j jobs.Job, jctx context.Context, finish func(error) error, d time.Duration) string {
+	select {
+	case <-time.After(d): // the work
+	case <-jctx.Done():
+	}
+	if cause := context.Cause(jctx); cause != nil {
+		if finish(cause) == nil { // still ours: nobody will recover it
+			if err := q.push(context.WithoutCancel(ctx), j); err == nil {
+				return putBack
+			}
+		}
+		return abandoned
+	}
+	if finish(nil) != nil {
+		return stale
+	}
+	return done
+}
+
+// chanQueue is the in-memory queue.
 type chanQueue chan jobs.Job
 
 func (q chanQueue) push(_ context.Context, j jobs.Job) error { q <- j; return nil }
@@ -92,6 +127,7 @@ func run(ctx context.Context, out io.Writer, total int) error {
 	newLk := func(owner string) lock.Lock { return table.Share(lock.WithOwner(owner), quiet) }
 	var (
 		mu        sync.Mutex
+		started   = map[string]int{}
 		completed = map[string]int{}
 		start     = time.Now()
 	)
@@ -122,7 +158,7 @@ func run(ctx context.Context, out io.Writer, total int) error {
 		wctx, crash := context.WithCancel(ctx)
 		wg.Go(func() { _ = runner.Run(wctx) })
 		wg.Go(func() {
-			for done := 0; wctx.Err() == nil; {
+			for finished := 0; wctx.Err() == nil; {
 				j, ok := q.pop(wctx)
 				if !ok {
 					continue
@@ -131,23 +167,29 @@ func run(ctx context.Context, out io.Writer, total int) error {
 				if err != nil {
 					continue
 				}
-				if w == 2 && done == 3 {
+				mu.Lock()
+				started[j.ID]++
+				mu.Unlock()
+				if w == 2 && finished == 3 {
 					say("%s crashes in the middle of %s (and of whatever it holds)", name, j.ID)
 					crash() // no more heartbeats, no finish: as if SIGKILLed
 					return
 				}
-				select {
-				case <-time.After(30 * time.Millisecond): // the work
-				case <-jctx.Done():
-				}
-				if err := finish(nil); errors.Is(err, jobs.ErrStale) {
+				switch settle(wctx, q, j, jctx, finish, 30*time.Millisecond) {
+				case stale:
 					say("%s: its completion of %s was rejected (recovered meanwhile)", name, j.ID)
+					continue
+				case abandoned:
+					continue
+				case putBack:
+					say("%s abandoned %s and put it back", name, j.ID)
+					continue
 				}
 				mu.Lock()
 				completed[j.ID]++
 				n := len(completed)
 				mu.Unlock()
-				done++
+				finished++
 				if n == total {
 					cancel()
 				}
@@ -155,8 +197,15 @@ func run(ctx context.Context, out io.Writer, total int) error {
 		})
 	}
 	wg.Wait()
+	return summary(out, total, started, completed)
+}
+
+// summary prints how many jobs completed and how many ran more than once
+// (their runs beyond the first): a crashed worker's job runs again
+// elsewhere.
+func summary(out io.Writer, total int, started, completed map[string]int) error {
 	dups := 0
-	for _, n := range completed {
+	for _, n := range started {
 		dups += n - 1
 	}
 	fmt.Fprintf(out, "\n%d of %d jobs completed; %d ran twice; none lost\n", len(completed), total, dups)

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -50,7 +49,7 @@ func runProcesses(ctx context.Context, out io.Writer, addr string, total int) er
 		defer mu.Unlock()
 		fmt.Fprintf(out, "+%5.2fs  %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
 	}
-	completed := map[string]int{}
+	started, completed := map[string]int{}, map[string]int{}
 	allDone := make(chan struct{})
 	var procs []*exec.Cmd
 	var wg sync.WaitGroup
@@ -67,18 +66,20 @@ func runProcesses(ctx context.Context, out io.Writer, addr string, total int) er
 		procs = append(procs, cmd)
 		say("worker-%d started (pid %d)", w, cmd.Process.Pid)
 		wg.Go(func() {
-			started := 0
+			taken := 0
 			sc := bufio.NewScanner(stdout)
 			for sc.Scan() {
 				f := strings.Fields(sc.Text())
 				switch {
 				case len(f) == 2 && f[0] == "START":
-					started++
-					if w == 1 && started == 1 {
+					mu.Lock()
+					started[f[1]]++
+					mu.Unlock()
+					if taken++; w == 1 && taken == 1 {
 						_ = cmd.Process.Signal(syscall.SIGKILL)
 						say("worker-%d SIGKILLed in the middle of %s", w, f[1])
 					}
-				case len(f) == 2 && f[0] == "DONE":
+				case len(f) == 2 && f[0] == done:
 					mu.Lock()
 					completed[f[1]]++
 					n := len(completed)
@@ -92,8 +93,10 @@ func runProcesses(ctx context.Context, out io.Writer, addr string, total int) er
 					}
 				case len(f) >= 2 && f[0] == "RECOVERED":
 					say("worker-%d recovered %s", w, strings.Join(f[1:], " "))
-				case len(f) == 2 && f[0] == "STALE":
+				case len(f) == 2 && f[0] == stale:
 					say("worker-%d: its completion of %s was rejected (recovered meanwhile)", w, f[1])
+				case len(f) == 2 && f[0] == putBack:
+					say("worker-%d abandoned %s and put it back", w, f[1])
 				}
 			}
 		})
@@ -111,20 +114,13 @@ func runProcesses(ctx context.Context, out io.Writer, addr string, total int) er
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	dups := 0
-	for _, n := range completed {
-		dups += n - 1
-	}
-	fmt.Fprintf(out, "\n%d of %d jobs completed; %d ran twice; none lost\n", len(completed), total, dups)
-	if len(completed) != total {
-		return fmt.Errorf("%d jobs never completed", total-len(completed))
-	}
-	return nil
+	return summary(out, total, started, completed)
 }
 
 // workerMain is one worker process: it takes jobs from the Redis list,
 // tracks them, works (the second worker slowly, so that it dies mid-job),
-// and reports on stdout: START, DONE, STALE, RECOVERED.
+// and reports on stdout: START, then DONE, STALE, ABANDONED or PUTBACK
+// (settle's outcome), and RECOVERED.
 func workerMain(addr, ns string, w int) error {
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
@@ -167,14 +163,7 @@ func workerMain(addr, ns string, w int) error {
 			continue
 		}
 		say("START %s", j.ID)
-		select {
-		case <-time.After(work):
-		case <-jctx.Done():
-		}
-		if err := finish(nil); errors.Is(err, jobs.ErrStale) {
-			say("STALE %s", j.ID)
-		}
-		say("DONE %s", j.ID)
+		say("%s %s", settle(ctx, q, j, jctx, finish, work), j.ID)
 	}
 	return nil
 }

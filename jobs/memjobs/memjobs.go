@@ -39,6 +39,9 @@ func New() *Registry {
 	return &Registry{byID: map[string]*entry{}, dead: map[string]jobs.DeadJob{}}
 }
 
+// Track implements jobs.Registry: under the mutex, the job gets a fresh
+// epoch and a deadline lease from now on this process's clock, replacing an
+// entry of the same ID (which goes stale). The payload is copied.
 func (r *Registry) Track(ctx context.Context, job jobs.Job, lease time.Duration) (jobs.Job, error) {
 	if err := jobs.CheckLease(ctx, job.ID, lease); err != nil {
 		return jobs.Job{}, err
@@ -65,6 +68,9 @@ func (r *Registry) current(ref jobs.Ref) (*entry, bool) {
 	return e, ok && e.job.Epoch == ref.Epoch
 }
 
+// Heartbeat implements jobs.Registry: under one lock, every listed job whose
+// epoch matches gets a deadline lease from now; it returns the IDs of the
+// others (gone or of another epoch).
 func (r *Registry) Heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Duration) ([]string, error) {
 	if err := jobs.CheckLease(ctx, "heartbeat", lease); err != nil {
 		return nil, err
@@ -98,6 +104,8 @@ func (r *Registry) remove(ctx context.Context, ref jobs.Ref) (*entry, error) {
 	return e, nil
 }
 
+// Done implements jobs.Registry: it removes the entry if its epoch matches
+// ref's, else returns jobs.ErrStale.
 func (r *Registry) Done(ctx context.Context, ref jobs.Ref) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -105,8 +113,13 @@ func (r *Registry) Done(ctx context.Context, ref jobs.Ref) error {
 	return err
 }
 
+// Remove implements jobs.Registry: as Done, for the recoverer after a
+// requeue; jobs.ErrStale when the epoch no longer matches.
 func (r *Registry) Remove(ctx context.Context, ref jobs.Ref) error { return r.Done(ctx, ref) }
 
+// Expired implements jobs.Registry: it walks only the due part of the
+// deadline heap (O(k log k) for k expired jobs, whatever the number
+// tracked) and returns up to limit (0: all), earliest deadline first.
 func (r *Registry) Expired(ctx context.Context, limit int) ([]jobs.Job, error) {
 	if err := lock.CheckContext(ctx); err != nil {
 		return nil, err
@@ -133,6 +146,9 @@ func (r *Registry) Expired(ctx context.Context, limit int) ([]jobs.Job, error) {
 	return out, nil
 }
 
+// Reclaim implements jobs.Registry: if the entry is still of ref's epoch and
+// its deadline has passed, it gets a new epoch, Attempt+1, owner by, a
+// deadline lease from now and a history entry; else jobs.ErrStale.
 func (r *Registry) Reclaim(ctx context.Context, ref jobs.Ref, by string, lease time.Duration) (jobs.Job, error) {
 	if err := jobs.CheckLease(ctx, ref.ID, lease); err != nil {
 		return jobs.Job{}, err
@@ -153,6 +169,9 @@ func (r *Registry) Reclaim(ctx context.Context, ref jobs.Ref, by string, lease t
 	return *j, nil
 }
 
+// Bury implements jobs.Registry: it moves the entry of ref's epoch to the
+// dead set (replacing a dead job of the same ID), with reason and the time
+// of death, else returns jobs.ErrStale.
 func (r *Registry) Bury(ctx context.Context, ref jobs.Ref, reason string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -164,6 +183,8 @@ func (r *Registry) Bury(ctx context.Context, ref jobs.Ref, reason string) error 
 	return nil
 }
 
+// Dead implements jobs.Registry: up to limit (0: all) dead jobs, the most
+// recent death first (ties by ID). It sorts the whole dead set.
 func (r *Registry) Dead(ctx context.Context, limit int) ([]jobs.DeadJob, error) {
 	if err := lock.CheckContext(ctx); err != nil {
 		return nil, err
@@ -186,6 +207,7 @@ func (r *Registry) Dead(ctx context.Context, limit int) ([]jobs.DeadJob, error) 
 	return out, nil
 }
 
+// DeadJob implements jobs.Registry: the dead job id, or jobs.ErrNotFound.
 func (r *Registry) DeadJob(ctx context.Context, id string) (jobs.DeadJob, error) {
 	if err := jobs.CheckID(ctx, id); err != nil {
 		return jobs.DeadJob{}, err
@@ -199,6 +221,8 @@ func (r *Registry) DeadJob(ctx context.Context, id string) (jobs.DeadJob, error)
 	return d, nil
 }
 
+// Purge implements jobs.Registry: it deletes the dead job id, or returns
+// jobs.ErrNotFound.
 func (r *Registry) Purge(ctx context.Context, id string) error {
 	if err := jobs.CheckID(ctx, id); err != nil {
 		return err
@@ -212,6 +236,8 @@ func (r *Registry) Purge(ctx context.Context, id string) error {
 	return nil
 }
 
+// Counts implements jobs.Registry: tracked and dead are map sizes; expired
+// walks the due part of the deadline heap.
 func (r *Registry) Counts(ctx context.Context) (jobs.Counts, error) {
 	expired, err := r.Expired(ctx, 0)
 	if err != nil {
@@ -222,6 +248,8 @@ func (r *Registry) Counts(ctx context.Context) (jobs.Counts, error) {
 	return jobs.Counts{Tracked: int64(len(r.byID)), Expired: int64(len(expired)), Dead: int64(len(r.dead))}, nil
 }
 
+// InFlight implements jobs.Registry: up to limit (0: all) tracked jobs,
+// earliest deadline first. It sorts every entry.
 func (r *Registry) InFlight(ctx context.Context, limit int) ([]jobs.Job, error) {
 	if err := lock.CheckContext(ctx); err != nil {
 		return nil, err

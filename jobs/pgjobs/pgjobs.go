@@ -198,6 +198,9 @@ func scanJob(row pgx.Row, extra ...any) (jobs.Job, error) {
 	return j, nil
 }
 
+// Track implements jobs.Registry: one INSERT … ON CONFLICT (one round trip),
+// deadline on server time (now()), epoch from the sequence; an entry of the
+// same ID is replaced (it goes stale).
 func (r *Registry) Track(ctx context.Context, job jobs.Job, lease time.Duration) (jobs.Job, error) {
 	if err := jobs.CheckLease(ctx, job.ID, lease); err != nil {
 		return jobs.Job{}, err
@@ -218,6 +221,9 @@ func (r *Registry) Track(ctx context.Context, job jobs.Job, lease time.Duration)
 	return job, nil
 }
 
+// Heartbeat implements jobs.Registry: one UPDATE … FROM unnest for all of
+// refs (one round trip, whatever their number), deadline on server time;
+// it returns the IDs whose row of that epoch is gone.
 func (r *Registry) Heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Duration) ([]string, error) {
 	if err := jobs.CheckLease(ctx, "heartbeat", lease); err != nil {
 		return nil, err
@@ -271,15 +277,25 @@ func (r *Registry) remove(ctx context.Context, ref jobs.Ref, op string) error {
 	return nil
 }
 
+// Done implements jobs.Registry: one DELETE of the row of ref's epoch, else
+// jobs.ErrStale.
 func (r *Registry) Done(ctx context.Context, ref jobs.Ref) error { return r.remove(ctx, ref, "done") }
+
+// Remove implements jobs.Registry: as Done (one epoch-checked DELETE), for
+// the recoverer after a requeue.
 func (r *Registry) Remove(ctx context.Context, ref jobs.Ref) error {
 	return r.remove(ctx, ref, "remove")
 }
 
+// Expired implements jobs.Registry: one SELECT … WHERE deadline <= now()
+// ORDER BY deadline LIMIT, a range scan of the deadline index: its cost
+// grows with the expired count, not the tracked count (0: all).
 func (r *Registry) Expired(ctx context.Context, limit int) ([]jobs.Job, error) {
 	return r.list(ctx, r.q.expired, limit)
 }
 
+// InFlight implements jobs.Registry: one SELECT of the tracked jobs in
+// deadline order, up to limit (0: all).
 func (r *Registry) InFlight(ctx context.Context, limit int) ([]jobs.Job, error) {
 	return r.list(ctx, r.q.inflight, limit)
 }
@@ -310,6 +326,9 @@ func (r *Registry) list(ctx context.Context, query string, limit int) ([]jobs.Jo
 	return out, nil
 }
 
+// Reclaim implements jobs.Registry: one UPDATE of the row of ref's epoch
+// whose deadline has passed (server time): a new epoch, Attempt+1, owner
+// by, a deadline and a history entry; else jobs.ErrStale.
 func (r *Registry) Reclaim(ctx context.Context, ref jobs.Ref, by string, lease time.Duration) (jobs.Job, error) {
 	if err := jobs.CheckLease(ctx, ref.ID, lease); err != nil {
 		return jobs.Job{}, err
@@ -327,6 +346,9 @@ func (r *Registry) Reclaim(ctx context.Context, ref jobs.Ref, by string, lease t
 	return j, nil
 }
 
+// Bury implements jobs.Registry: one statement (DELETE … RETURNING into an
+// INSERT) moves the row of ref's epoch to the dead table, time of death on
+// server time; else jobs.ErrStale.
 func (r *Registry) Bury(ctx context.Context, ref jobs.Ref, reason string) error {
 	if err := jobs.CheckID(ctx, ref.ID); err != nil {
 		return err
@@ -351,6 +373,8 @@ func scanDead(row pgx.Row) (jobs.DeadJob, error) {
 	return d, err
 }
 
+// Dead implements jobs.Registry: one SELECT of the dead table by its index
+// on the time of death, the most recent first, up to limit (0: all).
 func (r *Registry) Dead(ctx context.Context, limit int) ([]jobs.DeadJob, error) {
 	if err := lock.CheckContext(ctx); err != nil {
 		return nil, err
@@ -369,6 +393,7 @@ func (r *Registry) Dead(ctx context.Context, limit int) ([]jobs.DeadJob, error) 
 	return out, nil
 }
 
+// DeadJob implements jobs.Registry: one SELECT by ID, or jobs.ErrNotFound.
 func (r *Registry) DeadJob(ctx context.Context, id string) (jobs.DeadJob, error) {
 	if err := jobs.CheckID(ctx, id); err != nil {
 		return jobs.DeadJob{}, err
@@ -386,6 +411,8 @@ func (r *Registry) DeadJob(ctx context.Context, id string) (jobs.DeadJob, error)
 	return d, nil
 }
 
+// Purge implements jobs.Registry: one DELETE of the dead job, or
+// jobs.ErrNotFound.
 func (r *Registry) Purge(ctx context.Context, id string) error {
 	if err := jobs.CheckID(ctx, id); err != nil {
 		return err
@@ -403,6 +430,9 @@ func (r *Registry) Purge(ctx context.Context, id string) error {
 	return nil
 }
 
+// Counts implements jobs.Registry: one statement of three counts; the
+// tracked and dead counts scan their tables (they grow with the number of
+// jobs), the expired count is a range of the deadline index.
 func (r *Registry) Counts(ctx context.Context) (jobs.Counts, error) {
 	if err := lock.CheckContext(ctx); err != nil {
 		return jobs.Counts{}, err

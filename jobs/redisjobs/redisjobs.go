@@ -119,6 +119,9 @@ func stale(ref jobs.Ref) error {
 	return fmt.Errorf("%w: %s epoch %d", jobs.ErrStale, ref.ID, ref.Epoch)
 }
 
+// Track implements jobs.Registry: one script (one round trip), deadline on
+// server time (TIME); the epoch comes from the {ns}:epoch counter, and an
+// entry of the same ID is replaced (it goes stale).
 func (r *Registry) Track(ctx context.Context, job jobs.Job, lease time.Duration) (jobs.Job, error) {
 	if err := jobs.CheckLease(ctx, job.ID, lease); err != nil {
 		return jobs.Job{}, err
@@ -132,6 +135,9 @@ func (r *Registry) Track(ctx context.Context, job jobs.Job, lease time.Duration)
 	return job, nil
 }
 
+// Heartbeat implements jobs.Registry: one script for all of refs (one round
+// trip, whatever their number), deadline on server time; it returns the IDs
+// whose epoch no longer matches or whose entry is gone.
 func (r *Registry) Heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Duration) ([]string, error) {
 	if err := jobs.CheckLease(ctx, "heartbeat", lease); err != nil {
 		return nil, err
@@ -168,15 +174,26 @@ func (r *Registry) remove(ctx context.Context, ref jobs.Ref, op string) error {
 	return nil
 }
 
+// Done implements jobs.Registry: one script removes the entry and its index
+// member if the epoch matches, else jobs.ErrStale (see Client retries in
+// the package doc).
 func (r *Registry) Done(ctx context.Context, ref jobs.Ref) error { return r.remove(ctx, ref, "done") }
+
+// Remove implements jobs.Registry: as Done (one script, epoch-checked), for
+// the recoverer after a requeue.
 func (r *Registry) Remove(ctx context.Context, ref jobs.Ref) error {
 	return r.remove(ctx, ref, "remove")
 }
 
+// Expired implements jobs.Registry: one script, ZRANGEBYSCORE over the
+// deadline index up to server time: O(log n + k) for k expired of n
+// tracked; earliest deadline first, up to limit (0: all).
 func (r *Registry) Expired(ctx context.Context, limit int) ([]jobs.Job, error) {
 	return r.list(ctx, limit, "0")
 }
 
+// InFlight implements jobs.Registry: one script over the whole deadline
+// index, earliest deadline first, up to limit (0: all).
 func (r *Registry) InFlight(ctx context.Context, limit int) ([]jobs.Job, error) {
 	return r.list(ctx, limit, "1")
 }
@@ -205,6 +222,9 @@ func decodeJob(id string, f []string) jobs.Job {
 		Deadline: time.UnixMilli(deadline), History: decodeHistory(f[5])}
 }
 
+// Reclaim implements jobs.Registry: one script checks, on server time, that
+// the entry is of ref's epoch and expired, then gives it a new epoch,
+// Attempt+1, owner by, a deadline and a history record; else jobs.ErrStale.
 func (r *Registry) Reclaim(ctx context.Context, ref jobs.Ref, by string, lease time.Duration) (jobs.Job, error) {
 	if err := jobs.CheckLease(ctx, ref.ID, lease); err != nil {
 		return jobs.Job{}, err
@@ -220,6 +240,9 @@ func (r *Registry) Reclaim(ctx context.Context, ref jobs.Ref, by string, lease t
 	return decodeJob(ref.ID, f), nil
 }
 
+// Bury implements jobs.Registry: one script moves the entry of ref's epoch
+// to the dead set (hash and index, time of death on server time), else
+// jobs.ErrStale.
 func (r *Registry) Bury(ctx context.Context, ref jobs.Ref, reason string) error {
 	if err := jobs.CheckID(ctx, ref.ID); err != nil {
 		return err
@@ -235,6 +258,8 @@ func (r *Registry) Bury(ctx context.Context, ref jobs.Ref, reason string) error 
 	return nil
 }
 
+// Dead implements jobs.Registry: one script reads the dead-set index, the
+// most recent death first, up to limit (0: all).
 func (r *Registry) Dead(ctx context.Context, limit int) ([]jobs.DeadJob, error) {
 	if err := lock.CheckContext(ctx); err != nil {
 		return nil, err
@@ -254,6 +279,8 @@ func (r *Registry) Dead(ctx context.Context, limit int) ([]jobs.DeadJob, error) 
 	return out, nil
 }
 
+// DeadJob implements jobs.Registry: one HMGET of the dead job's hash, or
+// jobs.ErrNotFound.
 func (r *Registry) DeadJob(ctx context.Context, id string) (jobs.DeadJob, error) {
 	if err := jobs.CheckID(ctx, id); err != nil {
 		return jobs.DeadJob{}, err
@@ -273,6 +300,8 @@ func (r *Registry) DeadJob(ctx context.Context, id string) (jobs.DeadJob, error)
 	return jobs.DeadJob{Job: decodeJob(id, s[:6]), DiedAt: time.UnixMilli(died), Reason: s[7]}, nil
 }
 
+// Purge implements jobs.Registry: one script deletes the dead job and its
+// index member, or returns jobs.ErrNotFound.
 func (r *Registry) Purge(ctx context.Context, id string) error {
 	if err := jobs.CheckID(ctx, id); err != nil {
 		return err
@@ -287,6 +316,8 @@ func (r *Registry) Purge(ctx context.Context, id string) error {
 	return nil
 }
 
+// Counts implements jobs.Registry: one script, ZCARD and ZCOUNT of the
+// indexes (expired up to server time): O(log n), never a walk of the jobs.
 func (r *Registry) Counts(ctx context.Context) (jobs.Counts, error) {
 	if err := lock.CheckContext(ctx); err != nil {
 		return jobs.Counts{}, err

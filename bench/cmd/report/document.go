@@ -249,6 +249,15 @@ func (d *doc) recovery() {
 		d.p("| %s | %s | %s |", be, dur(d.get("BenchmarkScan/"+be+"/index", "ns/op")/1e3), dur(d.get("BenchmarkScan/"+be+"/every-key", "ns/op")/1e3))
 	}
 	d.p("")
+	d.p("One batched heartbeat of a worker with 10,000 jobs in flight (main module's `BenchmarkHeartbeat10k`, 20 heartbeats after a warm-up one): its duration, and the requests the client sent per heartbeat, counted by a go-redis hook and a pgx tracer (the benchmark fails unless it is one).")
+	d.p("")
+	d.p("| backend | heartbeat of 10,000 jobs | round trips |")
+	d.p("| --- | --- | --- |")
+	for _, be := range []string{"redis", "postgres"} {
+		n := "BenchmarkHeartbeat10k/" + be
+		d.p("| %s | %s | %s |", be, dur(d.get(n, "ns/op")/1e3), num(d.get(n, "round-trips/op"), "%.0f"))
+	}
+	d.p("")
 }
 
 func (d *doc) configs() {

@@ -1,7 +1,7 @@
 // Command report runs the comparison benchmarks of ../.. (the bench
-// module) and the main module's semaphore and recovery-scan benchmarks,
-// sequentially, then writes docs/benchmarks.md (tables of medians, the
-// machine, the command), the charts docs/benchmarks-*.svg, and the raw
+// module) and the main module's semaphore, recovery-scan and heartbeat
+// benchmarks, sequentially, then writes docs/benchmarks.md (tables of
+// medians, the machine, the command), the charts docs/benchmarks-*.svg, and the raw
 // go test output docs/benchmarks-raw.txt (benchstat reads it).
 //
 //	go -C bench run ./cmd/report              # about 12 minutes
@@ -106,6 +106,9 @@ func run(rounds, contended int, short, scan bool) error {
 		if err := bench("jobs", "^BenchmarkScan$", "3x"); err != nil {
 			return err
 		}
+	}
+	if err := bench("jobs", "^BenchmarkHeartbeat10k$", "20x"); err != nil {
+		return err
 	}
 	m := machine(started, load, flagLine())
 	doc := document(rs, m, rounds, contended, short)

@@ -29,3 +29,17 @@ PASS`
 		t.Fatal("a missing benchmark has a median")
 	}
 }
+
+// The heartbeat benchmark's lines land in the document as a table.
+func TestDocumentHasTheHeartbeatTable(t *testing.T) {
+	rs := results{}
+	rs.parse(strings.NewReader(`BenchmarkHeartbeat10k/redis-2         	      20	  57058135 ns/op	         1.000 round-trips/op
+BenchmarkHeartbeat10k/postgres-2      	      20	  77198643 ns/op	         1.000 round-trips/op
+`))
+	doc := document(rs, machineInfo{}, 1, 1, false)
+	for _, want := range []string{"`BenchmarkHeartbeat10k`", "| redis | " + dur(57058.135) + " | 1 |", "| postgres | " + dur(77198.643) + " | 1 |"} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("the document lacks %q", want)
+		}
+	}
+}
