@@ -7,21 +7,24 @@
 -- ARGV[6]: how long its place is kept without another attempt, in ms.
 --
 -- A queued attempt that fails puts the waiter in the key's queue (keeping
--- its place if it is there already) and sets its deadline; one that
--- succeeds takes it out. Release wakes the first live waiters of the queue
--- (release.lua), so that a release does not wake every waiter.
--- Returns {1, token, index, granted at in µs} when granted, {0, shortest
--- remaining ttl in ms} when every key is held. The grant's value is
--- "<token>|<granted at, µs>|<attempt>|<owner>".
+-- its place if it is there already) with its entry "<deadline ms>|<ttl
+-- ms>|<now ms>|<owner>"; one that succeeds takes it out. Release hands the
+-- key to the first live waiter of the queue (handoff.lua), so that a
+-- release wakes one waiter, which then holds the key already.
+-- Returns {1, token, index, granted at in µs, remaining ttl in ms} when
+-- granted, {0, shortest remaining ttl in ms} when every key is held. The
+-- grant's value is "<token>|<granted at, µs>|<attempt>|<owner>".
 --
 -- The token is max(last + 1, server time in µs): the per-key fence counter
 -- makes tokens strictly increasing, and the clock keeps them increasing when
 -- the counter was lost (a restart without persistence, FLUSHALL, its own
 -- expiry an hour after the last grant).
 --
--- A key already granted to this attempt is returned as it is: go-redis
--- retries a command whose reply was lost, and the retry must not report the
--- key as held by someone else (nor, for several keys, take a second one).
+-- A key already granted to this attempt is returned as it is, with its
+-- remaining ttl: go-redis retries a command whose reply was lost, and the
+-- retry must not report the key as held by someone else (nor, for several
+-- keys, take a second one); and a queued waiter that missed the message of
+-- a handoff finds its grant so.
 local waiter = ARGV[5]
 local n = #KEYS / 2
 if waiter ~= '' then n = 1 end
@@ -40,7 +43,7 @@ for j = 1, n do
     local token, since, tail = string.match(v, '^(%d+)|(%d+)|(.*)$')
     if tail == ARGV[1] then
       dequeue()
-      return {1, token, j - 1, since}
+      return {1, token, j - 1, since, redis.call('PTTL', KEYS[2 * j - 1])}
     end
   end
 end
@@ -58,7 +61,7 @@ for i = 0, n - 1 do
     if redis.call('SET', lockKey, token .. '|' .. since .. '|' .. ARGV[1], 'PX', ARGV[2], 'NX') then
       redis.call('SET', fenceKey, token, 'PX', ARGV[4])
       dequeue()
-      return {1, token, j, since}
+      return {1, token, j, since, tonumber(ARGV[2])}
     end
   end
   local pttl = redis.call('PTTL', lockKey)
@@ -69,7 +72,8 @@ if waiter ~= '' then
   local t = redis.call('TIME')
   local nowMs = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   redis.call('ZADD', KEYS[3], 'NX', nowMs, waiter)
-  redis.call('HSET', KEYS[4], waiter, nowMs + tonumber(ARGV[6]))
+  local owner = string.match(ARGV[1], '^[^|]*|(.*)$')
+  redis.call('HSET', KEYS[4], waiter, string.format('%.0f|%s|%.0f|%s', nowMs + tonumber(ARGV[6]), ARGV[2], nowMs, owner))
   redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[6]) + 60000)
   redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[6]) + 60000)
 end

@@ -65,6 +65,13 @@ func decodeKey(enc string) (string, bool) {
 
 func (l *Lock) lockKey(k string) string  { return l.prefix + "l" + encodeKey(k) }
 func (l *Lock) fenceKey(k string) string { return l.prefix + "f" + encodeKey(k) }
+
+// queueKeys are the KEYS of release.lua, force_release.lua and leave.lua:
+// the lock key, its fence counter, its wait queue and the waiters' entries.
+func (l *Lock) queueKeys(k string) []string {
+	return []string{l.lockKey(k), l.fenceKey(k), l.queueKey(k), l.deadlinesKey(k)}
+}
+
 func (l *Lock) queueKey(k string) string { return l.prefix + "q" + encodeKey(k) }
 func (l *Lock) deadlinesKey(k string) string {
 	return l.prefix + "d" + encodeKey(k)

@@ -28,16 +28,19 @@ var (
 	inspectSrc string
 	//go:embed force_release.lua
 	forceReleaseSrc string
-	//go:embed wake.lua
-	wakeSrc string
+	//go:embed handoff.lua
+	handoffSrc string
+	//go:embed leave.lua
+	leaveSrc string
 	//go:embed waiting.lua
 	waitingSrc string
 
 	acquireScript      = redis.NewScript(acquireSrc)
 	extendScript       = redis.NewScript(extendSrc)
-	releaseScript      = redis.NewScript(wakeSrc + releaseSrc)
+	releaseScript      = redis.NewScript(handoffSrc + releaseSrc)
 	inspectScript      = redis.NewScript(inspectSrc)
-	forceReleaseScript = redis.NewScript(wakeSrc + forceReleaseSrc)
+	forceReleaseScript = redis.NewScript(handoffSrc + forceReleaseSrc)
+	leaveScript        = redis.NewScript(handoffSrc + leaveSrc)
 	waitingScript      = redis.NewScript(waitingSrc)
 )
 
@@ -68,6 +71,11 @@ type Lock struct {
 	metrics  *lock.BackendMetrics
 
 	notifier lock.Notifier
+	// handed: the grants handed to this Lock's queued waiters (waiter id →
+	// handedGrant), until AcquireQueued takes them; handedMu also orders a
+	// waiter's leaving after the listener's check that it still listens.
+	handedMu sync.Mutex
+	handed   map[string]handedGrant
 	subMu    sync.Mutex
 	pubsub   *redis.PubSub
 	closed   bool
@@ -140,22 +148,31 @@ const queuePlaceKept = 2 * time.Second
 
 // AcquireQueued implements lock.Queue with a queue of waiters per key kept
 // in Redis: a failed attempt puts the waiter in it (at its arrival place),
-// and a release wakes only the first two live waiters of the queue, by a
-// message for them alone on the release channel, instead of every waiter
-// of the key; they try at once, the others sleep on. A waiter tries again
-// when the holder's remaining ttl has passed (a holder that crashed does
-// not release), and at least every second, which keeps its place; one that
-// stops trying loses its place two seconds later. A cancelled waiter
-// leaves the queue. lock.Acquire uses it: under contention a release costs
-// about two attempts, not one per waiter, and waiters are served about in
-// arrival order (a newcomer's first attempt may still win a free key).
+// and a release hands the key straight to the first live waiter of the
+// queue (handoff.lua) and tells it alone, by a message on the release
+// channel; the others sleep on. A handoff costs the release and nothing
+// more: the waiter holds the key when the message arrives. A waiter tries
+// again when the holder's remaining ttl has passed (a holder that crashed
+// does not release), and at least every second, which keeps its place; one
+// that stops trying loses its place two seconds later (a waiter that
+// crashed within those seconds may be handed the key, which then frees
+// after its ttl, as for a crashed holder). A waiter whose context ends
+// leaves the queue, releasing the key if it was handed it meanwhile.
+// lock.Acquire uses it: waiters are served in arrival order (a newcomer's
+// first attempt may still win a key that is free because its holder's
+// grant expired).
 func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration) (h lock.Handle, err error) {
 	if err := lock.Validate(ctx, key, ttl, MinTTL); err != nil {
 		return nil, err
 	}
 	waiter := attemptID()
 	sub := l.notifier.Subscribe(key + "\x00" + waiter)
-	defer sub.Close()
+	defer func() {
+		l.handedMu.Lock()
+		sub.Close()
+		delete(l.handed, waiter)
+		l.handedMu.Unlock()
+	}()
 	if err := l.ensureSubscribed(ctx); err != nil {
 		return nil, err
 	}
@@ -164,10 +181,12 @@ func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration)
 		if err != nil && queued { // leave the queue; if this fails, the place lapses
 			qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 			defer cancel()
-			_ = l.within(qctx, func() error { return l.client.HDel(qctx, l.deadlinesKey(key), waiter).Err() })
+			_ = l.run(qctx, leaveScript, l.queueKeys(key), waiter, l.channel, key, ms(fenceLifetime)).Err()
 		}
 	}()
+	tail := waiter + "|" + l.owner
 	for {
+		sent := time.Now()
 		h, err := l.acquire(ctx, []string{key}, ttl, 0, waiter)
 		if err == nil || !errors.Is(err, lock.ErrNotAcquired) {
 			return h, err
@@ -180,7 +199,45 @@ func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration)
 		if err := sub.Wait(ctx, wait); err != nil {
 			return nil, err
 		}
+		l.handedMu.Lock()
+		g, ok := l.handed[waiter]
+		delete(l.handed, waiter)
+		l.handedMu.Unlock()
+		if ok {
+			// The grant was made g.waited after this attempt reached the
+			// server, so at least that long after sent (less 1 ms: the
+			// server counts whole ms).
+			validFrom := sent.Add(max(0, g.waited-time.Millisecond))
+			h := &handle{l: l, key: key, rkey: l.lockKey(key), token: g.token,
+				value:      strconv.FormatUint(g.token, 10) + "|" + g.since + "|" + tail,
+				validUntil: lock.ValidUntil(validFrom, ttl)}
+			l.metrics.Attempt(ctx, sent, nil)
+			return h, nil
+		}
 	}
+}
+
+// handedGrant is a grant that a release handed to a queued waiter
+// (handoff.lua), as its message told it.
+type handedGrant struct {
+	token  uint64
+	since  string        // the grant's server time in µs, as in its value
+	waited time.Duration // from the waiter's last attempt to the grant, on the server
+}
+
+// parseHanded reads a handoff message's "<key>\x00<waiter>\x00<token>\x00<since
+// µs>\x00<waited ms>" (after its "\x02").
+func parseHanded(payload string) (to string, waiter string, g handedGrant, ok bool) {
+	parts := strings.Split(payload, "\x00")
+	if len(parts) != 5 {
+		return "", "", g, false
+	}
+	tok, err1 := strconv.ParseUint(parts[2], 10, 64)
+	waited, err2 := strconv.ParseInt(parts[4], 10, 64)
+	if err1 != nil || err2 != nil {
+		return "", "", g, false
+	}
+	return parts[0] + "\x00" + parts[1], parts[1], handedGrant{tok, parts[3], time.Duration(waited) * time.Millisecond}, true
 }
 
 // Waiting implements lock.Queue: the waiters in key's queue whose place
@@ -238,13 +295,18 @@ func (l *Lock) grant(keys []string, ttl time.Duration, sent time.Time, tail stri
 		return nil, lock.Unavailable("redislock: acquire", err)
 	case len(res) == 2 && res[0] == 0:
 		return nil, lock.NotAcquired(strings.Join(keys, ","), time.Duration(res[1])*time.Millisecond)
-	case len(res) == 4 && res[0] == 1 && res[2] >= 0 && int(res[2]) < len(keys):
+	case len(res) == 5 && res[0] == 1 && res[2] >= 0 && int(res[2]) < len(keys):
 		k := keys[res[2]]
 		tok := uint64(res[1])
+		// res[4] is the ttl, or what is left of it for a grant this attempt
+		// found already made (a retried command, or a handoff whose message
+		// was missed): the script ran after sent, so expiry comes after
+		// sent plus that.
+		left := min(ttl, time.Duration(res[4])*time.Millisecond)
 		return &handle{
 			l: l, key: k, rkey: l.lockKey(k), token: tok,
 			value:      strconv.FormatUint(tok, 10) + "|" + strconv.FormatInt(res[3], 10) + "|" + tail,
-			validUntil: lock.ValidUntil(sent, ttl),
+			validUntil: lock.ValidUntil(sent, left),
 		}, nil
 	}
 	return nil, lock.Unavailable("redislock: acquire", fmt.Errorf("unexpected reply %v", res))
@@ -317,8 +379,8 @@ func (h *handle) Release(ctx context.Context) error {
 	if released {
 		return h.lost("second release")
 	}
-	n, err := h.l.run(ctx, releaseScript, []string{h.rkey, h.l.fenceKey(h.key), h.l.queueKey(h.key), h.l.deadlinesKey(h.key)},
-		h.value, h.l.channel, h.key, strconv.FormatUint(h.token, 10)).Int64()
+	n, err := h.l.run(ctx, releaseScript, h.l.queueKeys(h.key),
+		h.value, h.l.channel, h.key, strconv.FormatUint(h.token, 10), ms(fenceLifetime)).Int64()
 	switch {
 	case err != nil:
 		// Unknown outcome: the grant may still be there; it expires with its ttl.
@@ -342,8 +404,7 @@ func (l *Lock) ForceRelease(ctx context.Context, key string) (bool, error) {
 	if err := lock.ValidateKey(ctx, key); err != nil {
 		return false, err
 	}
-	n, err := l.run(ctx, forceReleaseScript, []string{l.lockKey(key), l.fenceKey(key), l.queueKey(key), l.deadlinesKey(key)},
-		l.channel, key).Int64()
+	n, err := l.run(ctx, forceReleaseScript, l.queueKeys(key), l.channel, key, ms(fenceLifetime)).Int64()
 	if err != nil {
 		return false, lock.Unavailable("redislock: force release", err)
 	}

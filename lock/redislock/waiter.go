@@ -110,9 +110,24 @@ func (l *Lock) listen(ps *redis.PubSub, done chan struct{}) {
 		}
 		switch m := msg.(type) {
 		case *redis.Message:
-			// "\x01<key>\x00<waiter>" wakes one queued waiter; anything
-			// else is a released key.
-			l.notifier.Notify(strings.TrimPrefix(m.Payload, "\x01"))
+			// "\x02<key>\x00<waiter>\x00..." hands the key to one queued
+			// waiter (of this Lock, if it is subscribed); anything else is
+			// a released key.
+			if rest, ok := strings.CutPrefix(m.Payload, "\x02"); ok {
+				if to, waiter, g, ok := parseHanded(rest); ok {
+					l.handedMu.Lock()
+					if l.notifier.Watching(to) {
+						if l.handed == nil {
+							l.handed = make(map[string]handedGrant)
+						}
+						l.handed[waiter] = g
+					}
+					l.handedMu.Unlock()
+					l.notifier.Notify(to)
+				}
+				continue
+			}
+			l.notifier.Notify(m.Payload)
 		case *redis.Subscription:
 			l.notifier.NotifyAll() // resubscribed after a reconnect
 		}
