@@ -4,11 +4,12 @@
 -- ARGV[1]: "<attempt>|<owner>", unique to this acquire attempt, ARGV[2]: ttl
 -- in ms, ARGV[3]: start offset (0-based), ARGV[4]: fence counter lifetime
 -- in ms, ARGV[5]: for a queued attempt, the waiter's id (else empty),
--- ARGV[6]: how long its place is kept without another attempt, in ms.
+-- ARGV[6]: how long its place is kept without another attempt, in ms,
+-- ARGV[7]: the waiter's inbox channel (see handoff.lua).
 --
 -- A queued attempt that fails puts the waiter in the key's queue (keeping
 -- its place if it is there already) with its entry "<deadline ms>|<ttl
--- ms>|<now ms>|<owner>"; one that succeeds takes it out. Release hands the
+-- ms>|<now ms>|<inbox>|<owner>"; one that succeeds takes it out. Release hands the
 -- key to the first live waiter of the queue (handoff.lua), so that a
 -- release wakes one waiter, which then holds the key already.
 -- Returns {1, token, index, granted at in µs, remaining ttl in ms} when
@@ -71,9 +72,10 @@ end
 if waiter ~= '' then
   local t = redis.call('TIME')
   local nowMs = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  redis.call('ZADD', KEYS[3], 'NX', nowMs, waiter)
+  -- Arrival order by the µs, so that waiters queued in the same ms keep it.
+  redis.call('ZADD', KEYS[3], 'NX', tonumber(t[1]) * 1000000 + tonumber(t[2]), waiter)
   local owner = string.match(ARGV[1], '^[^|]*|(.*)$')
-  redis.call('HSET', KEYS[4], waiter, string.format('%.0f|%s|%.0f|%s', nowMs + tonumber(ARGV[6]), ARGV[2], nowMs, owner))
+  redis.call('HSET', KEYS[4], waiter, string.format('%.0f|%s|%.0f|%s|%s', nowMs + tonumber(ARGV[6]), ARGV[2], nowMs, ARGV[7], owner))
   redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[6]) + 60000)
   redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[6]) + 60000)
 end

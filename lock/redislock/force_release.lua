@@ -10,7 +10,7 @@ if redis.call('DEL', KEYS[1]) == 1 then
   if f then
     redis.call('SET', KEYS[2], string.format('%.0f', tonumber(f) + 1), 'KEEPTTL')
   end
-  if not handoff(ARGV[1], ARGV[2], ARGV[3]) then
+  if not handoff(ARGV[2], ARGV[3]) then
     redis.call('PUBLISH', ARGV[1], ARGV[2])
   end
   return 1

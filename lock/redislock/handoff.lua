@@ -1,7 +1,8 @@
 -- handoff gives a key that was just freed to the first live waiter of its
 -- queue (KEYS[3]: the queue, a sorted set by arrival; KEYS[4]: the
--- waiters' entries, "<deadline ms>|<ttl ms>|<last attempt ms>|<owner>")
--- and tells it on channel: "\2", the user's key, "\0", the waiter's id,
+-- waiters' entries, "<deadline ms>|<ttl ms>|<last attempt ms>|<inbox>|
+-- <owner>") and tells it on its Lock's inbox channel, which no other Lock
+-- listens to: "\2", the user's key, "\0", the waiter's id,
 -- "\0", the token, "\0", the grant's time in µs, "\0", how many ms passed
 -- on the server between the waiter's last attempt and the grant (the
 -- waiter's ValidUntil counts from its last attempt plus that). The grant's
@@ -12,13 +13,13 @@
 -- KEYS[1], KEYS[2]: the lock key and its fence counter. Returns true when
 -- the key was handed on. Prepended to release.lua, force_release.lua and
 -- leave.lua.
-local function handoff(channel, userKey, fenceLifetime)
+local function handoff(userKey, fenceLifetime)
   local t = redis.call('TIME')
   local nowUs = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local nowMs = math.floor(nowUs / 1000)
   for _, w in ipairs(redis.call('ZRANGE', KEYS[3], 0, 9)) do
     local entry = redis.call('HGET', KEYS[4], w) or ''
-    local deadline, ttl, last, owner = string.match(entry, '^(%d+)|(%d+)|(%d+)|(.*)$')
+    local deadline, ttl, last, inbox, owner = string.match(entry, '^(%d+)|(%d+)|(%d+)|([^|]*)|(.*)$')
     redis.call('ZREM', KEYS[3], w)
     redis.call('HDEL', KEYS[4], w)
     if deadline and tonumber(deadline) >= nowMs then
@@ -27,7 +28,7 @@ local function handoff(channel, userKey, fenceLifetime)
       local since = string.format('%.0f', nowUs)
       redis.call('SET', KEYS[1], token .. '|' .. since .. '|' .. w .. '|' .. owner, 'PX', ttl)
       redis.call('SET', KEYS[2], token, 'PX', fenceLifetime)
-      redis.call('PUBLISH', channel, '\2' .. userKey .. '\0' .. w .. '\0' .. token .. '\0' .. since
+      redis.call('PUBLISH', inbox, '\2' .. userKey .. '\0' .. w .. '\0' .. token .. '\0' .. since
         .. '\0' .. string.format('%.0f', math.max(0, nowMs - tonumber(last))))
       return true
     end

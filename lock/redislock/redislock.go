@@ -66,6 +66,7 @@ type Lock struct {
 	ctxBound bool
 	prefix   string
 	channel  string
+	inbox    string // this Lock's own channel: handoffs to its waiters
 	owner    string
 	log      *slog.Logger
 	metrics  *lock.BackendMetrics
@@ -122,6 +123,7 @@ func New(client redis.UniversalClient, opts ...lock.Option) (*Lock, error) {
 		ctxBound: honoursContext(client),
 		prefix:   s.prefix,
 		channel:  s.prefix + "released",
+		inbox:    s.prefix + "inbox:" + attemptID(),
 		owner:    cfg.Owner,
 		log:      cfg.Logger,
 		metrics:  cfg.Telemetry().Backend("redislock"),
@@ -281,7 +283,7 @@ func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration, of
 	}
 	sent := time.Now()
 	res, err := l.run(ctx, acquireScript, rkeys, tail, ms(ttl), offset, ms(fenceLifetime),
-		waiter, ms(queuePlaceKept)).Int64Slice()
+		waiter, ms(queuePlaceKept), l.inbox).Int64Slice()
 	h, err := l.grant(keys, ttl, sent, tail, res, err)
 	l.metrics.Attempt(ctx, sent, err)
 	return h, err

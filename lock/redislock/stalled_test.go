@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -28,7 +29,7 @@ func TestStalledServerAnswersWithinTheDeadline(t *testing.T) {
 			t.Cleanup(func() { _ = c.Close() })
 			l := newLock(t, c)
 			ctx := t.Context()
-			key := "stalled/" + t.Name()
+			key := "stalled/" + t.Name() + "/" + strconv.FormatInt(time.Now().UnixNano(), 36) // new per run: -count 2
 			held, err := l.TryAcquire(ctx, key, time.Minute)
 			if err != nil {
 				t.Fatal(err)

@@ -60,8 +60,10 @@ func (l *Lock) subscribe(ctx context.Context) (*redis.PubSub, error) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		ps := l.client.Subscribe(ctx, l.channel)
-		for {
+		ps := l.client.Subscribe(ctx, l.channel, l.inbox)
+		// Both confirmations, so that the second does not reach listen,
+		// which takes one for a resubscription and wakes every waiter.
+		for confirmed := 0; confirmed < 2; {
 			msg, err := ps.Receive(ctx)
 			if err != nil {
 				_ = ps.Close()
@@ -69,10 +71,10 @@ func (l *Lock) subscribe(ctx context.Context) (*redis.PubSub, error) {
 				return
 			}
 			if _, ok := msg.(*redis.Subscription); ok {
-				done <- result{ps, nil}
-				return
+				confirmed++
 			}
 		}
+		done <- result{ps, nil}
 	}()
 	select {
 	case r := <-done:
