@@ -189,7 +189,7 @@ func anyOf(ids ...int) func(int) bool {
 // over within 1 s.
 func TestThreeProcesses(t *testing.T) {
 	backends.Each(t, backends.Networked(t), func(t *testing.T, b backends.Backend) {
-		name := "procs-" + t.Name()
+		name := fmt.Sprintf("procs-%s-%d", t.Name(), time.Now().UnixNano()) // the fenced resource too: new per run
 		cs, events := startCandidates(t, b, name, 3)
 		observer := b.New(t)
 

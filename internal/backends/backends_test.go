@@ -1,9 +1,11 @@
 package backends_test
 
 import (
+	"fmt"
 	"math"
 	"path"
 	"testing"
+	"time"
 
 	"github.com/leasehold-go/leasehold/internal/backends"
 	"github.com/leasehold-go/leasehold/internal/testenv"
@@ -44,7 +46,7 @@ func TestEachNames(t *testing.T) {
 // before, per name, on each networked backend.
 func TestFenced(t *testing.T) {
 	backends.Each(t, backends.Networked(t), func(t *testing.T, b backends.Backend) {
-		name := "fenced-" + t.Name()
+		name := fmt.Sprintf("fenced-%s-%d", t.Name(), time.Now().UnixNano())
 		f, other := b.Fence(t, name), b.Fence(t, name+"/other")
 		ctx := t.Context()
 		for i, c := range []struct {
