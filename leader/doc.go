@@ -15,7 +15,11 @@
 //	  - Follower: try the key "leader/<name>"; when it is held, wait for its
 //	    release notification (lock.Waiter) or, at the latest, for the
 //	    remaining lease the failed attempt reported (a crashed leader's lease
-//	    runs out) or the retry interval, whichever comes first.
+//	    runs out) or the retry interval, whichever comes first: a lost
+//	    notification delays it by a retry interval at most. While the
+//	    backend is unavailable it retries with jittered exponential backoff
+//	    that starts at a quarter of the retry interval (100 ms at most) and
+//	    grows to the retry interval.
 //	  - Leader: renew every RenewEvery. An unknown renewal outcome is retried;
 //	    if no renewal has succeeded when less than RenewEvery of the lease is
 //	    left, the leader steps down: fn's context is cancelled (cause

@@ -130,7 +130,8 @@ func (e *election) run(ctx context.Context) error {
 	acq.MinBackoff, acq.MaxBackoff = min(e.s.retry/4, 100*time.Millisecond), e.s.retry
 	for {
 		h, err := lock.AcquireWith(ctx, &acq, e.l, []string{e.key}, func(ctx context.Context) (lock.Handle, error) {
-			return e.l.TryAcquire(ctx, e.key, e.s.lease)
+			h, err := e.l.TryAcquire(ctx, e.key, e.s.lease)
+			return h, e.capHint(err)
 		})
 		if ctx.Err() != nil {
 			if h != nil {
@@ -156,6 +157,18 @@ func (e *election) run(ctx context.Context) error {
 			return nil // fn ended its term: let a peer have a go first
 		}
 	}
+}
+
+// capHint shortens the remaining lease that a refused attempt reports to
+// nine tenths of the retry interval: lock.AcquireWith waits for a release
+// notification until that hint (plus a jitter of at most 21 ms) has passed,
+// and a notification can be lost (a dropped pub/sub connection), so a
+// follower must not rely on it for longer than the retry interval.
+func (e *election) capHint(err error) error {
+	if limit := e.s.retry - e.s.retry/10; lock.RemainingTTL(err) > limit {
+		return lock.NotAcquired(e.key, limit)
+	}
+	return err
 }
 
 // lead runs one term and returns why it ended.

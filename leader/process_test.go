@@ -16,10 +16,14 @@ import (
 	"github.com/leasehold-go/leasehold/lock"
 )
 
-// A candidate child process runs leader.Run and reports on stdout:
-// "ELECTED <term>" and "DEMOTED <term> <cause>"; on stdin, "WRITE" makes it
-// answer "WRITE <term>" with its latest term (a write it believes it may
-// still make) and "QUIT" cancels Run's context (graceful shutdown).
+// A candidate child process runs leader.Run. Elected, it writes its term to
+// the election's fenced resource on the backend's server (backends.Fenced:
+// the server refuses a term below one it has seen) and reports
+// "ELECTED <term> <verdict>"; demoted, "DEMOTED <term> <cause>". On stdin,
+// "WRITE" makes it write its latest term again — as a leader that believes
+// it may still write would — and answer "WRITE <term> <verdict>"; "QUIT"
+// cancels Run's context (graceful shutdown). A verdict is "accepted",
+// "refused" or "error:<message>".
 
 const childEnv = "LEADER_CHILD"
 
@@ -36,6 +40,23 @@ func childMain() {
 		fmt.Println("ERROR", err)
 		os.Exit(2)
 	}
+	fence, err := backends.FenceFromEnv(os.Getenv("LEADER_NAME"))
+	if err != nil {
+		fmt.Println("ERROR", err)
+		os.Exit(2)
+	}
+	write := func(term uint64) string {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		switch ok, err := fence.Write(ctx, term); {
+		case err != nil:
+			return "error:" + strings.ReplaceAll(err.Error(), " ", "_")
+		case ok:
+			return "accepted"
+		default:
+			return "refused"
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	out := make(chan string, 16)
 	var term uint64
@@ -49,7 +70,7 @@ func childMain() {
 				case term = <-termc:
 				default:
 				}
-				out <- fmt.Sprintf("WRITE %d", term)
+				out <- fmt.Sprintf("WRITE %d %s", term, write(term))
 			case "QUIT":
 				cancel()
 			}
@@ -67,7 +88,7 @@ func childMain() {
 		default:
 		}
 		termc <- t
-		out <- fmt.Sprintf("ELECTED %d", t)
+		out <- fmt.Sprintf("ELECTED %d %s", t, write(t))
 		<-ctx.Done()
 		out <- fmt.Sprintf("DEMOTED %d %s", t, strings.ReplaceAll(fmt.Sprint(context.Cause(ctx)), "\n", " "))
 		return nil
@@ -134,6 +155,22 @@ func termOf(t testing.TB, line string) uint64 {
 	return term
 }
 
+// verdict is the last word of an ELECTED or WRITE line: what the fenced
+// resource said to the candidate's write.
+func verdict(line string) string {
+	f := strings.Fields(line)
+	return f[len(f)-1]
+}
+
+// wrote fails unless the server accepted the write of a newly elected
+// leader.
+func wrote(t testing.TB, e event) {
+	t.Helper()
+	if v := verdict(e.line); v != "accepted" {
+		t.Fatalf("candidate %d, elected (%s): its write was %s", e.who, e.line, v)
+	}
+}
+
 func anyOf(ids ...int) func(int) bool {
 	return func(i int) bool {
 		for _, id := range ids {
@@ -152,16 +189,13 @@ func anyOf(ids ...int) func(int) bool {
 // over within 1 s.
 func TestThreeProcesses(t *testing.T) {
 	backends.Each(t, backends.Networked(t), func(t *testing.T, b backends.Backend) {
-		name := "procs-" + t.Name()
+		name := fmt.Sprintf("procs-%s-%d", t.Name(), time.Now().UnixNano()) // the fenced resource too: new per run
 		cs, events := startCandidates(t, b, name, 3)
 		observer := b.New(t)
-		var fence lock.Fence
 
 		e1 := next(t, events, "ELECTED", 30*time.Second, anyOf(0, 1, 2))
 		t1 := termOf(t, e1.line)
-		if err := fence.Do(t1, nil); err != nil {
-			t.Fatal(err)
-		}
+		wrote(t, e1)
 		// Exactly one leads: nobody else is elected while it renews.
 		select {
 		case e := <-events:
@@ -187,9 +221,7 @@ func TestThreeProcesses(t *testing.T) {
 		if t2 <= t1 {
 			t.Fatalf("term %d after %d", t2, t1)
 		}
-		if err := fence.Do(t2, nil); err != nil {
-			t.Fatal(err)
-		}
+		wrote(t, e2)
 
 		// SIGSTOP of the new leader past its lease.
 		third := others[0]
@@ -204,9 +236,7 @@ func TestThreeProcesses(t *testing.T) {
 		if t3 <= t2 {
 			t.Fatalf("term %d after %d", t3, t2)
 		}
-		if err := fence.Do(t3, nil); err != nil {
-			t.Fatal(err)
-		}
+		wrote(t, e3)
 		cs[e2.who].Signal(t, syscall.SIGCONT)
 		cs[e2.who].Send(t, "WRITE")
 		sawDemoted, sawWrite := false, false
@@ -220,8 +250,8 @@ func TestThreeProcesses(t *testing.T) {
 				}
 			case strings.HasPrefix(e.line, "WRITE"):
 				sawWrite = true
-				if err := fence.Do(termOf(t, e.line), nil); err == nil {
-					t.Fatalf("the resumed leader's write with term %s was accepted after term %d", e.line, t3)
+				if termOf(t, e.line) != t2 || verdict(e.line) != "refused" {
+					t.Fatalf("the resumed leader of term %d wrote %q after term %d's write; want the server to refuse it", t2, e.line, t3)
 				}
 			}
 		}
@@ -234,5 +264,6 @@ func TestThreeProcesses(t *testing.T) {
 		if termOf(t, e4.line) <= t3 {
 			t.Fatalf("term %s after %d", e4.line, t3)
 		}
+		wrote(t, e4)
 	})
 }

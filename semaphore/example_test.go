@@ -62,14 +62,29 @@ func ExampleSemaphore_Do() {
 }
 
 func ExampleSemaphore_Occupancy() {
-	l := memlock.New(lock.WithOwner("host-a"))
-	sem, _ := semaphore.New(l, "workers", 2)
-	p, _ := sem.TryAcquire(context.Background(), time.Minute)
-	defer p.Release(context.Background())
-	slots, _ := sem.Occupancy(context.Background())
-	for _, s := range slots {
-		fmt.Println(s.Slot, s.Held, s.Grant.Owner)
+	ctx := context.Background()
+	sem, _ := semaphore.New(memlock.New(lock.WithOwner("host-a")), "workers", 3)
+	// host-a takes every slot, then gives slot 1 back.
+	permits := make([]*semaphore.Permit, 3)
+	for range 3 {
+		p, _ := sem.TryAcquire(ctx, time.Minute)
+		permits[p.Slot()] = p
 	}
+	_ = permits[1].Release(ctx)
+	defer permits[0].Release(ctx)
+	defer permits[2].Release(ctx)
+	slots, _ := sem.Occupancy(ctx)
+	for _, s := range slots {
+		if s.Held {
+			fmt.Println("slot", s.Slot, "held by", s.Grant.Owner)
+		} else {
+			fmt.Println("slot", s.Slot, "free")
+		}
+	}
+	// Output:
+	// slot 0 held by host-a
+	// slot 1 free
+	// slot 2 held by host-a
 }
 
 func ExampleObserve() {

@@ -2,6 +2,7 @@ package semaphore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -20,7 +21,8 @@ import (
 // A worker child process takes permits of a semaphore in a loop and reports
 // each one on stdout: "DONE <slot> <token> <start ns> <end ns>", measured
 // between the grant and the release on the wall clock. With SEM_HOLD=forever
-// it takes one permit, says "GOT <slot> <token>" and holds it until killed.
+// it takes one permit, keeps it alive (lock.Keep renews it every third of its
+// ttl), says "GOT <slot> <token>" and holds it until killed.
 
 const childEnv = "SEM_CHILD"
 
@@ -45,8 +47,13 @@ func worker() error {
 		if err != nil {
 			return err
 		}
+		lease, err := lock.Keep(context.Background(), p, ttl)
+		if err != nil {
+			return err
+		}
 		fmt.Printf("GOT %d %d\n", p.Slot(), p.Token())
-		select {}
+		<-lease.Context().Done()
+		return fmt.Errorf("the permit was lost: %w", context.Cause(lease.Context()))
 	}
 	for range rounds {
 		p, err := sem.Acquire(ctx, ttl)
@@ -162,7 +169,9 @@ func TestSixProcesses(t *testing.T) {
 	})
 }
 
-// A SIGKILLed permit holder's slot is free again within its ttl.
+// A permit holder that keeps its permit alive holds its slot past the ttl;
+// SIGKILLed, its slot is free again within the ttl (plus the backend's
+// slack).
 func TestKilledHolderFreesItsSlot(t *testing.T) {
 	backends.Each(t, backends.Networked(t), func(t *testing.T, b backends.Backend) {
 		name := uniqueName(t)
@@ -175,13 +184,27 @@ func TestKilledHolderFreesItsSlot(t *testing.T) {
 		defer mine.Release(context.Background())
 		w := startWorker(t, b, "SEM_NAME="+name, "SEM_SIZE=2", "SEM_HOLD=forever", "SEM_TTL="+ttl.String())
 		w.Expect(t, "GOT ", 30*time.Second)
+		granted := time.Now() // the child's grant was made before this
+		// Kept alive: the slot stays taken well past one ttl.
+		poll := time.NewTicker(100 * time.Millisecond)
+		defer poll.Stop()
+		for time.Since(granted) < 3*ttl {
+			if p, err := sem.TryAcquire(t.Context(), time.Minute); !errors.Is(err, lock.ErrNotAcquired) {
+				t.Fatalf("%v after the child's grant, its kept slot went to the parent (%v, %v)", time.Since(granted), p, err)
+			}
+			select {
+			case line, ok := <-w.Lines:
+				t.Fatalf("the holder said %q (open: %v) while it should hold its permit", line, ok)
+			case <-poll.C:
+			}
+		}
 		w.Signal(t, syscall.SIGKILL)
 		killed := time.Now()
-		ctx, cancel := context.WithTimeout(t.Context(), ttl+time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), ttl+b.Slack)
 		defer cancel()
 		p, err := sem.Acquire(ctx, time.Minute)
 		if err != nil {
-			t.Fatalf("the killed holder's slot was not free within ttl + 1 s: %v", err)
+			t.Fatalf("the killed holder's slot was not free within ttl + slack (%v): %v", ttl+b.Slack, err)
 		}
 		t.Logf("slot %d free %v after SIGKILL (ttl %v)", p.Slot(), time.Since(killed).Round(time.Millisecond), ttl)
 		_ = p.Release(t.Context())

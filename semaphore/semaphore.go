@@ -119,9 +119,13 @@ func SlotKey(name string, i int) string { return "sem/{" + name + "}/slot/" + st
 
 func sizeKey(name string, size int) string { return "sem/{" + name + "}/size/" + strconv.Itoa(size) }
 
-// Name and Size are the semaphore's.
+// Name is the semaphore's name, as given to New.
 func (s *Semaphore) Name() string { return s.name }
-func (s *Semaphore) Size() int    { return s.size }
+
+// Size is the number of slots this participant was configured with: at
+// most Size permits exist at once among participants that agree on it
+// (those that do not are told so with ErrSizeMismatch).
+func (s *Semaphore) Size() int { return s.size }
 
 // TryAcquire takes a free slot for ttl, or returns lock.ErrNotAcquired when
 // all are held (counted as a rejection).

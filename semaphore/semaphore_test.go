@@ -147,53 +147,120 @@ func testTryAcquire(t *testing.T, b backends.Backend) {
 	_ = p3.Release(ctx)
 }
 
+// testWakes: a waiter whose attempt was refused (every slot held for a
+// minute) is woken by the release of one slot long before any ttl runs
+// out. Its backoff is a minute too, so that only the release notification
+// can explain the wake; the release comes after the refusal, so the waiter
+// was demonstrably blocked.
 func testWakes(t *testing.T, b backends.Backend) {
+	const ttl = time.Minute
 	name := uniqueName(t)
-	holder, waiter := newSem(t, b.New(t), name, 3), newSem(t, b.New(t), name, 3)
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	probe := backends.NewProbe(t, b.New(t))
+	holder := newSem(t, b.New(t), name, 3)
+	waiter, err := semaphore.New(probe, name, 3, lock.WithBackoff(ttl, ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), ttl/2)
 	defer cancel()
 	var ps []*semaphore.Permit
 	for range 3 {
-		p, err := holder.TryAcquire(ctx, 5*time.Minute)
+		p, err := holder.TryAcquire(ctx, ttl)
 		if err != nil {
 			t.Fatal(err)
 		}
 		ps = append(ps, p)
 	}
-	got := make(chan *semaphore.Permit)
+	got := make(chan *semaphore.Permit, 1)
 	go func() {
-		p, err := waiter.Acquire(ctx, time.Minute)
+		p, err := waiter.Acquire(ctx, ttl)
 		if err != nil {
 			t.Error(err)
 		}
 		got <- p
 	}()
+	probe.WaitRejected(t, 10*time.Second) // every slot busy: the waiter now waits
+	released := time.Now()
 	if err := ps[1].Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	p := <-got // a 5-minute ttl: only the release can have woken it
+	p := <-got
 	if p == nil || p.Slot() != ps[1].Slot() {
 		t.Fatalf("woken with %v, want slot %d", p, ps[1].Slot())
+	}
+	if d := time.Since(released); d > ttl/6 {
+		t.Fatalf("woken %v after the release; the ttl and the backoff are %v", d, ttl)
 	}
 	_ = p.Release(ctx)
 	_ = ps[0].Release(ctx)
 	_ = ps[2].Release(ctx)
 }
 
+// testCrash: a holder renews its permit past its ttl (no one else gets the
+// slot), then crashes — its renewals stop, it never releases — and the
+// slot is free again within the ttl plus the backend's slack, and not
+// before the ttl of the last renewal has run out.
 func testCrash(t *testing.T, b backends.Backend) {
+	const ttl = 2 * time.Second
 	name := uniqueName(t)
-	ttl := 2 * time.Second
-	s1, s2 := newSem(t, b.New(t), name, 1), newSem(t, b.New(t), name, 1)
-	if _, err := s1.TryAcquire(t.Context(), ttl); err != nil { // abandoned
+	holder, other := newSem(t, b.New(t), name, 1), newSem(t, b.New(t), name, 1)
+	ctx := t.Context()
+	p, err := holder.TryAcquire(ctx, ttl)
+	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), ttl+time.Second)
-	defer cancel()
-	p, err := s2.Acquire(ctx, time.Minute)
-	if err != nil {
-		t.Fatalf("an abandoned slot was not free within ttl + 1 s: %v", err)
+	granted := time.Now() // the grant was made before this
+	var (
+		mu       sync.Mutex
+		lastSent = granted.Add(-ttl) // sent before granted: a lower bound
+		stop     = make(chan struct{})
+		stopped  = make(chan struct{})
+	)
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(ttl / 4)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			sent := time.Now()
+			if err := p.Extend(ctx, ttl); err != nil {
+				t.Errorf("renewal: %v", err)
+				return
+			}
+			mu.Lock()
+			lastSent = sent
+			mu.Unlock()
+		}
+	}()
+	poll := time.NewTicker(100 * time.Millisecond)
+	defer poll.Stop()
+	for time.Since(granted) < ttl+ttl/2 {
+		if q, err := other.TryAcquire(ctx, ttl); !errors.Is(err, lock.ErrNotAcquired) {
+			t.Fatalf("%v after the grant, a renewed permit's slot went to %v (%v)", time.Since(granted), q, err)
+		}
+		<-poll.C
 	}
-	_ = p.Release(t.Context())
+	close(stop) // the crash
+	<-stopped
+	crashed := time.Now()
+	actx, cancel := context.WithTimeout(ctx, ttl+b.Slack)
+	defer cancel()
+	q, err := other.Acquire(actx, time.Minute)
+	if err != nil {
+		t.Fatalf("a crashed holder's slot was not free within ttl + slack (%v): %v", ttl+b.Slack, err)
+	}
+	defer q.Release(context.WithoutCancel(ctx))
+	mu.Lock()
+	last := lastSent
+	mu.Unlock()
+	if d := time.Since(last); d < ttl {
+		t.Fatalf("the slot was granted again %v after the last renewal was sent, before its ttl %v ran out", d, ttl)
+	}
+	t.Logf("free %v after the crash (ttl %v)", time.Since(crashed).Round(time.Millisecond), ttl)
 }
 
 func testSizeMismatch(t *testing.T, b backends.Backend) {

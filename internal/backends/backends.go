@@ -10,6 +10,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -33,18 +35,33 @@ type Backend struct {
 	// Env is what a child process needs to reach the same server (nil for
 	// memlock, which cannot be shared across processes).
 	Env []string
+	// Slack is how much later than its ttl a crashed holder's grant may
+	// become acquirable here: the backend's stated expiry slack plus a
+	// margin for a loaded test machine (see each constructor).
+	Slack time.Duration
 }
+
+// margin is the part of Slack that covers a loaded test machine (two cores,
+// the race detector, servers and child processes on the same host): the
+// waiter's wake-up, its attempt's round trip and scheduling delays.
+const margin = 500 * time.Millisecond
+
+// dialTimeout bounds connecting to a server.
+const dialTimeout = 5 * time.Second
 
 // EnvName is the variable that tells a child process which backend to use.
 const EnvName = "LEASEHOLD_TEST_BACKEND"
 
-// Memlock is the in-process backend: instances share one table.
+// Memlock is the in-process backend: instances share one table. Its
+// grants expire exactly (Slack is the margin alone).
 func Memlock(t testing.TB) Backend {
 	shared := memlock.New()
-	return Backend{Name: "memlock", New: func(testing.TB) lock.Lock { return shared.Share() }}
+	return Backend{Name: "memlock", New: func(testing.TB) lock.Lock { return shared.Share() }, Slack: margin}
 }
 
-// Redis is redislock on the test binary's shared Redis server.
+// Redis is redislock on the test binary's shared Redis server. Redis
+// expires a key on its own clock to the millisecond and every acquire
+// checks the holder's remaining ttl (Slack is the margin alone).
 func Redis(t testing.TB) Backend {
 	srv := testenv.Redis(t)
 	return Backend{
@@ -57,7 +74,8 @@ func Redis(t testing.TB) Backend {
 			t.Cleanup(func() { _ = l.Close() })
 			return l
 		},
-		Env: append(srv.Env(), EnvName+"=redis"),
+		Env:   append(srv.Env(), EnvName+"=redis"),
+		Slack: margin,
 	}
 }
 
@@ -83,7 +101,9 @@ func (r *closingRedis) Close() error {
 }
 
 // Postgres is pglock on the test binary's shared PostgreSQL server; each
-// instance has its own small pool.
+// instance has its own small pool. The server ends a holding session at
+// once when its connection is reset, or ttl after its last statement
+// (idle_session_timeout, to the millisecond): Slack is the margin alone.
 func Postgres(t testing.TB) Backend {
 	srv := testenv.Postgres(t)
 	return Backend{
@@ -96,7 +116,8 @@ func Postgres(t testing.TB) Backend {
 			t.Cleanup(func() { _ = l.Close() })
 			return l
 		},
-		Env: append(srv.Env(), EnvName+"=postgres"),
+		Env:   append(srv.Env(), EnvName+"=postgres"),
+		Slack: margin,
 	}
 }
 
@@ -108,6 +129,8 @@ func pgFromDSN(dsn string) (*pglock.Lock, error) {
 
 // Etcd is etcdlock on the test binary's shared etcd server, with a 1 s
 // minimum ttl (the test server elects in 100 ms; the library's default is 2 s).
+// etcd rounds a ttl up to whole seconds and checks for expired leases twice
+// a second: Slack is those 500 ms plus the margin, for ttls of whole seconds.
 func Etcd(t testing.TB) Backend {
 	srv := testenv.Etcd(t)
 	return Backend{
@@ -120,12 +143,13 @@ func Etcd(t testing.TB) Backend {
 			t.Cleanup(func() { _ = l.Close() })
 			return l
 		},
-		Env: append(srv.Env(), EnvName+"=etcd"),
+		Env:   append(srv.Env(), EnvName+"=etcd"),
+		Slack: 500*time.Millisecond + margin,
 	}
 }
 
 func etcdFromEndpoints(endpoints []string) (*closingEtcd, error) {
-	c, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second})
+	c, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: dialTimeout})
 	if err != nil {
 		return nil, err
 	}
@@ -160,12 +184,21 @@ func Networked(t testing.TB) []func(testing.TB) Backend {
 	return []func(testing.TB) Backend{Redis, Postgres, Etcd}
 }
 
-// Each runs f as a subtest per backend.
+// Each runs f as a subtest per backend, named for the function that makes
+// it (Memlock runs as "memlock"). The backend is made inside its subtest, so
+// a server that is missing (outside CI, testenv skips) skips that subtest
+// alone.
 func Each(t *testing.T, kinds []func(testing.TB) Backend, f func(t *testing.T, b Backend)) {
 	for _, k := range kinds {
-		b := k(t)
-		t.Run(b.Name, func(t *testing.T) { f(t, b) })
+		t.Run(kindName(k), func(t *testing.T) { f(t, k(t)) })
 	}
+}
+
+// kindName is the lower-cased name of the function k: "memlock" for
+// Memlock, as the Backend it makes is named.
+func kindName(k func(testing.TB) Backend) string {
+	name := runtime.FuncForPC(reflect.ValueOf(k).Pointer()).Name()
+	return strings.ToLower(name[strings.LastIndex(name, ".")+1:])
 }
 
 // FromEnv builds a backend instance in a child process from the variables

@@ -283,8 +283,9 @@ func (l *Lock) setup(ctx context.Context, create bool) error {
 	if create || !exists {
 		for _, stmt := range probe.setup {
 			// Concurrent CREATE ... IF NOT EXISTS can still collide in the
-			// catalogs (23505, 42P07), and CREATE FUNCTION finds it made
-			// (42723): the object exists then. The commit
+			// catalogs (23505, 42P07, and 42710 on a table's row type),
+			// and CREATE FUNCTION finds it made (42723): the object exists
+			// then. The commit
 			// is synchronous: a sequence lost in a crash would restart the
 			// tokens.
 			err := pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
@@ -294,7 +295,7 @@ func (l *Lock) setup(ctx context.Context, create bool) error {
 				_, err := tx.Exec(ctx, stmt)
 				return err
 			})
-			if err != nil && !isCode(err, "23505", "42P07", "42723") {
+			if err != nil && !isCode(err, "23505", "42P07", "42710", "42723") {
 				return lock.Unavailable("pglock: setup: "+stmt, err)
 			}
 		}

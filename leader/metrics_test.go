@@ -1,0 +1,58 @@
+package leader_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leasehold-go/leasehold/internal/metrictest"
+	"github.com/leasehold-go/leasehold/leader"
+	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/memlock"
+)
+
+// Two terms, of 7 s and 3 s: two transitions each way, the tenure of each
+// term, and leading back to 0 once Run returns.
+func TestMetrics(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mp, reader := metrictest.New()
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		const (
+			transitions = "leasehold.leader.transitions{leasehold.election=m,leasehold.transition="
+			leading     = "leasehold.leader.leading{leasehold.election=m}"
+			tenure      = "leasehold.leader.tenure{leasehold.election=m}"
+		)
+		terms := 0
+		_ = leader.Run(ctx, memlock.New(), "m", func(ctx context.Context) error {
+			terms++
+			got := metrictest.Collect(t, reader)
+			if got[leading].Value != 1 || got[transitions+"elected}"].Value != int64(terms) {
+				t.Errorf("in term %d: %v", terms, got)
+			}
+			if terms == 1 {
+				time.Sleep(7 * time.Second)
+				return errors.New("boom")
+			}
+			time.Sleep(3 * time.Second)
+			cancel()
+			return nil
+		}, append(timing, lock.WithMeterProvider(mp))...)
+		got := metrictest.Collect(t, reader)
+		for series, want := range map[string]metrictest.Point{
+			transitions + "elected}": {Value: 2},
+			transitions + "demoted}": {Value: 2},
+			leading:                  {Value: 0},
+			tenure:                   {Count: 2, Sum: 10},
+		} {
+			if got[series] != want {
+				t.Errorf("%s = %+v, want %+v", series, got[series], want)
+			}
+		}
+		if t.Failed() {
+			t.Logf("all: %v", got)
+		}
+	})
+}
