@@ -284,7 +284,13 @@ func (r *Runner) heartbeat(ctx context.Context) {
 		return
 	}
 	sent := time.Now()
-	hctx, cancel := context.WithTimeout(ctx, r.s.heartbeat)
+	// The call may not outlast the first job's lease: the loop that ends
+	// expired jobs waits for it.
+	end := sent.Add(r.s.heartbeat)
+	if first := r.firstValidUntil(); first.Before(end) {
+		end = first
+	}
+	hctx, cancel := context.WithDeadline(ctx, end)
 	lost, err := r.reg.Heartbeat(hctx, refs, r.s.lease)
 	cancel()
 	if err != nil {
@@ -330,15 +336,21 @@ func (r *Runner) expireLocal() {
 }
 
 func (r *Runner) resetDeadline(t *time.Timer) {
+	t.Reset(time.Until(r.firstValidUntil()))
+}
+
+// firstValidUntil is the earliest lease end of the in-flight jobs (an hour
+// from now when there are none).
+func (r *Runner) firstValidUntil() time.Time {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	next := time.Now().Add(time.Hour)
 	for _, f := range r.inflight {
 		if f.validUntil.Before(next) {
 			next = f.validUntil
 		}
 	}
-	r.mu.Unlock()
-	t.Reset(time.Until(next))
+	return next
 }
 
 // recover scans every ScanEvery while this process leads the election.

@@ -348,3 +348,36 @@ func TestConfigIsValidated(t *testing.T) {
 		t.Errorf("a fast configuration: %v", err)
 	}
 }
+
+// stalledHeartbeats is a registry whose Heartbeat hangs until its context
+// ends, as on a server that stopped answering.
+type stalledHeartbeats struct{ jobs.Registry }
+
+func (stalledHeartbeats) Heartbeat(ctx context.Context, _ []jobs.Ref, _ time.Duration) ([]string, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// A job's context ends when its lease does, also while heartbeats hang:
+// each heartbeat call is bounded by the first lease end, not only by the
+// heartbeat interval (it was; the job then ended up to one interval late).
+func TestJobEndsAtItsLeaseWhileHeartbeatsHang(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg, table := stalledHeartbeats{memjobs.New()}, memlock.New()
+		var q queue
+		const lease, every = 3500 * time.Millisecond, time.Second
+		worker := newRunner(t, reg, table.Share(), &q, jobs.WithLease(lease), jobs.WithHeartbeatEvery(every))
+		ctx, stop := context.WithCancel(t.Context())
+		defer stop()
+		go worker.Run(ctx)
+		start := time.Now()
+		jctx, _, err := worker.Track(t.Context(), jobs.Job{ID: "j"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-jctx.Done()
+		if d, want := time.Since(start), lease-lock.DriftAllowance(lease); d != want {
+			t.Fatalf("job context ended %v after Track, want at its lease end (less the drift allowance), %v", d, want)
+		}
+	})
+}

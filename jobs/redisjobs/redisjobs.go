@@ -42,6 +42,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasehold-go/leasehold/internal/rediscall"
 	"github.com/leasehold-go/leasehold/jobs"
 	"github.com/leasehold-go/leasehold/lock"
 )
@@ -85,8 +86,9 @@ const (
 
 // Registry is a jobs.Registry on Redis.
 type Registry struct {
-	c  redis.UniversalClient
-	ns string // "{<namespace>}:"
+	c      redis.UniversalClient
+	ns     string           // "{<namespace>}:"
+	bounds rediscall.Bounds // calls end with their context (also without ContextTimeoutEnabled)
 }
 
 var _ jobs.Registry = (*Registry)(nil)
@@ -102,7 +104,7 @@ func New(c redis.UniversalClient, namespace string) (*Registry, error) {
 	if strings.ContainsAny(namespace, "{}") {
 		return nil, fmt.Errorf("%w: redisjobs: namespace %q contains a brace", lock.ErrInvalidArgument, namespace)
 	}
-	return &Registry{c: c, ns: "{" + namespace + "}:"}, nil
+	return &Registry{c: c, ns: "{" + namespace + "}:", bounds: rediscall.For(c)}, nil
 }
 
 func (r *Registry) jobKey(id string) string  { return r.ns + "job:" + id }
@@ -126,7 +128,7 @@ func (r *Registry) Track(ctx context.Context, job jobs.Job, lease time.Duration)
 	if err := jobs.CheckLease(ctx, job.ID, lease); err != nil {
 		return jobs.Job{}, err
 	}
-	res, err := trackScript.Run(ctx, r.c, []string{r.jobKey(job.ID), r.deadlines(), r.epochs()},
+	res, err := r.bounds.Run(ctx, r.c, trackScript, []string{r.jobKey(job.ID), r.deadlines(), r.epochs()},
 		job.ID, job.Payload, job.Owner, job.Attempt, ms(lease), encodeHistory(job.History)).Int64Slice()
 	if err != nil || len(res) != 2 {
 		return jobs.Job{}, unavailable("track", errors.Join(err, fmt.Errorf("reply %v", res)))
@@ -153,7 +155,7 @@ func (r *Registry) Heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Du
 		keys = append(keys, r.jobKey(ref.ID))
 		args = append(args, ref.ID, strconv.FormatUint(ref.Epoch, 10))
 	}
-	lost, err := heartbeatScript.Run(ctx, r.c, keys, args...).StringSlice()
+	lost, err := r.bounds.Run(ctx, r.c, heartbeatScript, keys, args...).StringSlice()
 	if err != nil {
 		return nil, unavailable("heartbeat", err)
 	}
@@ -164,7 +166,7 @@ func (r *Registry) remove(ctx context.Context, ref jobs.Ref, op string) error {
 	if err := jobs.CheckID(ctx, ref.ID); err != nil {
 		return err
 	}
-	n, err := removeScript.Run(ctx, r.c, []string{r.jobKey(ref.ID), r.deadlines()}, ref.ID, strconv.FormatUint(ref.Epoch, 10)).Int64()
+	n, err := r.bounds.Run(ctx, r.c, removeScript, []string{r.jobKey(ref.ID), r.deadlines()}, ref.ID, strconv.FormatUint(ref.Epoch, 10)).Int64()
 	switch {
 	case err != nil:
 		return unavailable(op, err)
@@ -202,7 +204,7 @@ func (r *Registry) list(ctx context.Context, limit int, all string) ([]jobs.Job,
 	if err := lock.CheckContext(ctx); err != nil {
 		return nil, err
 	}
-	flat, err := expiredScript.Run(ctx, r.c, []string{r.deadlines()}, max(limit, 0), r.ns+"job:", all).StringSlice()
+	flat, err := r.bounds.Run(ctx, r.c, expiredScript, []string{r.deadlines()}, max(limit, 0), r.ns+"job:", all).StringSlice()
 	if err != nil {
 		return nil, unavailable("expired", err)
 	}
@@ -229,7 +231,7 @@ func (r *Registry) Reclaim(ctx context.Context, ref jobs.Ref, by string, lease t
 	if err := jobs.CheckLease(ctx, ref.ID, lease); err != nil {
 		return jobs.Job{}, err
 	}
-	f, err := reclaimScript.Run(ctx, r.c, []string{r.jobKey(ref.ID), r.deadlines(), r.epochs()},
+	f, err := r.bounds.Run(ctx, r.c, reclaimScript, []string{r.jobKey(ref.ID), r.deadlines(), r.epochs()},
 		ref.ID, strconv.FormatUint(ref.Epoch, 10), by, ms(lease), recordSep, fieldSep).StringSlice()
 	switch {
 	case err != nil:
@@ -247,7 +249,7 @@ func (r *Registry) Bury(ctx context.Context, ref jobs.Ref, reason string) error 
 	if err := jobs.CheckID(ctx, ref.ID); err != nil {
 		return err
 	}
-	n, err := buryScript.Run(ctx, r.c, []string{r.jobKey(ref.ID), r.deadlines(), r.deadKey(ref.ID), r.deadset()},
+	n, err := r.bounds.Run(ctx, r.c, buryScript, []string{r.jobKey(ref.ID), r.deadlines(), r.deadKey(ref.ID), r.deadset()},
 		ref.ID, strconv.FormatUint(ref.Epoch, 10), reason).Int64()
 	switch {
 	case err != nil:
@@ -267,7 +269,7 @@ func (r *Registry) Dead(ctx context.Context, limit int) ([]jobs.DeadJob, error) 
 	if limit <= 0 {
 		limit = 1 << 30
 	}
-	flat, err := deadScript.Run(ctx, r.c, []string{r.deadset()}, limit, r.ns+"dead:").StringSlice()
+	flat, err := r.bounds.Run(ctx, r.c, deadScript, []string{r.deadset()}, limit, r.ns+"dead:").StringSlice()
 	if err != nil {
 		return nil, unavailable("dead", err)
 	}
@@ -306,7 +308,7 @@ func (r *Registry) Purge(ctx context.Context, id string) error {
 	if err := jobs.CheckID(ctx, id); err != nil {
 		return err
 	}
-	n, err := purgeScript.Run(ctx, r.c, []string{r.deadKey(id), r.deadset()}, id).Int64()
+	n, err := r.bounds.Run(ctx, r.c, purgeScript, []string{r.deadKey(id), r.deadset()}, id).Int64()
 	switch {
 	case err != nil:
 		return unavailable("purge", err)
@@ -322,7 +324,7 @@ func (r *Registry) Counts(ctx context.Context) (jobs.Counts, error) {
 	if err := lock.CheckContext(ctx); err != nil {
 		return jobs.Counts{}, err
 	}
-	n, err := countsScript.Run(ctx, r.c, []string{r.deadlines(), r.deadset()}).Int64Slice()
+	n, err := r.bounds.Run(ctx, r.c, countsScript, []string{r.deadlines(), r.deadset()}).Int64Slice()
 	if err != nil || len(n) != 3 {
 		return jobs.Counts{}, unavailable("counts", errors.Join(err, fmt.Errorf("reply %v", n)))
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasehold-go/leasehold/internal/rediscall"
 	"github.com/leasehold-go/leasehold/lock"
 )
 
@@ -61,15 +62,14 @@ const (
 // Lock is a lock.Lock on Redis. It is safe for concurrent use; share one
 // per process and Close it at the end.
 type Lock struct {
-	client redis.UniversalClient
-	// ctxBound: the client bounds calls by their context itself (see within).
-	ctxBound bool
-	prefix   string
-	channel  string
-	inbox    string // this Lock's own channel: handoffs to its waiters
-	owner    string
-	log      *slog.Logger
-	metrics  *lock.BackendMetrics
+	client  redis.UniversalClient
+	bounds  rediscall.Bounds // calls end with their context
+	prefix  string
+	channel string
+	inbox   string // this Lock's own channel: handoffs to its waiters
+	owner   string
+	log     *slog.Logger
+	metrics *lock.BackendMetrics
 
 	notifier lock.Notifier
 	// handed: the grants handed to this Lock's queued waiters (waiter id →
@@ -119,14 +119,14 @@ func New(client redis.UniversalClient, opts ...lock.Option) (*Lock, error) {
 		return nil, err
 	}
 	return &Lock{
-		client:   client,
-		ctxBound: honoursContext(client),
-		prefix:   s.prefix,
-		channel:  s.prefix + "released",
-		inbox:    s.prefix + "inbox:" + attemptID(),
-		owner:    cfg.Owner,
-		log:      cfg.Logger,
-		metrics:  cfg.Telemetry().Backend("redislock"),
+		client:  client,
+		bounds:  rediscall.For(client),
+		prefix:  s.prefix,
+		channel: s.prefix + "released",
+		inbox:   s.prefix + "inbox:" + attemptID(),
+		owner:   cfg.Owner,
+		log:     cfg.Logger,
+		metrics: cfg.Telemetry().Backend("redislock"),
 	}, nil
 }
 

@@ -1,0 +1,44 @@
+package redisjobs_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold-go/leasehold/internal/faultproxy"
+	"github.com/leasehold-go/leasehold/internal/testenv"
+	"github.com/leasehold-go/leasehold/jobs"
+	"github.com/leasehold-go/leasehold/jobs/redisjobs"
+)
+
+// A server that stops answering must not hold a registry call past its
+// context, with the default client (no ContextTimeoutEnabled: go-redis
+// then waits its 5 s timeouts): the Runner's heartbeat and scan rely on it.
+func TestStalledServerAnswersWithinTheDeadline(t *testing.T) {
+	p := faultproxy.Start(t, testenv.Redis(t).Addr())
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	r, err := redisjobs.New(c, "stalled-"+strconv.FormatInt(time.Now().UnixNano(), 36))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tracked, err := r.Track(t.Context(), jobs.Job{ID: "j", Owner: "w"}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := tracked.Ref()
+	p.SetMode(faultproxy.Blackhole)
+	defer p.SetMode(faultproxy.Pass)
+	faultproxy.ExpectWithinDeadline(t, 200*time.Millisecond, 300*time.Millisecond,
+		faultproxy.Op{Name: "Heartbeat", Call: func(ctx context.Context) error { _, err := r.Heartbeat(ctx, []jobs.Ref{ref}, time.Minute); return err }},
+		faultproxy.Op{Name: "Track", Call: func(ctx context.Context) error {
+			_, err := r.Track(ctx, jobs.Job{ID: "k", Owner: "w"}, time.Minute)
+			return err
+		}},
+		faultproxy.Op{Name: "Expired", Call: func(ctx context.Context) error { _, err := r.Expired(ctx, 10); return err }},
+		faultproxy.Op{Name: "Done", Call: func(ctx context.Context) error { return r.Done(ctx, ref) }},
+	)
+}
