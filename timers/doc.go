@@ -44,9 +44,11 @@
 //	                                 than the misfire threshold skips the ticks it missed
 //	runner crashes mid-run           its slot frees when the slot lease expires (LeaseTTL)
 //	runner loses its slot lease      fn's context is cancelled (cause lock.ErrLost)
-//	backend unreachable              the tick is skipped (reason unavailable); with
-//	                                 RunWhenUnavailable(n) it runs under a per-host cap of n,
-//	                                 logged at Warn: once-per-tick is suspended until it answers
+//	backend unreachable              the tick is skipped (reason unavailable, logged at Warn);
+//	                                 with RunWhenUnavailable(n) it runs under a per-host cap of
+//	                                 n, logged at Warn: once-per-tick and MaxConcurrency are
+//	                                 suspended until it answers; the first tick that reaches it
+//	                                 again logs (at Warn) that they hold again
 //	process shuts down (ctx ends)    no new ticks; Run waits for running fns up to the shutdown
 //	                                 timeout, then cancels their contexts, and returns when
 //	                                 every slot is released

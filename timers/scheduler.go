@@ -173,8 +173,9 @@ type entry struct {
 	sem   *semaphore.Semaphore
 	local chan struct{} // the per-host cap of RunWhenUnavailable
 
-	mu     sync.Mutex
-	status Status
+	mu       sync.Mutex
+	status   Status
+	degraded bool // the backend was last found unreachable
 }
 
 // claimKey is the key that makes tick at run once: whoever grants it runs
@@ -225,6 +226,9 @@ func sleepUntil(ctx context.Context, at time.Time, clock func() time.Time) bool 
 func (e *entry) tick(ctx, runCtx context.Context, runs *sync.WaitGroup, at time.Time) {
 	claimTTL := e.t.interval(at) + e.t.misfireAt(at)
 	claim, err := e.s.l.TryAcquire(ctx, claimKey(e.t.name, at), claimTTL)
+	if err == nil || errors.Is(err, lock.ErrNotAcquired) {
+		e.reachable(at)
+	}
 	switch {
 	case errors.Is(err, lock.ErrNotAcquired):
 		e.record(func(st *Status) { st.Elsewhere++ })
@@ -292,6 +296,9 @@ func (e *entry) call(ctx context.Context) error {
 // unavailable skips the tick, or with RunWhenUnavailable runs it under the
 // per-host cap.
 func (e *entry) unavailable(ctx, runCtx context.Context, runs *sync.WaitGroup, at time.Time, err error) {
+	e.mu.Lock()
+	e.degraded = true
+	e.mu.Unlock()
 	if e.local == nil {
 		e.skip(ctx, at, "unavailable", err.Error())
 		return
@@ -311,6 +318,19 @@ func (e *entry) unavailable(ctx, runCtx context.Context, runs *sync.WaitGroup, a
 		err := e.call(context.WithValue(runCtx, tickKey{}, tick))
 		e.finish(runCtx, tick, start, err)
 	})
+}
+
+// reachable notes that the backend answered: after an outage it says so,
+// since the cluster-wide guarantees hold again from this tick on.
+func (e *entry) reachable(at time.Time) {
+	e.mu.Lock()
+	was := e.degraded
+	e.degraded = false
+	e.mu.Unlock()
+	if was {
+		e.s.cfg.Logger.Warn("leasehold: backend reachable again: the cluster-wide once-per-tick and concurrency guarantees hold again",
+			"timer", e.t.name, "tick", at)
+	}
 }
 
 func (e *entry) skip(ctx context.Context, at time.Time, reason, detail string) {
