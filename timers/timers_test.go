@@ -93,11 +93,17 @@ func TestSpreadStartIsAStablePhase(t *testing.T) {
 	})
 }
 
-func TestCronAcrossDaylightSavingTime(t *testing.T) {
+func newYork(t *testing.T) *time.Location {
+	t.Helper()
 	ny, err := time.LoadLocation("America/New_York")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ny
+}
+
+func TestCronAcrossDaylightSavingTime(t *testing.T) {
+	ny := newYork(t)
 	synctest.Test(t, func(t *testing.T) {
 		// 2030-03-10 is the spring-forward day in New York: 02:30 does not
 		// exist, so "30 2 * * *" does not fire that day.
@@ -441,10 +447,7 @@ func TestLateClaimDoesNotRunTheTickAgain(t *testing.T) {
 // EST after 01:30 EDT), and Cron follows it: two ticks an hour apart, each
 // run once.
 func TestCronAcrossFallBack(t *testing.T) {
-	ny, err := time.LoadLocation("America/New_York")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ny := newYork(t)
 	synctest.Test(t, func(t *testing.T) {
 		time.Sleep(time.Until(time.Date(2030, 11, 1, 12, 0, 0, 0, ny)))
 		table := memlock.New()

@@ -75,6 +75,14 @@ func (r *runs) seconds() string {
 	return strings.Join(out, " ")
 }
 
+// overOutage waits for epoch and returns a scheduler over memlock whose
+// backend is away from 3.5 s to 7.7 s after epoch, logging into logs.
+func overOutage(logs *bytes.Buffer) *timers.Scheduler {
+	time.Sleep(time.Until(epoch))
+	l := outage{Lock: memlock.New(), down: epoch.Add(3500 * time.Millisecond), up: epoch.Add(7700 * time.Millisecond)}
+	return timers.New(l, lock.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+}
+
 // The backend is unreachable from 3.5 s to 7.7 s; the timer ticks every
 // second, from 1 s to 10 s.
 func TestBackendUnreachable(t *testing.T) {
@@ -83,10 +91,8 @@ func TestBackendUnreachable(t *testing.T) {
 	// runs as before.
 	t.Run("skip", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			time.Sleep(time.Until(epoch))
 			var logs bytes.Buffer
-			l := outage{Lock: memlock.New(), down: epoch.Add(3500 * time.Millisecond), up: epoch.Add(7700 * time.Millisecond)}
-			s := timers.New(l, lock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+			s := overOutage(&logs)
 			var r runs
 			if err := s.Add(timers.Every("outage", time.Second, func(ctx context.Context) error {
 				tick, _ := timers.TickFrom(ctx)
@@ -124,10 +130,8 @@ func TestBackendUnreachable(t *testing.T) {
 	// slot.
 	t.Run("fallback", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			time.Sleep(time.Until(epoch))
 			var logs bytes.Buffer
-			l := outage{Lock: memlock.New(), down: epoch.Add(3500 * time.Millisecond), up: epoch.Add(7700 * time.Millisecond)}
-			s := timers.New(l, lock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+			s := overOutage(&logs)
 			var r runs
 			var normal atomic.Int32
 			if err := s.Add(timers.Every("outage", time.Second, func(ctx context.Context) error {
