@@ -49,6 +49,9 @@
 //	                                 n, logged at Warn: once-per-tick and MaxConcurrency are
 //	                                 suspended until it answers; the first tick that reaches it
 //	                                 again logs (at Warn) that they hold again
+//	backend stalls (no free pool     the claim and the slot are attempted until the misfire
+//	connection, a hung request)      threshold only; then the tick is skipped (unavailable, or
+//	                                 error) and the next one is on time
 //	process shuts down (ctx ends)    no new ticks; Run waits for running fns up to the shutdown
 //	                                 timeout, then cancels their contexts, and returns when
 //	                                 every slot is released
@@ -63,6 +66,23 @@
 // TickFrom gives the tick, including the claim's token, which grows with
 // every tick of the timer: a resource can refuse the writes of a run of an
 // older tick.
+//
+// # On PostgreSQL
+//
+// A pglock grant is a server session holding an advisory lock, and it pins
+// one pooled connection while it lives. A tick's claim lives for the
+// interval plus the misfire threshold and is never released, so the host
+// that claims ticks keeps one or two connections per timer busy with
+// claims, and each timer's semaphore keeps one more for its size
+// declaration (60 s, renewed); runs add one each. Size the pool (pglock's
+// pool_max_conns, default 64) for about three connections per timer plus
+// the runs: a pool that runs dry makes claims stall, and the ticks are
+// skipped as unavailable. Each claim's session is ended when its ttl
+// passes, so every tick also opens a new connection (a few ms on
+// loopback). And since a claim is a session, it ends with the process: a
+// claimer that exits or closes its Lock right after a tick frees the claim
+// early, and a host that reaches the tick within the misfire threshold
+// after that runs it again (Redis and etcd keep the claim until its ttl).
 //
 // Clock skew matters only through the claim: keep the hosts' clocks within
 // a fraction of the shortest interval (NTP does it for intervals of

@@ -225,7 +225,13 @@ func sleepUntil(ctx context.Context, at time.Time, clock func() time.Time) bool 
 // tick claims tick at, takes a slot and starts the run.
 func (e *entry) tick(ctx, runCtx context.Context, runs *sync.WaitGroup, at time.Time) {
 	claimTTL := e.t.interval(at) + e.t.misfireAt(at)
-	claim, err := e.s.l.TryAcquire(ctx, claimKey(e.t.name, at), claimTTL)
+	// A claim or slot that comes back after the misfire threshold is
+	// skipped anyway: the attempts are bounded by it, so that a backend
+	// that stalls (a pool with no free connection, a hung request) costs
+	// this tick only, not the timer's later ones.
+	attempt, cancel := context.WithTimeout(ctx, at.Add(e.t.misfireAt(at)).Sub(e.s.set.clock()))
+	defer cancel()
+	claim, err := e.s.l.TryAcquire(attempt, claimKey(e.t.name, at), claimTTL)
 	if err == nil || errors.Is(err, lock.ErrNotAcquired) {
 		e.reachable(at)
 	}
@@ -250,7 +256,7 @@ func (e *entry) tick(ctx, runCtx context.Context, runs *sync.WaitGroup, at time.
 		return
 	}
 	lease := e.t.leaseFor(at)
-	permit, err := e.sem.TryAcquire(ctx, lease)
+	permit, err := e.sem.TryAcquire(attempt, lease)
 	switch {
 	case errors.Is(err, lock.ErrNotAcquired):
 		e.skip(ctx, at, "busy", fmt.Sprintf("all %d slots busy", e.t.maxConcurrency))

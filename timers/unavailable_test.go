@@ -171,3 +171,43 @@ func TestBackendUnreachable(t *testing.T) {
 		})
 	})
 }
+
+// stalling is a Lock whose requests hang until their context ends from
+// down to up, bubble time (a pool with no free connection does that), and
+// then fail as a driver reports it.
+type stalling outage
+
+func (s stalling) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
+	if now := time.Now(); !now.Before(s.down) && now.Before(s.up) {
+		<-ctx.Done()
+		return nil, lock.Unavailable("acquire: getting a connection", ctx.Err())
+	}
+	return s.Lock.TryAcquire(ctx, key, ttl)
+}
+
+// A claim that hangs costs its own tick only: the attempt ends at the
+// misfire threshold (0.5 s), and the next tick runs on time.
+func TestStalledClaimCostsOneTick(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		time.Sleep(time.Until(epoch))
+		l := stalling{Lock: memlock.New(), down: epoch.Add(2500 * time.Millisecond), up: epoch.Add(3700 * time.Millisecond)}
+		s := timers.New(l, lock.WithLogger(slog.New(slog.DiscardHandler)))
+		var r record
+		if err := s.Add(timers.Every("stall", time.Second, r.fn)); err != nil {
+			t.Fatal(err)
+		}
+		runFor(t, s, 5500*time.Millisecond)
+		want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second}
+		if len(r.ticks) != len(want) {
+			t.Fatalf("ran ticks %v, want %v after epoch", r.ticks, want)
+		}
+		for i, d := range want {
+			if !r.ticks[i].Equal(epoch.Add(d)) || !r.at[i].Equal(epoch.Add(d)) {
+				t.Fatalf("run %d: tick %v at %v, want %v after epoch, on time", i, r.ticks[i], r.at[i], d)
+			}
+		}
+		if st := s.Status()[0]; st.Skips != 1 || st.LastSkip.Reason != "unavailable" || !st.LastSkip.Tick.Equal(epoch.Add(3*time.Second)) {
+			t.Fatalf("status %+v: want tick 3 s skipped as unavailable", st)
+		}
+	})
+}
