@@ -49,9 +49,9 @@
 //	                                 n, logged at Warn: once-per-tick and MaxConcurrency are
 //	                                 suspended until it answers; the first tick that reaches it
 //	                                 again logs (at Warn) that they hold again
-//	backend stalls (no free pool     the claim and the slot are attempted until the misfire
-//	connection, a hung request)      threshold only; then the tick is skipped (unavailable, or
-//	                                 error) and the next one is on time
+//	backend stalls (no free pool     the claim and the slot are attempted until the next tick
+//	connection, a hung request)      only; then the tick is skipped (unavailable, or error) and
+//	                                 the next one is on time
 //	process shuts down (ctx ends)    no new ticks; Run waits for running fns up to the shutdown
 //	                                 timeout, then cancels their contexts, and returns when
 //	                                 every slot is released

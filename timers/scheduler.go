@@ -225,11 +225,12 @@ func sleepUntil(ctx context.Context, at time.Time, clock func() time.Time) bool 
 // tick claims tick at, takes a slot and starts the run.
 func (e *entry) tick(ctx, runCtx context.Context, runs *sync.WaitGroup, at time.Time) {
 	claimTTL := e.t.interval(at) + e.t.misfireAt(at)
-	// A claim or slot that comes back after the misfire threshold is
-	// skipped anyway: the attempts are bounded by it, so that a backend
-	// that stalls (a pool with no free connection, a hung request) costs
-	// this tick only, not the timer's later ones.
-	attempt, cancel := context.WithTimeout(ctx, at.Add(e.t.misfireAt(at)).Sub(e.s.set.clock()))
+	// The attempts end by the next tick, so that a backend that stalls (a
+	// pool with no free connection, a hung request) costs this tick only,
+	// not the timer's later ones. (A claim that comes back after the
+	// misfire threshold is skipped below; a slow attempt is not cut short
+	// at the threshold, since a connection being opened is worth keeping.)
+	attempt, cancel := context.WithTimeout(ctx, e.t.schedule.next(at).Sub(e.s.set.clock()))
 	defer cancel()
 	claim, err := e.s.l.TryAcquire(attempt, claimKey(e.t.name, at), claimTTL)
 	if err == nil || errors.Is(err, lock.ErrNotAcquired) {
