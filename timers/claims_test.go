@@ -3,10 +3,12 @@ package timers_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/leasehold-go/leasehold/internal/backends"
 	"github.com/leasehold-go/leasehold/internal/testenv"
 	"github.com/leasehold-go/leasehold/lock/pglock"
 	"github.com/leasehold-go/leasehold/timers"
@@ -53,4 +55,57 @@ func TestTickClaimsHoldNoConnection(t *testing.T) {
 			t.Errorf("timer %s skipped a tick as unavailable: %+v", st.Name, st.LastSkip)
 		}
 	}
+}
+
+// Host A (clock +300 ms) claims and runs a tick, then shuts down and closes
+// its Lock; host B (clock −300 ms) reaches the same tick 600 ms later.
+// Interval 2 s: the clocks differ by 600 ms < interval/2, so the tick must
+// run once. On pglock the claim was a session, which ended with A's Lock,
+// and B ran the tick again; a claim is a row now (lock.Claim).
+func TestClaimOutlivesItsClaimersShutdown(t *testing.T) {
+	backends.Each(t, backends.Networked(t), func(t *testing.T, b backends.Backend) {
+		la, lb := b.New(t), b.New(t)
+		var mu sync.Mutex
+		ran := map[int64]int{}
+		fn := func(ctx context.Context) error {
+			tick, _ := timers.TickFrom(ctx)
+			mu.Lock()
+			ran[tick.At.UnixMilli()]++
+			mu.Unlock()
+			return nil
+		}
+		const iv = 2 * time.Second
+		name := "outlives-" + uniq()
+		// The next tick at least 1 s away.
+		now := time.Now()
+		tick := now.Truncate(iv).Add(iv)
+		if tick.Sub(now) < time.Second {
+			tick = tick.Add(iv)
+		}
+		sa := timers.New(la, timers.WithClock(func() time.Time { return time.Now().Add(300 * time.Millisecond) }))
+		sb := timers.New(lb, timers.WithClock(func() time.Time { return time.Now().Add(-300 * time.Millisecond) }))
+		for _, s := range []*timers.Scheduler{sa, sb} {
+			if err := s.Add(timers.Every(name, iv, fn)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// A stops 100 ms after it reached the tick, then closes its Lock.
+		ctxA, cancelA := context.WithDeadline(t.Context(), tick.Add(-200*time.Millisecond))
+		defer cancelA()
+		ctxB, cancelB := context.WithDeadline(t.Context(), tick.Add(500*time.Millisecond))
+		defer cancelB()
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			_ = sa.Run(ctxA)
+			if c, ok := la.(interface{ Close() error }); ok {
+				_ = c.Close()
+			}
+		})
+		wg.Go(func() { _ = sb.Run(ctxB) })
+		wg.Wait()
+		t.Logf("%s: runs per tick %v (A: %+v, B: %+v)", b.Name, ran, sa.Status()[0].Runs, sb.Status()[0].Runs)
+		if ran[tick.UnixMilli()] != 1 {
+			t.Errorf("tick ran %d times, want once", ran[tick.UnixMilli()])
+		}
+	})
 }

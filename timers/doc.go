@@ -45,9 +45,14 @@
 //	                                 than the misfire threshold skips the ticks it missed
 //	runner crashes mid-run           its slot frees when the slot lease expires (LeaseTTL)
 //	runner loses its slot lease      fn's context is cancelled (cause lock.ErrLost)
-//	backend unreachable              the tick is skipped (reason unavailable); with
-//	                                 RunWhenUnavailable(n) it runs under a per-host cap of n,
-//	                                 logged at Warn: once-per-tick is suspended until it answers
+//	backend unreachable              the tick is skipped (reason unavailable, logged at Warn);
+//	                                 with RunWhenUnavailable(n) it runs under a per-host cap of
+//	                                 n, logged at Warn: once-per-tick and MaxConcurrency are
+//	                                 suspended until it answers; the first tick that reaches it
+//	                                 again logs (at Warn) that they hold again
+//	backend stalls (no free pool     the claim and the slot are attempted until the next tick
+//	connection, a hung request)      only; then the tick is skipped (unavailable, or error) and
+//	                                 the next one is on time
 //	process shuts down (ctx ends)    no new ticks; Run waits for running fns up to the shutdown
 //	                                 timeout, then cancels their contexts, and returns when
 //	                                 every slot is released
@@ -62,6 +67,18 @@
 // TickFrom gives the tick, including the claim's token, which grows with
 // every tick of the timer: a resource can refuse the writes of a run of an
 // older tick.
+//
+// # On PostgreSQL
+//
+// A pglock grant is a server session holding an advisory lock, and it pins
+// one pooled connection while it lives. Tick claims and the semaphore's
+// size declarations are never released, so they are not grants: they go
+// through lock.Claim, which pglock keeps as rows of a table
+// (leasehold_claims) in one statement that holds no connection afterwards.
+// So a timer holds a connection only while it runs (its slot), a claim
+// outlives the process that made it (a host that reaches the tick later
+// sees it taken, as on Redis and etcd), and a tick opens no connection
+// (TestTickClaimsHoldNoConnection, TestClaimOutlivesItsClaimersShutdown).
 //
 // Clock skew matters only through the claim: keep the hosts' clocks within
 // a fraction of the shortest interval (NTP does it for intervals of

@@ -2,7 +2,10 @@ package timers_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/leasehold-go/leasehold/lock"
@@ -49,20 +52,112 @@ func ExampleCron() {
 
 func ExampleObserve() {
 	l := memlock.New(lock.WithOwner("host-a"))
-	// An hourly timer whose clock is just before its next tick.
-	now := time.Now()
-	offset := now.Truncate(time.Hour).Add(time.Hour - 10*time.Millisecond).Sub(now)
-	s := timers.New(l, timers.WithClock(func() time.Time { return time.Now().Add(offset) }))
+	// An hourly timer whose clock starts just before a tick.
+	s := timers.New(l, timers.WithClock(startsBefore(time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC))))
 	ctx, cancel := context.WithCancel(context.Background())
 	_ = s.Add(timers.Every("reports", time.Hour, func(context.Context) error {
 		defer cancel()
 		// What any process that can reach the backend sees, mid-run:
 		obs, _ := timers.Observe(context.Background(), l.Share(), "")
 		for _, o := range obs {
-			fmt.Println(o.Name, "tick claimed by", o.ClaimedBy, "-", len(o.Running), "run in progress on", o.Running[0].Runner)
+			fmt.Println(o.Name, "tick", o.LastTick.UTC().Format(time.DateTime), "claimed by", o.ClaimedBy, "-", len(o.Running), "run in progress on", o.Running[0].Runner)
 		}
 		return nil
 	}))
 	_ = s.Run(ctx)
-	// Output: reports tick claimed by host-a - 1 run in progress on host-a
+	// Output: reports tick 2030-01-01 09:00:00 claimed by host-a - 1 run in progress on host-a
+}
+
+func ExampleNew() {
+	// The lock is shared by the fleet: redislock, pglock or etcdlock in
+	// production (see package backend), memlock in one process.
+	l := memlock.New(lock.WithOwner("host-a"))
+	s := timers.New(l,
+		lock.WithLogger(slog.New(slog.DiscardHandler)), // the scheduler's logs: skips, failed runs, outages
+		timers.WithShutdownTimeout(10*time.Second))     // Run waits this long for running functions
+	fmt.Println(s.Add(timers.Every("reports", time.Minute, func(context.Context) error { return nil })))
+
+	// An invalid option of New is reported by Add (and Run).
+	bad := timers.New(l, timers.WithShutdownTimeout(0))
+	fmt.Println(bad.Add(timers.Every("reports", time.Minute, func(context.Context) error { return nil })))
+	// Output:
+	// <nil>
+	// lock: invalid argument: timers.WithShutdownTimeout: shutdown timeout 0s must be positive
+}
+
+func ExampleEvery() {
+	// Every host computes the same ticks, aligned to the Unix epoch,
+	// whatever moment it started; here its clock reads 12:00:07.
+	now := time.Date(2030, 1, 1, 12, 0, 7, 0, time.UTC)
+	s := timers.New(memlock.New(), timers.WithClock(func() time.Time { return now }))
+	fn := func(context.Context) error { return nil }
+	_ = s.Add(timers.Every("poll", 15*time.Second, fn))
+	// SpreadStart: a phase derived from the name, the same on every host.
+	_ = s.Add(timers.Every("poll-spread", 15*time.Second, fn, timers.SpreadStart()))
+	// At most two runs at once anywhere; each may run for 10 minutes.
+	_ = s.Add(timers.Every("rebuild", time.Hour, fn, timers.MaxConcurrency(2), timers.MaxRunTime(10*time.Minute)))
+	fmt.Println(s.Add(timers.Every("broken", 0, fn)))
+	for _, st := range s.Status() {
+		fmt.Println(st.Name, "next tick at", st.Next.UTC().Format("15:04:05.000"))
+	}
+	// Output:
+	// lock: invalid argument: timer "broken": interval must be positive, got 0s
+	// poll next tick at 12:00:15.000
+	// poll-spread next tick at 12:00:17.206
+	// rebuild next tick at 13:00:00.000
+}
+
+func ExampleScheduler_Status() {
+	s := timers.New(memlock.New(lock.WithOwner("host-a")),
+		timers.WithClock(startsBefore(time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC))),
+		lock.WithLogger(slog.New(slog.DiscardHandler)))
+	ctx, cancel := context.WithCancel(context.Background())
+	_ = s.Add(timers.Every("hourly-sync", time.Hour, func(context.Context) error {
+		defer cancel() // one tick is enough for the example
+		return errors.New("upstream down")
+	}))
+	_ = s.Run(ctx)
+	for _, st := range s.Status() {
+		fmt.Printf("%s: %d run, %d failed, %d skipped, %d run elsewhere\n", st.Name, st.Runs, st.Failures, st.Skips, st.Elsewhere)
+		fmt.Printf("last run: tick %s on %s: %s (%v)\n", st.LastRun.Tick.UTC().Format(time.TimeOnly), st.LastRun.Runner, st.LastRun.Outcome, st.LastRun.Err)
+		fmt.Println("next tick:", st.Next.UTC().Format(time.TimeOnly))
+	}
+	// Output:
+	// hourly-sync: 1 run, 1 failed, 0 skipped, 0 run elsewhere
+	// last run: tick 09:00:00 on host-a: error (upstream down)
+	// next tick: 10:00:00
+}
+
+func ExampleTickFrom() {
+	s := timers.New(memlock.New(), timers.WithClock(startsBefore(time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC))))
+	ctx, cancel := context.WithCancel(context.Background())
+	_ = s.Add(timers.Every("invoices", time.Hour, func(ctx context.Context) error {
+		defer cancel()
+		tick, _ := timers.TickFrom(ctx)
+		// The slot's fencing token: give it to what the run writes to, so
+		// that a run that lost its slot cannot overwrite a newer one's work.
+		token, _ := lock.TokenFrom(ctx)
+		fmt.Println(tick.Timer, "tick", tick.At.UTC().Format(time.DateTime), "slot", tick.Slot, "local", tick.Local)
+		fmt.Println("claim token", tick.Claim > 0, "slot token", token > 0)
+		return nil
+	}))
+	_ = s.Run(ctx)
+	_, ok := timers.TickFrom(context.Background()) // outside a run
+	fmt.Println(ok)
+	// Output:
+	// invoices tick 2030-01-01 09:00:00 slot 0 local false
+	// claim token true slot token true
+	// false
+}
+
+// startsBefore is a clock that reads 10 ms before tick when it is first
+// read and runs from there: the examples see one tick at once, however
+// long the machine takes to get to Run.
+func startsBefore(tick time.Time) func() time.Time {
+	var once sync.Once
+	var start time.Time
+	return func() time.Time {
+		once.Do(func() { start = time.Now() })
+		return tick.Add(-10 * time.Millisecond).Add(time.Since(start))
+	}
 }

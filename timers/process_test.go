@@ -3,6 +3,7 @@ package timers_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"sort"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"github.com/leasehold-go/leasehold/internal/backends"
 	"github.com/leasehold-go/leasehold/internal/childproc"
 	"github.com/leasehold-go/leasehold/internal/testenv"
+	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/semaphore"
 	"github.com/leasehold-go/leasehold/timers"
 )
@@ -25,10 +27,14 @@ func TestMain(m *testing.M) {
 }
 
 // A host child process runs one timer on its own scheduler, with its clock
-// off by TIMERS_OFFSET, for TIMERS_FOR, and prints
-// "RUN <tick unix ms> <start ns> <end ns>" per run (wall clock, no offset),
-// "START <tick unix ms>" when a run starts, and at the end
-// "STATUS <runs> <skips> <elsewhere>".
+// off by TIMERS_OFFSET, until TIMERS_UNTIL (unix ms, wall clock) or for
+// TIMERS_FOR, and prints (wall clock, no offset):
+//
+//	READY <unix ns>                        just before Run
+//	START <tick unix ms>                   when a run starts
+//	RUN <tick unix ms> <start ns> <end ns> when it ends
+//	SKIP <tick unix ms> <unix ns> <reason> per skipped tick, from the log
+//	STATUS <runs> <skips> <elsewhere>      at the end
 
 const childEnv = "TIMERS_CHILD"
 
@@ -40,11 +46,12 @@ func host() error {
 		return err
 	}
 	env := func(k string) time.Duration { d, _ := time.ParseDuration(os.Getenv(k)); return d }
-	offset, interval, run, hold := env("TIMERS_OFFSET"), env("TIMERS_INTERVAL"), env("TIMERS_FOR"), env("TIMERS_HOLD")
+	offset, interval, hold := env("TIMERS_OFFSET"), env("TIMERS_INTERVAL"), env("TIMERS_HOLD")
 	conc, _ := strconv.Atoi(os.Getenv("TIMERS_CONCURRENCY"))
 	var mu sync.Mutex
 	say := func(format string, args ...any) { mu.Lock(); fmt.Printf(format+"\n", args...); mu.Unlock() }
-	s := timers.New(l, timers.WithClock(func() time.Time { return time.Now().Add(offset) }), timers.WithShutdownTimeout(time.Second))
+	s := timers.New(l, timers.WithClock(func() time.Time { return time.Now().Add(offset) }), timers.WithShutdownTimeout(time.Second),
+		lock.WithLogger(slog.New(skipLog{say})))
 	fn := func(ctx context.Context) error {
 		tick, _ := timers.TickFrom(ctx)
 		start := time.Now()
@@ -59,13 +66,44 @@ func host() error {
 	if err := s.Add(timers.Every(os.Getenv("TIMERS_NAME"), interval, fn, timers.MaxConcurrency(conc), timers.LeaseTTL(time.Second))); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), run)
+	ctx, cancel := context.WithTimeout(context.Background(), env("TIMERS_FOR"))
+	if ms, err := strconv.ParseInt(os.Getenv("TIMERS_UNTIL"), 10, 64); err == nil {
+		cancel()
+		ctx, cancel = context.WithDeadline(context.Background(), time.UnixMilli(ms))
+	}
 	defer cancel()
+	say("READY %d", time.Now().UnixNano())
 	if err := s.Run(ctx); err != nil {
 		return err
 	}
 	st := s.Status()[0]
 	say("STATUS %d %d %d", st.Runs, st.Skips, st.Elsewhere)
+	return nil
+}
+
+// skipLog prints the scheduler's "tick skipped" log records as SKIP lines.
+type skipLog struct{ say func(string, ...any) }
+
+func (skipLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h skipLog) WithAttrs([]slog.Attr) slog.Handler     { return h }
+func (h skipLog) WithGroup(string) slog.Handler          { return h }
+
+func (h skipLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "leasehold: timer tick skipped" {
+		return nil
+	}
+	var tick time.Time
+	reason := "?"
+	r.Attrs(func(a slog.Attr) bool {
+		switch a.Key {
+		case "tick":
+			tick, _ = a.Value.Any().(time.Time)
+		case "reason":
+			reason = a.Value.String()
+		}
+		return true
+	})
+	h.say("SKIP %d %d %s", tick.UnixMilli(), time.Now().UnixNano(), reason)
 	return nil
 }
 
@@ -80,87 +118,137 @@ type run struct {
 	start, end int64
 }
 
-// hosts starts three hosts with clocks −200 ms, 0 and +200 ms off, started
-// at different moments, and collects their runs and final statuses.
-func threeHosts(t *testing.T, b backends.Backend, name string, interval, runFor, hold time.Duration, conc int) (runs []run, skips, elsewhere int64) {
+type skip struct {
+	host     int
+	tick, at int64
+	reason   string
+}
+
+// fleet is what three hosts did around a planned window of ticks.
+type fleet struct {
+	window    []int64 // the planned ticks, unix ms
+	runs      []run
+	skips     []skip
+	elsewhere int64
+}
+
+// threeHosts starts three hosts with clocks −200 ms, 0 and +200 ms off, at
+// different moments (300 ms apart), plans a window of ticks that opens
+// 5 s after the first start (when every host is up: it fails the test
+// if one is not) and runs them until the window closes, then collects
+// their runs, skips and final statuses.
+func threeHosts(t *testing.T, b backends.Backend, name string, interval time.Duration, ticks int, hold time.Duration, conc int) fleet {
+	t.Helper()
+	iv := interval.Nanoseconds()
+	from := time.Unix(0, (time.Now().Add(5*time.Second).UnixNano()/iv+1)*iv)
+	// The last tick of the window is reached by the host 200 ms behind at
+	// +200 ms; the next one by the host 200 ms ahead at −200 ms.
+	until := from.Add(time.Duration(ticks)*interval - 300*time.Millisecond)
+	var f fleet
+	for i := range ticks {
+		f.window = append(f.window, from.Add(time.Duration(i)*interval).UnixMilli())
+	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	for i, offset := range []string{"-200ms", "0s", "200ms"} {
 		h := startHost(t, b, "TIMERS_NAME="+name, "TIMERS_OFFSET="+offset, "TIMERS_INTERVAL="+interval.String(),
-			"TIMERS_FOR="+(runFor-time.Duration(i)*300*time.Millisecond).String(), "TIMERS_HOLD="+hold.String(),
+			"TIMERS_UNTIL="+strconv.FormatInt(until.UnixMilli(), 10), "TIMERS_HOLD="+hold.String(),
 			"TIMERS_CONCURRENCY="+strconv.Itoa(conc))
 		wg.Go(func() {
 			for line := range h.Lines {
 				var r run
-				var rs, sk, el int64
+				var sk skip
+				var ready, rs, sks, el int64
+				var err error
+				mu.Lock()
 				switch {
-				case strings.HasPrefix(line, "RUN "):
-					if _, err := fmt.Sscanf(line, "RUN %d %d %d", &r.tick, &r.start, &r.end); err != nil {
-						t.Errorf("host %d: %q", i, line)
+				case strings.HasPrefix(line, "READY "):
+					_, err = fmt.Sscanf(line, "READY %d", &ready)
+					// The host 200 ms ahead computes its first tick 200 ms
+					// early: it must be up 250 ms before the window.
+					if late := time.Unix(0, ready).Sub(from.Add(-250 * time.Millisecond)); err == nil && late > 0 {
+						t.Errorf("host %d was up %v too late for the window; the machine is too slow for this test's 5 s lead", i, late)
 					}
+				case strings.HasPrefix(line, "RUN "):
+					_, err = fmt.Sscanf(line, "RUN %d %d %d", &r.tick, &r.start, &r.end)
 					r.host = i
-					mu.Lock()
-					runs = append(runs, r)
-					mu.Unlock()
+					f.runs = append(f.runs, r)
+				case strings.HasPrefix(line, "SKIP "):
+					_, err = fmt.Sscanf(line, "SKIP %d %d %s", &sk.tick, &sk.at, &sk.reason)
+					sk.host = i
+					f.skips = append(f.skips, sk)
 				case strings.HasPrefix(line, "STATUS "):
-					_, _ = fmt.Sscanf(line, "STATUS %d %d %d", &rs, &sk, &el)
-					mu.Lock()
-					skips += sk
-					elsewhere += el
-					mu.Unlock()
+					_, err = fmt.Sscanf(line, "STATUS %d %d %d", &rs, &sks, &el)
+					f.elsewhere += el
 				case strings.HasPrefix(line, "ERROR"):
 					t.Errorf("host %d: %s", i, line)
+				}
+				mu.Unlock()
+				if err != nil {
+					t.Errorf("host %d: %q: %v", i, line, err)
 				}
 			}
 		})
 		time.Sleep(300 * time.Millisecond) // the hosts start at different moments
 	}
 	wg.Wait()
-	return runs, skips, elsewhere
+	return f
 }
 
-// Three hosts, interval 1 s, 30 ticks: every tick runs exactly once.
+// byTick counts the runs and the skips (by reason) of each tick across the
+// hosts.
+func (f fleet) byTick() (runs map[int64][]int, skips map[int64][]string) {
+	runs, skips = map[int64][]int{}, map[int64][]string{}
+	for _, r := range f.runs {
+		runs[r.tick] = append(runs[r.tick], r.host)
+	}
+	for _, s := range f.skips {
+		skips[s.tick] = append(skips[s.tick], s.reason)
+	}
+	return runs, skips
+}
+
+// Three hosts, interval 1 s, a window of 30 ticks while all three are up:
+// each of the 30 ticks runs exactly once, and no tick ever runs twice.
 func TestOncePerTickAcrossProcesses(t *testing.T) {
 	backends.Each(t, backends.Networked(t), func(t *testing.T, b backends.Backend) {
 		t.Parallel()
-		runs, _, elsewhere := threeHosts(t, b, "once-"+uniq(), time.Second, 31*time.Second, 10*time.Millisecond, 1)
-		perTick := map[int64][]int{}
-		for _, r := range runs {
-			perTick[r.tick] = append(perTick[r.tick], r.host)
-		}
-		ticks := make([]int64, 0, len(perTick))
-		for tk, hosts := range perTick {
-			ticks = append(ticks, tk)
-			if len(hosts) != 1 {
-				t.Errorf("tick %d ran on hosts %v", tk, hosts)
+		f := threeHosts(t, b, "once-"+uniq(), time.Second, 30, 10*time.Millisecond, 1)
+		runs, skips := f.byTick()
+		for tick, hosts := range runs {
+			if len(hosts) > 1 {
+				t.Errorf("tick %d ran on hosts %v", tick, hosts)
 			}
 		}
-		sort.Slice(ticks, func(i, j int) bool { return ticks[i] < ticks[j] })
-		// Between the first and the last tick run, none is missing.
-		for i := 1; i < len(ticks); i++ {
-			if ticks[i]-ticks[i-1] != 1000 {
-				t.Errorf("no run of the ticks between %d and %d", ticks[i-1], ticks[i])
+		for _, tick := range f.window {
+			if len(runs[tick]) != 1 {
+				t.Errorf("tick %d of the window ran %d times (skipped: %v)", tick, len(runs[tick]), skips[tick])
 			}
 		}
-		if len(ticks) < 28 {
-			t.Fatalf("%d ticks ran in 31 s", len(ticks))
+		if f.elsewhere == 0 {
+			t.Error("no host ever found a tick claimed by another: the hosts did not compete")
 		}
-		t.Logf("%d ticks, each run once; %d claims found taken by another host", len(ticks), elsewhere)
+		t.Logf("%d ticks of the window each ran once (%d runs in all); %d claims found taken by another host", len(f.window), len(f.runs), f.elsewhere)
 	})
 }
 
-// MaxConcurrency(2) with runs of 2.5 intervals: never more than 2 runs at
-// once across the hosts, and the busy ticks are skipped and counted.
+// MaxConcurrency(2) with runs of 2.5 intervals, over a window of 12 ticks
+// while all three hosts are up. At tick k the runs of k−1 and k−2 hold
+// both slots (k−3's ended at k−0.5), so the ticks go run, run, busy: a
+// third of them, 4 in any 12, are skipped as busy. Allowing one tick of
+// slack each way for timing at the edges, the window must have 3 to 5 busy
+// skips, each while two runs held the slots, at most one misfire, every
+// tick run once or skipped, and exactly 2 runs at once at the peak.
 func TestMaxConcurrencyAcrossProcesses(t *testing.T) {
 	backends.Each(t, backends.Networked(t), func(t *testing.T, b backends.Backend) {
 		t.Parallel()
-		runs, skips, _ := threeHosts(t, b, "conc-"+uniq(), time.Second, 12*time.Second, 2500*time.Millisecond, 2)
+		f := threeHosts(t, b, "conc-"+uniq(), time.Second, 12, 2500*time.Millisecond, 2)
 		type edge struct {
 			at int64
 			d  int
 		}
 		var edges []edge
-		for _, r := range runs {
+		for _, r := range f.runs {
 			edges = append(edges, edge{r.start, 1}, edge{r.end, -1})
 		}
 		sort.Slice(edges, func(i, j int) bool {
@@ -174,13 +262,40 @@ func TestMaxConcurrencyAcrossProcesses(t *testing.T) {
 			n += e.d
 			peak = max(peak, n)
 		}
-		if peak > 2 {
-			t.Fatalf("%d runs at once with MaxConcurrency(2)", peak)
+		if peak != 2 {
+			t.Errorf("%d runs at once at the peak with MaxConcurrency(2) and runs of 2.5 intervals, want exactly 2", peak)
 		}
-		if skips == 0 {
-			t.Fatalf("no busy tick was skipped (%d runs)", len(runs))
+		runs, skips := f.byTick()
+		reasons := map[string]int{}
+		for _, tick := range f.window {
+			for _, r := range skips[tick] {
+				reasons[r]++
+			}
+			if len(runs[tick])+len(skips[tick]) != 1 {
+				t.Errorf("tick %d of the window: runs on hosts %v, skips %v; want one run or one skip", tick, runs[tick], skips[tick])
+			}
 		}
-		t.Logf("%d runs, at most %d at once, %d ticks skipped", len(runs), peak, skips)
+		if reasons["busy"] < 3 || reasons["busy"] > 5 || reasons["misfire"] > 1 || len(reasons) > 2 || (len(reasons) == 2 && reasons["misfire"] == 0) {
+			t.Errorf("skips in the window of 12 ticks by reason: %v; want 3 to 5 busy (4: every third tick), at most 1 misfire, nothing else", reasons)
+		}
+		// A busy skip with a free slot would queue nothing but lose a run:
+		// at each, two runs were in progress (their slots are released
+		// just after their RUN line: 250 ms of allowance).
+		for _, s := range f.skips {
+			if s.reason != "busy" {
+				continue
+			}
+			holding := 0
+			for _, r := range f.runs {
+				if r.start <= s.at && s.at <= r.end+(250*time.Millisecond).Nanoseconds() {
+					holding++
+				}
+			}
+			if holding < 2 {
+				t.Errorf("tick %d skipped as busy on host %d while %d runs were in progress", s.tick, s.host, holding)
+			}
+		}
+		t.Logf("%d runs, at most %d at once; skips in the window of %d ticks: %v", len(f.runs), peak, len(f.window), reasons)
 	})
 }
 

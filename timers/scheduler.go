@@ -173,8 +173,9 @@ type entry struct {
 	sem   *semaphore.Semaphore
 	local chan struct{} // the per-host cap of RunWhenUnavailable
 
-	mu     sync.Mutex
-	status Status
+	mu       sync.Mutex
+	status   Status
+	degraded bool // the backend was last found unreachable
 }
 
 // claimKey is the key that makes tick at run once: whoever claims it
@@ -225,7 +226,17 @@ func sleepUntil(ctx context.Context, at time.Time, clock func() time.Time) bool 
 // tick claims tick at, takes a slot and starts the run.
 func (e *entry) tick(ctx, runCtx context.Context, runs *sync.WaitGroup, at time.Time) {
 	claimTTL := e.t.interval(at) + e.t.misfireAt(at)
-	claim, err := lock.Claim(ctx, e.s.l, claimKey(e.t.name, at), claimTTL)
+	// The attempts end by the next tick, so that a backend that stalls (a
+	// pool with no free connection, a hung request) costs this tick only,
+	// not the timer's later ones. (A claim that comes back after the
+	// misfire threshold is skipped below; a slow attempt is not cut short
+	// at the threshold, since a connection being opened is worth keeping.)
+	attempt, cancel := context.WithTimeout(ctx, e.t.schedule.next(at).Sub(e.s.set.clock()))
+	defer cancel()
+	claim, err := lock.Claim(attempt, e.s.l, claimKey(e.t.name, at), claimTTL)
+	if err == nil || errors.Is(err, lock.ErrNotAcquired) {
+		e.reachable(at)
+	}
 	switch {
 	case errors.Is(err, lock.ErrNotAcquired):
 		e.record(func(st *Status) { st.Elsewhere++ })
@@ -247,7 +258,7 @@ func (e *entry) tick(ctx, runCtx context.Context, runs *sync.WaitGroup, at time.
 		return
 	}
 	lease := e.t.leaseFor(at)
-	permit, err := e.sem.TryAcquire(ctx, lease)
+	permit, err := e.sem.TryAcquire(attempt, lease)
 	switch {
 	case errors.Is(err, lock.ErrNotAcquired):
 		e.skip(ctx, at, "busy", fmt.Sprintf("all %d slots busy", e.t.maxConcurrency))
@@ -293,6 +304,9 @@ func (e *entry) call(ctx context.Context) error {
 // unavailable skips the tick, or with RunWhenUnavailable runs it under the
 // per-host cap.
 func (e *entry) unavailable(ctx, runCtx context.Context, runs *sync.WaitGroup, at time.Time, err error) {
+	e.mu.Lock()
+	e.degraded = true
+	e.mu.Unlock()
 	if e.local == nil {
 		e.skip(ctx, at, "unavailable", err.Error())
 		return
@@ -312,6 +326,19 @@ func (e *entry) unavailable(ctx, runCtx context.Context, runs *sync.WaitGroup, a
 		err := e.call(context.WithValue(runCtx, tickKey{}, tick))
 		e.finish(runCtx, tick, start, err)
 	})
+}
+
+// reachable notes that the backend answered: after an outage it says so,
+// since the cluster-wide guarantees hold again from this tick on.
+func (e *entry) reachable(at time.Time) {
+	e.mu.Lock()
+	was := e.degraded
+	e.degraded = false
+	e.mu.Unlock()
+	if was {
+		e.s.cfg.Logger.Warn("leasehold: backend reachable again: the cluster-wide once-per-tick and concurrency guarantees hold again",
+			"timer", e.t.name, "tick", at)
+	}
 }
 
 func (e *entry) skip(ctx context.Context, at time.Time, reason, detail string) {

@@ -80,9 +80,14 @@ func Every(name string, interval time.Duration, fn func(ctx context.Context) err
 
 // Cron defines a timer that fires by a standard 5-field cron spec or a
 // descriptor (@hourly, @daily, ...), parsed by robfig/cron/v3, in the
-// location given by InLocation (default UTC); daylight-saving changes
-// follow that parser's rules (a skipped hour does not fire; a repeated hour
-// fires once). "@every D" is the same as Every(name, D, ...).
+// location given by InLocation (default UTC). Daylight-saving changes
+// follow that parser's rules: a time of day in the hour that is skipped
+// (spring forward) does not fire that day; a time of day in the hour that
+// is repeated (fall back) fires in both of its occurrences, an hour apart
+// ("30 1 * * *" in America/New_York fires at 01:30 EDT and at 01:30 EST),
+// each a tick of its own that runs once cluster-wide. A job that must run
+// once a day whatever the zone does belongs outside 01:00–02:59 local
+// time, or in UTC. "@every D" is the same as Every(name, D, ...).
 func Cron(name, spec string, fn func(ctx context.Context) error, opts ...Option) *Timer {
 	t := &Timer{name: name, fn: fn, loc: time.UTC}
 	if d, ok := strings.CutPrefix(strings.TrimSpace(spec), "@every "); ok {

@@ -3,6 +3,9 @@ package timers_test
 import (
 	"context"
 	"errors"
+	"slices"
+	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -90,11 +93,17 @@ func TestSpreadStartIsAStablePhase(t *testing.T) {
 	})
 }
 
-func TestCronAcrossDaylightSavingTime(t *testing.T) {
+func newYork(t *testing.T) *time.Location {
+	t.Helper()
 	ny, err := time.LoadLocation("America/New_York")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ny
+}
+
+func TestCronAcrossDaylightSavingTime(t *testing.T) {
+	ny := newYork(t)
 	synctest.Test(t, func(t *testing.T) {
 		// 2030-03-10 is the spring-forward day in New York: 02:30 does not
 		// exist, so "30 2 * * *" does not fire that day.
@@ -428,6 +437,69 @@ func TestLateClaimDoesNotRunTheTickAgain(t *testing.T) {
 		count.onceEach(t, 9)
 		if st := schedulers[1].Status()[0]; st.Runs != 0 || st.Skips < 3 {
 			t.Fatalf("the slow host's status: %+v; want its late claims skipped", st)
+		}
+	})
+}
+
+// 2030-11-03 is the fall-back day in New York: 01:00 to 01:59 happens
+// twice, first in EDT, then in EST. robfig/cron's parser fires a time of
+// day in that hour in both occurrences (its own spec test expects 01:30
+// EST after 01:30 EDT), and Cron follows it: two ticks an hour apart, each
+// run once.
+func TestCronAcrossFallBack(t *testing.T) {
+	ny := newYork(t)
+	synctest.Test(t, func(t *testing.T) {
+		time.Sleep(time.Until(time.Date(2030, 11, 1, 12, 0, 0, 0, ny)))
+		table := memlock.New()
+		var count tickCount
+		ctx, cancel := context.WithTimeout(t.Context(), 3*24*time.Hour)
+		defer cancel()
+		var wg sync.WaitGroup
+		for range 2 { // two hosts: each tick once between them
+			s := timers.New(table.Share())
+			if err := s.Add(timers.Cron("fall-back", "30 1 * * *", count.fn, timers.InLocation(ny))); err != nil {
+				t.Fatal(err)
+			}
+			wg.Go(func() { _ = s.Run(ctx) })
+		}
+		wg.Wait()
+		count.onceEach(t, 4)
+		var got []string
+		for tk := range count.n {
+			got = append(got, tk.In(ny).Format("2006-01-02 15:04 MST"))
+		}
+		sort.Strings(got)
+		want := []string{"2030-11-02 01:30 EDT", "2030-11-03 01:30 EDT", "2030-11-03 01:30 EST", "2030-11-04 01:30 EST"}
+		if strings.Join(got, ", ") != strings.Join(want, ", ") {
+			t.Fatalf("ticks %v, want %v", got, want)
+		}
+	})
+}
+
+// RetryOnError's retries stop at MaxRunTime: with a backoff of 1 s the
+// attempts go at 0, 1 s and 3 s; the next would be at 7 s, past the 3.5 s
+// deadline, so the run ends at 3.5 s with fn's error and the deadline.
+func TestRetriesStopAtMaxRunTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		time.Sleep(time.Until(epoch))
+		s := timers.New(memlock.New())
+		var calls []time.Duration
+		boom := errors.New("boom")
+		fn := func(ctx context.Context) error {
+			calls = append(calls, time.Since(epoch.Add(time.Hour)))
+			return boom
+		}
+		if err := s.Add(timers.Every("retry-deadline", time.Hour, fn, timers.RetryOnError(10, time.Second), timers.MaxRunTime(3500*time.Millisecond))); err != nil {
+			t.Fatal(err)
+		}
+		runFor(t, s, time.Hour+10*time.Second)
+		if want := []time.Duration{0, time.Second, 3 * time.Second}; !slices.Equal(calls, want) {
+			t.Fatalf("attempts at %v after the tick, want %v", calls, want)
+		}
+		st := s.Status()[0]
+		if st.Runs != 1 || st.Failures != 1 || st.LastRun.Outcome != "cancelled" || st.LastRun.Duration != 3500*time.Millisecond ||
+			!errors.Is(st.LastRun.Err, boom) || !errors.Is(st.LastRun.Err, context.DeadlineExceeded) {
+			t.Fatalf("status %+v: want one run cut off at 3.5 s with fn's error and the deadline", st)
 		}
 	})
 }
