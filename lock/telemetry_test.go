@@ -3,50 +3,23 @@ package lock_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/leasehold-go/leasehold/internal/telemetrytest"
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/memlock"
 )
-
-// points collects every data point by metric name and outcome/reason.
-func points(t *testing.T, r *sdkmetric.ManualReader) map[string]int64 {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := r.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]int64{}
-	label := func(set attribute.Set) string {
-		var parts []string
-		for _, kv := range set.ToSlice() {
-			parts = append(parts, string(kv.Key)+"="+kv.Value.AsString())
-		}
-		return strings.Join(parts, ",")
-	}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			switch d := m.Data.(type) {
-			case metricdata.Histogram[float64]:
-				for _, p := range d.DataPoints {
-					out[m.Name+"{"+label(p.Attributes)+"}"] += int64(p.Count)
-				}
-			case metricdata.Sum[int64]:
-				for _, p := range d.DataPoints {
-					out[m.Name+"{"+label(p.Attributes)+"}"] += p.Value
-				}
-			}
-		}
-	}
-	return out
-}
 
 func TestMetricsAndLogs(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
@@ -68,7 +41,7 @@ func TestMetricsAndLogs(t *testing.T) {
 	<-lease.Context().Done() // lost at its deadline
 	_ = lease.Release(ctx)
 
-	got := points(t, reader)
+	got := telemetrytest.Points(t, reader)
 	for _, want := range []string{
 		"leasehold.lock.attempt.duration{leasehold.backend=memlock,leasehold.outcome=acquired}",
 		"leasehold.lock.attempt.duration{leasehold.backend=memlock,leasehold.outcome=busy}",
@@ -85,5 +58,106 @@ func TestMetricsAndLogs(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "level=WARN msg=\"leasehold: lease lost\" key=k") {
 		t.Errorf("no lease-lost warning in the log:\n%s", logs.String())
+	}
+}
+
+// scriptedExtend answers Extend from a script: nil forwards to the real
+// handle, any other error is returned as is; past the script, ErrLost.
+type scriptedExtend struct {
+	lock.Handle
+	mu     sync.Mutex
+	script []error
+}
+
+func (h *scriptedExtend) Extend(ctx context.Context, ttl time.Duration) error {
+	h.mu.Lock()
+	if len(h.script) == 0 {
+		h.mu.Unlock()
+		return lock.Lost("scripted")
+	}
+	err := h.script[0]
+	h.script = h.script[1:]
+	h.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return h.Handle.Extend(ctx, ttl)
+}
+
+// TestRenewalOutcomesAndAcquireSpan: Keep counts each renewal by outcome
+// (unknown, renewed, lost: one of each here, in that order) and reports the
+// loss; every blocking Acquire is one span, with the token when it succeeds
+// and an error status when it ends without a grant.
+func TestRenewalOutcomesAndAcquireSpan(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	opts := []lock.Option{lock.WithMeterProvider(mp), lock.WithTracerProvider(tp)}
+
+	l := memlock.New(opts...)
+	ctx := context.Background()
+	h, err := lock.Acquire(ctx, l, "k", time.Minute, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if _, err := lock.Acquire(short, l.Share(), "k", time.Minute, opts...); err == nil {
+		t.Fatal("a second grant of a held key")
+	}
+
+	scripted := &scriptedExtend{Handle: h, script: []error{lock.Unavailable("extend", errors.New("connection reset")), nil}}
+	lease, err := lock.Keep(ctx, scripted, time.Minute, append(opts, lock.WithRenewInterval(time.Millisecond))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lease.Context().Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lease was not lost after the scripted ErrLost")
+	}
+	if cause := context.Cause(lease.Context()); !errors.Is(cause, lock.ErrLost) {
+		t.Fatalf("cause %v, want ErrLost", cause)
+	}
+	_ = lease.Release(ctx)
+
+	got := telemetrytest.Points(t, reader)
+	for _, want := range []string{
+		"leasehold.lock.renewals{leasehold.outcome=unknown}",
+		"leasehold.lock.renewals{leasehold.outcome=renewed}",
+		"leasehold.lock.renewals{leasehold.outcome=lost}",
+		"leasehold.lock.losses{leasehold.reason=renewal}",
+		"leasehold.lock.wait.duration{leasehold.outcome=acquired}",
+		"leasehold.lock.wait.duration{leasehold.outcome=cancelled}",
+	} {
+		if got[want] != 1 {
+			t.Errorf("%s = %d, want 1; all: %v", want, got[want], got)
+		}
+	}
+
+	ended := spans.GetSpans()
+	if len(ended) != 2 {
+		t.Fatalf("%d spans, want one per Acquire (2): %v", len(ended), ended)
+	}
+	for i, s := range ended {
+		if s.Name != "leasehold.lock.Acquire" || s.InstrumentationScope.Name != lock.ScopeName {
+			t.Errorf("span %d: %q in scope %q, want leasehold.lock.Acquire in %q", i, s.Name, s.InstrumentationScope.Name, lock.ScopeName)
+		}
+		attrs := attribute.NewSet(s.Attributes...)
+		if keys, _ := attrs.Value("leasehold.keys"); len(keys.AsStringSlice()) != 1 || keys.AsStringSlice()[0] != "k" {
+			t.Errorf("span %d: leasehold.keys = %v, want [k]", i, keys.AsStringSlice())
+		}
+		token, hasToken := attrs.Value("leasehold.token")
+		switch i {
+		case 0: // granted
+			if !hasToken || uint64(token.AsInt64()) != h.Token() || s.Status.Code != codes.Unset {
+				t.Errorf("granted Acquire's span: token %v (%v), status %v; want token %d, no error", token.AsInt64(), hasToken, s.Status, h.Token())
+			}
+		case 1: // cancelled while the key was held
+			if hasToken || s.Status.Code != codes.Error || len(s.Events) == 0 {
+				t.Errorf("cancelled Acquire's span: token %v, status %v, %d events; want no token, an error status and the error recorded", hasToken, s.Status, len(s.Events))
+			}
+		}
 	}
 }
