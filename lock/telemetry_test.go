@@ -12,7 +12,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
@@ -22,8 +21,7 @@ import (
 )
 
 func TestMetricsAndLogs(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	mp, reader := telemetrytest.NewMeterProvider()
 	var logs bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	opts := []lock.Option{lock.WithMeterProvider(mp), lock.WithLogger(logger)}
@@ -41,21 +39,14 @@ func TestMetricsAndLogs(t *testing.T) {
 	<-lease.Context().Done() // lost at its deadline
 	_ = lease.Release(ctx)
 
-	got := telemetrytest.Points(t, reader)
-	for _, want := range []string{
-		"leasehold.lock.attempt.duration{leasehold.backend=memlock,leasehold.outcome=acquired}",
-		"leasehold.lock.attempt.duration{leasehold.backend=memlock,leasehold.outcome=busy}",
-		"leasehold.lock.wait.duration{leasehold.outcome=acquired}",
-		"leasehold.lock.losses{leasehold.reason=deadline}",
-		"leasehold.lock.releases{leasehold.backend=memlock,leasehold.outcome=lost}",
-	} {
-		if got[want] != 1 {
-			t.Errorf("%s = %d, want 1; all: %v", want, got[want], got)
-		}
-	}
-	if got["leasehold.lock.leases.active{}"] != 0 {
-		t.Errorf("active leases %d after release", got["leasehold.lock.leases.active{}"])
-	}
+	telemetrytest.Expect(t, telemetrytest.Points(t, reader), map[string]int64{
+		"leasehold.lock.attempt.duration{leasehold.backend=memlock,leasehold.outcome=acquired}": 1,
+		"leasehold.lock.attempt.duration{leasehold.backend=memlock,leasehold.outcome=busy}":     1,
+		"leasehold.lock.wait.duration{leasehold.outcome=acquired}":                              1,
+		"leasehold.lock.losses{leasehold.reason=deadline}":                                      1,
+		"leasehold.lock.releases{leasehold.backend=memlock,leasehold.outcome=lost}":             1,
+		"leasehold.lock.leases.active{}":                                                        0, // after Release
+	})
 	if !strings.Contains(logs.String(), "level=WARN msg=\"leasehold: lease lost\" key=k") {
 		t.Errorf("no lease-lost warning in the log:\n%s", logs.String())
 	}
@@ -89,8 +80,7 @@ func (h *scriptedExtend) Extend(ctx context.Context, ttl time.Duration) error {
 // loss; every blocking Acquire is one span, with the token when it succeeds
 // and an error status when it ends without a grant.
 func TestRenewalOutcomesAndAcquireSpan(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	mp, reader := telemetrytest.NewMeterProvider()
 	spans := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
 	opts := []lock.Option{lock.WithMeterProvider(mp), lock.WithTracerProvider(tp)}
@@ -122,19 +112,14 @@ func TestRenewalOutcomesAndAcquireSpan(t *testing.T) {
 	}
 	_ = lease.Release(ctx)
 
-	got := telemetrytest.Points(t, reader)
-	for _, want := range []string{
-		"leasehold.lock.renewals{leasehold.outcome=unknown}",
-		"leasehold.lock.renewals{leasehold.outcome=renewed}",
-		"leasehold.lock.renewals{leasehold.outcome=lost}",
-		"leasehold.lock.losses{leasehold.reason=renewal}",
-		"leasehold.lock.wait.duration{leasehold.outcome=acquired}",
-		"leasehold.lock.wait.duration{leasehold.outcome=cancelled}",
-	} {
-		if got[want] != 1 {
-			t.Errorf("%s = %d, want 1; all: %v", want, got[want], got)
-		}
-	}
+	telemetrytest.Expect(t, telemetrytest.Points(t, reader), map[string]int64{
+		"leasehold.lock.renewals{leasehold.outcome=unknown}":        1,
+		"leasehold.lock.renewals{leasehold.outcome=renewed}":        1,
+		"leasehold.lock.renewals{leasehold.outcome=lost}":           1,
+		"leasehold.lock.losses{leasehold.reason=renewal}":           1,
+		"leasehold.lock.wait.duration{leasehold.outcome=acquired}":  1,
+		"leasehold.lock.wait.duration{leasehold.outcome=cancelled}": 1,
+	})
 
 	ended := spans.GetSpans()
 	if len(ended) != 2 {

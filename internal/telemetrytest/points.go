@@ -25,7 +25,7 @@ func Points(t testing.TB, r *sdkmetric.ManualReader) map[string]int64 {
 	label := func(set attribute.Set) string {
 		var parts []string
 		for _, kv := range set.ToSlice() {
-			parts = append(parts, string(kv.Key)+"="+kv.Value.Emit())
+			parts = append(parts, string(kv.Key)+"="+kv.Value.String())
 		}
 		return strings.Join(parts, ",")
 	}
@@ -44,4 +44,21 @@ func Points(t testing.TB, r *sdkmetric.ManualReader) map[string]int64 {
 		}
 	}
 	return out
+}
+
+// NewMeterProvider returns a MeterProvider whose metrics Points reads from
+// the returned reader.
+func NewMeterProvider() (*sdkmetric.MeterProvider, *sdkmetric.ManualReader) {
+	r := sdkmetric.NewManualReader()
+	return sdkmetric.NewMeterProvider(sdkmetric.WithReader(r)), r
+}
+
+// Expect reports every point of want whose value in got differs.
+func Expect(t testing.TB, got, want map[string]int64) {
+	t.Helper()
+	for name, n := range want {
+		if got[name] != n {
+			t.Errorf("%s = %d, want %d; all: %v", name, got[name], n, got)
+		}
+	}
 }

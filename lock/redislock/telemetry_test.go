@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/leasehold-go/leasehold/internal/telemetrytest"
 	"github.com/leasehold-go/leasehold/internal/testenv"
@@ -16,8 +15,7 @@ import (
 // under leasehold.backend=redislock, through the MeterProvider of its
 // options; lock.Acquire records its wait through the same one.
 func TestMetrics(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	mp, reader := telemetrytest.NewMeterProvider()
 	opts := []lock.Option{lock.WithMeterProvider(mp)}
 	addr := testenv.Redis(t).Addr()
 	a := newLock(t, newClient(t, addr), opts...)
@@ -61,8 +59,7 @@ func TestMetrics(t *testing.T) {
 		t.Fatal("Release on a closed client succeeded")
 	}
 
-	got := telemetrytest.Points(t, reader)
-	for name, want := range map[string]int64{
+	telemetrytest.Expect(t, telemetrytest.Points(t, reader), map[string]int64{
 		"leasehold.lock.attempt.duration{leasehold.backend=redislock,leasehold.outcome=acquired}": 3,
 		"leasehold.lock.attempt.duration{leasehold.backend=redislock,leasehold.outcome=busy}":     1,
 		"leasehold.lock.attempt.duration{leasehold.backend=redislock,leasehold.outcome=error}":    1,
@@ -70,9 +67,5 @@ func TestMetrics(t *testing.T) {
 		"leasehold.lock.releases{leasehold.backend=redislock,leasehold.outcome=lost}":             1,
 		"leasehold.lock.releases{leasehold.backend=redislock,leasehold.outcome=error}":            1,
 		"leasehold.lock.wait.duration{leasehold.outcome=acquired}":                                1,
-	} {
-		if got[name] != want {
-			t.Errorf("%s = %d, want %d; all: %v", name, got[name], want, got)
-		}
-	}
+	})
 }
