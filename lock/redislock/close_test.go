@@ -14,13 +14,15 @@ import (
 	"github.com/leasehold-go/leasehold/lock/redislock"
 )
 
-// listeners counts the goroutines running a Lock's release listener.
+// listeners counts the goroutines running a Lock's release listener: the
+// goroutines started by ensureSubscribed (one that has not run yet shows
+// only a wrapper in its stack, so the creator is what identifies it).
 func listeners() int {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
 		if n < len(buf) {
-			return bytes.Count(buf[:n], []byte("redislock.(*Lock).listen("))
+			return bytes.Count(buf[:n], []byte("created by github.com/leasehold-go/leasehold/lock/redislock.(*Lock).ensureSubscribed"))
 		}
 		buf = make([]byte, 2*len(buf))
 	}
