@@ -1,7 +1,6 @@
 package redislock_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"runtime"
@@ -14,27 +13,46 @@ import (
 	"github.com/leasehold-go/leasehold/lock/redislock"
 )
 
-// listeners counts the goroutines running a Lock's release listener: the
-// goroutines started by ensureSubscribed (one that has not run yet shows
-// only a wrapper in its stack, so the creator is what identifies it).
-func listeners() int {
+// listeners returns the ids of the goroutines running a Lock's release
+// listener: those started by ensureSubscribed (one that has not run yet
+// shows only a wrapper in its stack, so the creator is what identifies it).
+// Goroutine ids are never reused.
+func listeners() map[string]bool {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
 		if n < len(buf) {
-			return bytes.Count(buf[:n], []byte("created by github.com/leasehold-go/leasehold/lock/redislock.(*Lock).ensureSubscribed"))
+			buf = buf[:n]
+			break
 		}
 		buf = make([]byte, 2*len(buf))
 	}
+	ids := map[string]bool{}
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "created by github.com/leasehold-go/leasehold/lock/redislock.(*Lock).ensureSubscribed") {
+			id, _, _ := strings.Cut(strings.TrimPrefix(g, "goroutine "), " ")
+			ids[id] = true
+		}
+	}
+	return ids
 }
 
-// waitListeners polls until at most n listeners run, for up to 5 s.
-func waitListeners(t *testing.T, n int) {
+// waitGone polls, for up to 5 s, until none of the goroutines ids runs.
+func waitGone(t *testing.T, ids map[string]bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for listeners() > n {
+	for {
+		running := 0
+		for id := range listeners() {
+			if ids[id] {
+				running++
+			}
+		}
+		if running == 0 {
+			return
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d release listeners still run 5 s after Close, want at most %d", listeners(), n)
+			t.Fatalf("the release listener still runs 5 s after Close")
 		}
 		runtime.Gosched()
 	}
@@ -51,14 +69,20 @@ func TestClose(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	before := listeners()
+	before := listeners() // other tests' Locks may still be closing
 	sub, err := l.Subscribe(ctx, "close/"+lock.NewOwner())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	if n := listeners(); n != before+1 {
-		t.Fatalf("%d listeners after the first Subscribe, want %d", n, before+1)
+	ours := map[string]bool{}
+	for id := range listeners() {
+		if !before[id] {
+			ours[id] = true
+		}
+	}
+	if len(ours) != 1 {
+		t.Fatalf("%d new release listeners after the first Subscribe, want 1", len(ours))
 	}
 	woken := make(chan error, 1)
 	go func() { woken <- sub.Wait(ctx, 0) }() // no hint: only a notification ends it
@@ -74,7 +98,7 @@ func TestClose(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("an open subscription's Wait was not woken by Close")
 	}
-	waitListeners(t, before)
+	waitGone(t, ours)
 
 	_, err = l.Subscribe(ctx, "close/after")
 	if !errors.Is(err, lock.ErrInvalidArgument) || !strings.Contains(err.Error(), "closed") {
