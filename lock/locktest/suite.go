@@ -364,7 +364,11 @@ func (s *suite) keepRenews(t *testing.T) {
 	case <-time.After(3 * ttl):
 	}
 	if hb, err := b.TryAcquire(ctxFor(t, 10*time.Second), key, ttl); err == nil {
+		granted := time.Now()
 		_ = hb.Release(context.Background())
+		if vu := lease.ValidUntil(); granted.Before(vu) {
+			t.Fatalf("a kept lease: TryAcquire(%q) succeeded (token %d) %v before the lease's ValidUntil", key, hb.Token(), vu.Sub(granted))
+		}
 		if lease.Context().Err() != nil {
 			// Not a double grant: Keep reported the loss. Its renewals
 			// did not keep up (a loaded machine), which still fails.
