@@ -45,6 +45,12 @@ var brokenBackends = map[string]struct {
 		mustFail: []string{"Basics", "Contention"},
 		mustSay:  []string{"grant safety violated", "stale writes"},
 	},
+	// Every failed attempt leaves a goroutine behind.
+	"leaks-goroutines": {
+		wrap:     func(l *memlock.Lock) lock.Lock { return &leaksGoroutines{l} },
+		mustFail: []string{"CancelStorm"},
+		mustSay:  []string{"goroutines leaked by cancelled acquires", "broken_test.go"},
+	},
 }
 
 // TestBrokenBackendChild is the child side: it runs the suite against the
@@ -110,6 +116,16 @@ func (h *forcefulRelease) Release(ctx context.Context) error {
 		_, _ = h.l.ForceRelease(ctx, h.Key()) // the bug: deletes the successor's grant
 	}
 	return nil
+}
+
+type leaksGoroutines struct{ *memlock.Lock }
+
+func (l *leaksGoroutines) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
+	h, err := l.Lock.TryAcquire(ctx, key, ttl)
+	if err != nil {
+		go func() { select {} }() // the bug: waits for nothing, forever
+	}
+	return h, err
 }
 
 type repeatsTokens struct{ *memlock.Lock }

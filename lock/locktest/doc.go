@@ -37,5 +37,6 @@
 //
 // The suite can fail: its own tests run it against deliberately broken
 // wrappers of memlock (a Release that ignores ownership, tokens that repeat,
-// a backend that grants twice) and check that it reports each one.
+// a backend that grants twice, one that leaks a goroutine per failed
+// attempt) and check that it reports each one.
 package locktest
