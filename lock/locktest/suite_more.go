@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold-go/leasehold/internal/stacks"
 	"github.com/leasehold-go/leasehold/lock"
 )
 
@@ -83,7 +84,7 @@ func (s *suite) cancelStorm(t *testing.T) {
 	case <-time.After(s.cfg.waitBound):
 		t.Fatalf("a blocked Acquire did not return within %v of its cancellation", s.cfg.waitBound)
 	}
-	base := goroutines()
+	base := stacks.All()
 	storm()
 	storm()
 	// Bounded wait for goroutines that are on their way out.
@@ -104,31 +105,11 @@ func (s *suite) cancelStorm(t *testing.T) {
 	_ = h.Release(context.Background())
 }
 
-// goroutines returns the stack of every goroutine by its id (ids are never
-// reused).
-func goroutines() map[string]string {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	all := map[string]string{}
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		id, _, _ := strings.Cut(strings.TrimPrefix(g, "goroutine "), " ")
-		all[id] = g
-	}
-	return all
-}
-
 // newGoroutines returns the stacks of the goroutines that run now and did
 // not in base.
 func newGoroutines(base map[string]string) []string {
 	var added []string
-	for id, g := range goroutines() {
+	for id, g := range stacks.All() {
 		if _, ok := base[id]; !ok {
 			added = append(added, g)
 		}

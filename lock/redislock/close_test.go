@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold-go/leasehold/internal/stacks"
 	"github.com/leasehold-go/leasehold/internal/testenv"
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/redislock"
@@ -18,19 +19,9 @@ import (
 // shows only a wrapper in its stack, so the creator is what identifies it).
 // Goroutine ids are never reused.
 func listeners() map[string]bool {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
 	ids := map[string]bool{}
-	for _, g := range strings.Split(string(buf), "\n\n") {
+	for id, g := range stacks.All() {
 		if strings.Contains(g, "created by github.com/leasehold-go/leasehold/lock/redislock.(*Lock).ensureSubscribed") {
-			id, _, _ := strings.Cut(strings.TrimPrefix(g, "goroutine "), " ")
 			ids[id] = true
 		}
 	}
