@@ -58,6 +58,8 @@ func Unavailable(op string, err error) error {
 // NotAcquiredError is the error a backend returns when the key is held.
 // It matches ErrNotAcquired.
 type NotAcquiredError struct {
+	// Key is the key that is held, as the caller passed it; for
+	// TryAcquireAny, the keys joined with commas.
 	Key string
 	// Remaining is the current grant's remaining ttl as the backend saw it,
 	// or 0 when unknown. Acquire sleeps no longer than this before it tries
@@ -70,6 +72,7 @@ func NotAcquired(key string, remaining time.Duration) error {
 	return &NotAcquiredError{Key: key, Remaining: remaining}
 }
 
+// Error says which key is held and, when known, for how long still.
 func (e *NotAcquiredError) Error() string {
 	if e.Remaining > 0 {
 		return fmt.Sprintf("lock: not acquired: %q is held by another owner (%v left)", e.Key, e.Remaining.Round(time.Millisecond))
@@ -77,6 +80,8 @@ func (e *NotAcquiredError) Error() string {
 	return fmt.Sprintf("lock: not acquired: %q is held by another owner", e.Key)
 }
 
+// Is reports whether target is ErrNotAcquired, so that
+// errors.Is(err, ErrNotAcquired) holds for every *NotAcquiredError.
 func (e *NotAcquiredError) Is(target error) bool { return target == ErrNotAcquired }
 
 // RemainingTTL reports the remaining ttl carried by a not-acquired error, or 0.

@@ -132,3 +132,27 @@ func ExampleClaim() {
 	// host-a claimed it, token 1
 	// host-b sees it claimed
 }
+
+func ExampleHold() {
+	l := memlock.New()
+	ctx := context.Background()
+	// A grant taken some other way (TryAcquire, a semaphore permit, an
+	// election); Hold keeps it alive while fn runs, then releases it.
+	h, err := l.TryAcquire(ctx, "leader", 10*time.Second)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	var log lock.Fence
+	err = lock.Hold(ctx, h, 10*time.Second, func(ctx context.Context) error {
+		token, _ := lock.TokenFrom(ctx)
+		return log.Do(token, func() { fmt.Println("leading under token", token) })
+	})
+	fmt.Println("err:", err)
+	_, err = l.Share().TryAcquire(ctx, "leader", time.Second)
+	fmt.Println("released:", err == nil)
+	// Output:
+	// leading under token 1
+	// err: <nil>
+	// released: true
+}

@@ -98,9 +98,9 @@ type MultiLock interface {
 
 // Grant describes a current grant, as an Inspector reports it.
 type Grant struct {
-	Key       string
-	Owner     string
-	Token     uint64
+	Key       string        // the key as its holder passed it
+	Owner     string        // the holder's owner identity (WithOwner)
+	Token     uint64        // the grant's fencing token
 	Remaining time.Duration // remaining ttl as the backend saw it
 	Since     time.Time     // when the grant was made (server time where the backend has one)
 }
@@ -119,5 +119,10 @@ type Inspector interface {
 // itself (a dropped session, a revoked lease, a takeover). The channel is
 // closed when the grant is known to be gone.
 type LossNotifier interface {
+	// Lost returns a channel that is closed once the backend knows the
+	// grant is gone (which events it notices is the backend's to say). An
+	// open channel is no promise that the grant is still valid: a grant
+	// that merely expires may not close it, and ValidUntil stays the
+	// deadline to trust.
 	Lost() <-chan struct{}
 }

@@ -30,8 +30,12 @@ const ScopeName = "github.com/leasehold-go/leasehold"
 //
 // Backend metrics carry leasehold.backend (memlock, redislock, ...).
 type Telemetry struct {
+	// Tracer makes the spans of the lock layer under ScopeName: one per
+	// blocking Acquire, named leasehold.lock.Acquire.
 	Tracer trace.Tracer
-	Meter  metric.Meter
+	// Meter made the instruments above, under ScopeName; packages built
+	// on lock (semaphore, leader, timers, jobs) make their own from it.
+	Meter metric.Meter
 
 	attempt  metric.Float64Histogram
 	releases metric.Int64Counter

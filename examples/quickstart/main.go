@@ -123,8 +123,11 @@ func run(out io.Writer) error {
 						log.stale++
 					}
 					end := time.Now()
-					if !lostAt.IsZero() {
-						end = lostAt // the grant stopped being valid then
+					if p, ok := l.(*paused); ok && !lostAt.IsZero() {
+						// The grant stopped being valid at its ValidUntil; the
+						// lease learns of it a moment later (lostAt), by when a
+						// successor may already hold the key.
+						end = p.held.ValidUntil()
 					}
 					log.spans = append(log.spans, [2]time.Time{acquired, end})
 					log.mu.Unlock()
@@ -193,6 +196,7 @@ func maxOverlap(spans [][2]time.Time) int {
 type paused struct {
 	lock.Lock
 	until chan struct{}
+	held  lock.Handle // the last grant, read by the same goroutine
 }
 
 func (p *paused) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
@@ -200,6 +204,7 @@ func (p *paused) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if err != nil {
 		return nil, err
 	}
+	p.held = h
 	return &frozenHandle{Handle: h, until: p.until}, nil
 }
 

@@ -69,3 +69,13 @@ func Points(t testing.TB, r *sdkmetric.ManualReader) map[string]int64 {
 	}
 	return out
 }
+
+// Expect fails t for every series of want whose point in got differs.
+func Expect(t testing.TB, got, want map[string]int64) {
+	t.Helper()
+	for name, n := range want {
+		if got[name] != n {
+			t.Errorf("%s = %d, want %d; all: %v", name, got[name], n, got)
+		}
+	}
+}

@@ -33,10 +33,11 @@
 // [NewRedis], [NewPostgres] and [NewEtcd] start a server for one test only,
 // which the test may [Server.Stop], [Server.Start] and [Server.Restart]
 // (and, for a cluster made with [Members] — an etcd cluster, or a Redis
-// Cluster of n masters — stop and start single members). It is stopped by t.Cleanup. A dedicated server needs the binary:
-// when the environment variable of its kind is set, or when only a container
-// could serve, the constructor skips (or fails under
-// LEASEHOLD_REQUIRE_BACKENDS=1).
+// Cluster of n masters — stop and start single members). It is stopped by
+// t.Cleanup when the test ends, whether it passed or failed. A dedicated
+// server needs the binary: when the environment variable of its kind is set,
+// or when only a container could serve, the constructor skips (or fails
+// under LEASEHOLD_REQUIRE_BACKENDS=1).
 //
 // LEASEHOLD_REDIS_ADDR may list several host:port, comma-separated: the
 // nodes of a Redis Cluster.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -198,22 +199,47 @@ func TestEtcdCluster(t *testing.T) {
 	}
 }
 
-const childKeyVar = "LEASEHOLD_TESTENV_CHILD_KEY" // set only in TestEnvRoundTrip's child
+const (
+	childKeyVar  = "LEASEHOLD_TESTENV_CHILD_KEY"  // set only in TestEnvRoundTrip's child
+	childKindVar = "LEASEHOLD_TESTENV_CHILD_KIND" // redis, postgres or etcd
+)
 
-// TestEnvRoundTrip runs TestEnvChild in a child process with Env() and checks
-// that it reaches the same Redis.
+// TestEnvRoundTrip runs TestEnvChild in a child process with a shared
+// server's Env() and checks that the child reaches the same server: it
+// finds a mark the parent left there (a Redis or etcd key; for PostgreSQL,
+// a session advisory lock the parent holds, which needs no privilege).
 func TestEnvRoundTrip(t *testing.T) {
 	t.Parallel()
-	s := testenv.Redis(t)
-	key := "testenv:env:" + rand.Text()
-	if err := redisClient(t, s.Addr()).Set(ctxFor(t), key, s.Addr(), time.Minute).Err(); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.CommandContext(ctxFor(t), os.Args[0], "-test.run=^TestEnvChild$", "-test.count=1", "-test.v")
-	cmd.Env = append(append(os.Environ(), s.Env()...), childKeyVar+"="+key)
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "--- PASS: TestEnvChild") {
-		t.Fatalf("child with %v: %v\n%s", s.Env(), err, out)
+	for _, kind := range []string{"redis", "postgres", "etcd"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			key := "testenv:env:" + rand.Text()
+			var s *testenv.Server
+			switch kind {
+			case "redis":
+				s = testenv.Redis(t)
+				if err := redisClient(t, s.Addr()).Set(ctxFor(t), key, s.Addr(), time.Minute).Err(); err != nil {
+					t.Fatal(err)
+				}
+			case "postgres":
+				s = testenv.Postgres(t)
+				var locked bool
+				if err := pgConnect(t, s.DSN()).QueryRow(ctxFor(t), "SELECT pg_try_advisory_lock(hashtextextended($1, 0))", key).Scan(&locked); err != nil || !locked {
+					t.Fatalf("advisory lock: %v %v", locked, err)
+				}
+			case "etcd":
+				s = testenv.Etcd(t)
+				if _, err := etcdClient(t, s.Endpoints()...).Put(ctxFor(t), key, s.Addr()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cmd := exec.CommandContext(ctxFor(t), os.Args[0], "-test.run=^TestEnvChild$", "-test.count=1", "-test.v")
+			cmd.Env = append(append(os.Environ(), s.Env()...), childKeyVar+"="+key, childKindVar+"="+kind)
+			out, err := cmd.CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "--- PASS: TestEnvChild") {
+				t.Fatalf("child with %v: %v\n%s", s.Env(), err, out)
+			}
+		})
 	}
 }
 
@@ -222,12 +248,97 @@ func TestEnvChild(t *testing.T) {
 	if key == "" {
 		t.Skip("helper process for TestEnvRoundTrip")
 	}
-	s := testenv.Redis(t)
-	got, err := redisClient(t, s.Addr()).Get(ctxFor(t), key).Result()
-	if err != nil {
-		t.Fatalf("child GET %s at %s: %v", key, s.Addr(), err)
+	switch kind := os.Getenv(childKindVar); kind {
+	case "redis":
+		s := testenv.Redis(t)
+		got, err := redisClient(t, s.Addr()).Get(ctxFor(t), key).Result()
+		if err != nil {
+			t.Fatalf("child GET %s at %s: %v", key, s.Addr(), err)
+		}
+		if got != s.Addr() {
+			t.Fatalf("child at %s read %q, written by the parent at that address", s.Addr(), got)
+		}
+	case "postgres":
+		s := testenv.Postgres(t)
+		var locked bool
+		if err := pgConnect(t, s.DSN()).QueryRow(ctxFor(t), "SELECT pg_try_advisory_lock(hashtextextended($1, 0))", key).Scan(&locked); err != nil {
+			t.Fatalf("child at %s: %v", s.DSN(), err)
+		}
+		if locked {
+			t.Fatalf("child at %s took the advisory lock the parent holds: not the parent's server", s.DSN())
+		}
+	case "etcd":
+		s := testenv.Etcd(t)
+		resp, err := etcdClient(t, s.Endpoints()...).Get(ctxFor(t), key)
+		if err != nil {
+			t.Fatalf("child Get %s at %v: %v", key, s.Endpoints(), err)
+		}
+		if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != s.Addr() {
+			t.Fatalf("child at %s read %v, want the parent's mark %q", s.Addr(), resp.Kvs, s.Addr())
+		}
+	default:
+		t.Fatalf("%s=%q", childKindVar, kind)
 	}
-	if got != s.Addr() {
-		t.Fatalf("child at %s read %q, written by the parent at that address", s.Addr(), got)
+}
+
+const failingChildVar = "LEASEHOLD_TESTENV_FAILING_CHILD" // set only in TestFailingChild's process
+
+// TestDedicatedServersStopWhenTheTestFails runs TestFailingChild in a child
+// process: a test that starts a dedicated server of each kind and fails.
+// The servers must be stopped when that test ends (checked in the child by
+// the next subtest, while the process still runs, and again here).
+func TestDedicatedServersStopWhenTheTestFails(t *testing.T) {
+	t.Parallel()
+	cmd := exec.CommandContext(ctxFor(t), os.Args[0], "-test.run=^TestFailingChild$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), failingChildVar+"=1")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		t.Fatalf("the failing child did not fail: %v\n%s", err, out)
 	}
+	if strings.Contains(string(out), "--- SKIP: TestFailingChild/fails") {
+		t.Skipf("no dedicated servers in the child:\n%s", out)
+	}
+	for _, want := range []string{"--- FAIL: TestFailingChild/fails ", "--- PASS: TestFailingChild/stopped "} {
+		if !strings.Contains(string(out), want) {
+			t.Fatalf("child output lacks %q:\n%s", want, out)
+		}
+	}
+	_, line, _ := strings.Cut(string(out), "SERVERS ")
+	line, _, _ = strings.Cut(line, "\n")
+	addrs := strings.Fields(line)
+	if len(addrs) != 3 {
+		t.Fatalf("child reported servers %q, want 3 addresses:\n%s", line, out)
+	}
+	for _, addr := range addrs {
+		if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			conn.Close()
+			t.Errorf("%s still accepts connections after the child exited", addr)
+		}
+	}
+}
+
+func TestFailingChild(t *testing.T) {
+	if os.Getenv(failingChildVar) == "" {
+		t.Skip("helper process for TestDedicatedServersStopWhenTheTestFails")
+	}
+	var addrs []string
+	t.Run("fails", func(t *testing.T) {
+		for _, s := range []*testenv.Server{testenv.NewRedis(t), testenv.NewPostgres(t), testenv.NewEtcd(t)} {
+			addrs = append(addrs, s.Addr())
+		}
+		fmt.Printf("SERVERS %s\n", strings.Join(addrs, " "))
+		t.Fatal("failing on purpose, with dedicated servers running")
+	})
+	t.Run("stopped", func(t *testing.T) {
+		if len(addrs) != 3 {
+			t.Fatalf("servers %v, want 3", addrs)
+		}
+		for _, addr := range addrs {
+			if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+				conn.Close()
+				t.Errorf("%s still accepts connections after the failed test that started it ended", addr)
+			}
+		}
+	})
 }

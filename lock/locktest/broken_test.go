@@ -25,6 +25,7 @@ const brokenEnv = "LOCKTEST_BROKEN"
 var brokenBackends = map[string]struct {
 	wrap     func(*memlock.Lock) lock.Lock
 	mustFail []string // subtests that must report the breakage
+	mustSay  []string // and what they must say, somewhere in the output
 }{
 	// Release of a lost grant deletes whoever holds the key now.
 	"release-ignores-ownership": {
@@ -36,10 +37,19 @@ var brokenBackends = map[string]struct {
 		wrap:     func(l *memlock.Lock) lock.Lock { return &repeatsTokens{l} },
 		mustFail: []string{"Basics", "Contention"},
 	},
-	// Every other busy attempt is granted anyway.
+	// Every other busy attempt is granted anyway. Besides the occupancy
+	// counter, the fenced resource must see it: the second grant's token is
+	// newer, and when it writes first the older holder's write is stale.
 	"grants-twice": {
 		wrap:     func(l *memlock.Lock) lock.Lock { return &grantsTwice{Lock: l} },
 		mustFail: []string{"Basics", "Contention"},
+		mustSay:  []string{"grant safety violated", "stale writes"},
+	},
+	// Every failed attempt leaves a goroutine behind.
+	"leaks-goroutines": {
+		wrap:     func(l *memlock.Lock) lock.Lock { return &leaksGoroutines{l} },
+		mustFail: []string{"CancelStorm"},
+		mustSay:  []string{"goroutines leaked by cancelled acquires", "broken_test.go"},
 	},
 }
 
@@ -77,6 +87,11 @@ func TestSuiteCatchesBrokenBackends(t *testing.T) {
 					t.Errorf("subtest %s did not report the breakage %q; output:\n%s", sub, name, out)
 				}
 			}
+			for _, msg := range b.mustSay {
+				if !strings.Contains(string(out), msg) {
+					t.Errorf("the suite did not say %q about the breakage %q; output:\n%s", msg, name, out)
+				}
+			}
 		})
 	}
 }
@@ -101,6 +116,16 @@ func (h *forcefulRelease) Release(ctx context.Context) error {
 		_, _ = h.l.ForceRelease(ctx, h.Key()) // the bug: deletes the successor's grant
 	}
 	return nil
+}
+
+type leaksGoroutines struct{ *memlock.Lock }
+
+func (l *leaksGoroutines) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
+	h, err := l.Lock.TryAcquire(ctx, key, ttl)
+	if err != nil {
+		go func() { select {} }() // the bug: waits for nothing, forever
+	}
+	return h, err
 }
 
 type repeatsTokens struct{ *memlock.Lock }

@@ -17,7 +17,9 @@
 //     expired grant's successor must not be granted before the expired
 //     grant's ValidUntil.
 //  2. Fencing: every grant's token is greater than every earlier grant's,
-//     checked in grant order and through a fenced resource.
+//     checked in grant order and through a fenced resource that each holder
+//     writes at the end of its hold, so that an overlapping newer grant
+//     shows up as a rejected stale write.
 //  3. Conservative validity: ValidUntil is at most the send time plus ttl,
 //     after acquire and after extend.
 //  4. Ownership: Extend and Release of an expired or released grant return
@@ -35,5 +37,6 @@
 //
 // The suite can fail: its own tests run it against deliberately broken
 // wrappers of memlock (a Release that ignores ownership, tokens that repeat,
-// a backend that grants twice) and check that it reports each one.
+// a backend that grants twice, one that leaks a goroutine per failed
+// attempt) and check that it reports each one.
 package locktest

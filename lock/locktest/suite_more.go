@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold-go/leasehold/internal/stacks"
 	"github.com/leasehold-go/leasehold/lock"
 )
 
@@ -83,24 +84,37 @@ func (s *suite) cancelStorm(t *testing.T) {
 	case <-time.After(s.cfg.waitBound):
 		t.Fatalf("a blocked Acquire did not return within %v of its cancellation", s.cfg.waitBound)
 	}
-	base := runtime.NumGoroutine()
+	base := stacks.All()
 	storm()
 	storm()
 	// Bounded wait for goroutines that are on their way out.
 	deadline := time.Now().Add(s.cfg.waitBound)
 	n := runtime.NumGoroutine()
-	for n > base+2 && time.Now().Before(deadline) {
+	for n > len(base)+2 && time.Now().Before(deadline) {
 		runtime.Gosched()
 		<-time.After(10 * time.Millisecond)
 		n = runtime.NumGoroutine()
 	}
-	if n > base+2 {
-		buf := make([]byte, 1<<20)
-		t.Fatalf("goroutines leaked by cancelled acquires: %d before, %d after\n%s", base, n, buf[:runtime.Stack(buf, true)])
+	if n > len(base)+2 {
+		added := newGoroutines(base)
+		t.Fatalf("goroutines leaked by cancelled acquires: %d before, %d after; the %d that did not run before:\n\n%s",
+			len(base), n, len(added), strings.Join(added, "\n\n"))
 	}
 	// Whatever a cancelled acquire left at the backend expires with its ttl.
 	h = acquireWithin(t, other, free, s.cfg.longTTL, s.cfg.ttl+s.cfg.slack, "after a cancel storm")
 	_ = h.Release(context.Background())
+}
+
+// newGoroutines returns the stacks of the goroutines that run now and did
+// not in base.
+func newGoroutines(base map[string]string) []string {
+	var added []string
+	for id, g := range stacks.All() {
+		if _, ok := base[id]; !ok {
+			added = append(added, g)
+		}
+	}
+	return added
 }
 
 // badInput: every bad input gets an error that matches ErrInvalidArgument

@@ -2,6 +2,7 @@ package redislock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"time"
@@ -12,6 +13,9 @@ import (
 	"github.com/leasehold-go/leasehold/lock/redislock"
 )
 
+// A Lock on one Redis server at 127.0.0.1:6379.
+// Like every example of this package it needs a Redis server, so it is
+// compile-only (no Output line).
 func ExampleNew() {
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
@@ -30,6 +34,9 @@ func ExampleNew() {
 	}
 }
 
+// A Lock on Redis Cluster.
+// Like every example of this package it needs a Redis server, so it is
+// compile-only (no Output line).
 func ExampleNew_cluster() {
 	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"}})
 	l, err := redislock.New(client)
@@ -45,6 +52,9 @@ func ExampleNew_cluster() {
 	fmt.Println("got", h.Key())
 }
 
+// Every grant under a prefix, found with SCAN.
+// Like every example of this package it needs a Redis server, so it is
+// compile-only (no Output line).
 func ExampleLock_List() {
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	l, _ := redislock.New(client)
@@ -57,9 +67,71 @@ func ExampleLock_List() {
 	}
 }
 
+// An operator removes a stuck grant.
+// Like every example of this package it needs a Redis server, so it is
+// compile-only (no Output line).
 func ExampleLock_ForceRelease() {
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	l, _ := redislock.New(client)
 	removed, err := l.ForceRelease(context.Background(), "jobs/stuck")
 	fmt.Println(removed, err)
+}
+
+// Who holds a key, with which token and for how long.
+// Like every example of this package it needs a Redis server, so it is
+// compile-only (no Output line).
+func ExampleLock_Inspect() {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer client.Close()
+	l, err := redislock.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	g, held, err := l.Inspect(context.Background(), "reports/daily")
+	switch {
+	case err != nil:
+		log.Fatal(err) // lock.ErrUnavailable: the server did not answer
+	case !held:
+		fmt.Println("reports/daily is free")
+	default:
+		fmt.Printf("held by %s since %v, token %d, %v left\n", g.Owner, g.Since, g.Token, g.Remaining)
+	}
+}
+
+// Waiting for a release by hand; lock.Acquire does this for you. Subscribe
+// first, then try: a release after Subscribe returns is never missed.
+// Like every example of this package it needs a Redis server, so it is
+// compile-only (no Output line).
+func ExampleLock_Subscribe() {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer client.Close()
+	l, err := redislock.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close() // ends the shared subscription
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sub, err := l.Subscribe(ctx, "reports/daily")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sub.Close()
+	for {
+		h, err := l.TryAcquire(ctx, "reports/daily", 30*time.Second)
+		if err == nil {
+			defer h.Release(context.Background())
+			fmt.Println("got it, token", h.Token())
+			return
+		}
+		if !errors.Is(err, lock.ErrNotAcquired) {
+			log.Fatal(err)
+		}
+		// Sleep until a release is published, or until the holder's ttl
+		// has run out (a holder that crashed publishes nothing).
+		if err := sub.Wait(ctx, lock.RemainingTTL(err)); err != nil {
+			log.Fatal(err)
+		}
+	}
 }

@@ -414,7 +414,11 @@ func (l *Lock) ForceRelease(ctx context.Context, key string) (bool, error) {
 }
 
 // Close ends the shared release subscription. The client stays open: it is
-// the caller's. Subscriptions still open are woken and end.
+// the caller's. Subscriptions still open are woken once, so that their
+// waiters try again; they hear of no release after that (a later Wait
+// returns at its hint or when its context ends). Subscribe, and so lock.Acquire
+// and AcquireQueued, fail after Close with an error that matches
+// lock.ErrInvalidArgument; the other operations work while the client does.
 func (l *Lock) Close() error {
 	l.subMu.Lock()
 	ps, done := l.pubsub, l.loopDone
