@@ -15,13 +15,13 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/leasehold-go/leasehold/internal/telemetrytest"
+	"github.com/leasehold-go/leasehold/internal/metrictest"
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/memlock"
 )
 
 func TestMetricsAndLogs(t *testing.T) {
-	mp, reader := telemetrytest.NewMeterProvider()
+	mp, reader := metrictest.New()
 	var logs bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	opts := []lock.Option{lock.WithMeterProvider(mp), lock.WithLogger(logger)}
@@ -39,7 +39,7 @@ func TestMetricsAndLogs(t *testing.T) {
 	<-lease.Context().Done() // lost at its deadline
 	_ = lease.Release(ctx)
 
-	telemetrytest.Expect(t, telemetrytest.Points(t, reader), map[string]int64{
+	metrictest.Expect(t, metrictest.Points(t, reader), map[string]int64{
 		"leasehold.lock.attempt.duration{leasehold.backend=memlock,leasehold.outcome=acquired}": 1,
 		"leasehold.lock.attempt.duration{leasehold.backend=memlock,leasehold.outcome=busy}":     1,
 		"leasehold.lock.wait.duration{leasehold.outcome=acquired}":                              1,
@@ -80,7 +80,7 @@ func (h *scriptedExtend) Extend(ctx context.Context, ttl time.Duration) error {
 // loss; every blocking Acquire is one span, with the token when it succeeds
 // and an error status when it ends without a grant.
 func TestRenewalOutcomesAndAcquireSpan(t *testing.T) {
-	mp, reader := telemetrytest.NewMeterProvider()
+	mp, reader := metrictest.New()
 	spans := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
 	opts := []lock.Option{lock.WithMeterProvider(mp), lock.WithTracerProvider(tp)}
@@ -112,7 +112,7 @@ func TestRenewalOutcomesAndAcquireSpan(t *testing.T) {
 	}
 	_ = lease.Release(ctx)
 
-	telemetrytest.Expect(t, telemetrytest.Points(t, reader), map[string]int64{
+	metrictest.Expect(t, metrictest.Points(t, reader), map[string]int64{
 		"leasehold.lock.renewals{leasehold.outcome=unknown}":        1,
 		"leasehold.lock.renewals{leasehold.outcome=renewed}":        1,
 		"leasehold.lock.renewals{leasehold.outcome=lost}":           1,

@@ -6,7 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/leasehold-go/leasehold/internal/telemetrytest"
+	"github.com/leasehold-go/leasehold/internal/metrictest"
 	"github.com/leasehold-go/leasehold/internal/testenv"
 	"github.com/leasehold-go/leasehold/lock"
 )
@@ -15,7 +15,7 @@ import (
 // under leasehold.backend=redislock, through the MeterProvider of its
 // options; lock.Acquire records its wait through the same one.
 func TestMetrics(t *testing.T) {
-	mp, reader := telemetrytest.NewMeterProvider()
+	mp, reader := metrictest.New()
 	opts := []lock.Option{lock.WithMeterProvider(mp)}
 	addr := testenv.Redis(t).Addr()
 	a := newLock(t, newClient(t, addr), opts...)
@@ -59,7 +59,7 @@ func TestMetrics(t *testing.T) {
 		t.Fatal("Release on a closed client succeeded")
 	}
 
-	telemetrytest.Expect(t, telemetrytest.Points(t, reader), map[string]int64{
+	metrictest.Expect(t, metrictest.Points(t, reader), map[string]int64{
 		"leasehold.lock.attempt.duration{leasehold.backend=redislock,leasehold.outcome=acquired}": 3,
 		"leasehold.lock.attempt.duration{leasehold.backend=redislock,leasehold.outcome=busy}":     1,
 		"leasehold.lock.attempt.duration{leasehold.backend=redislock,leasehold.outcome=error}":    1,
