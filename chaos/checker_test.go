@@ -27,6 +27,10 @@ func TestCheckerCatchesViolations(t *testing.T) {
 		{"write outside", &history{Grants: []grant{ok(0, 1, 0, 100)}, Writes: []write{{Worker: 0, Token: 1, At: at(150)}}}, "write outside the grant"},
 		{"unknown token", &history{Grants: []grant{ok(0, 1, 0, 100)}, Writes: []write{{Worker: 0, Token: 9, At: at(50)}}}, "never granted"},
 		{"early expiry", &history{Grants: []grant{{Worker: 0, Token: 1, Start: at(0), End: at(50), ValidUntil: at(500), Release: "lost", ReleaseEnd: at(60)}}}, "not conservative"},
+		// Seed 199659 (TestNemesisSemaphore/redis): the restart came after the
+		// work ended, while the Release was on its way; it was flagged.
+		{"a restart while the Release was on its way", &history{Grants: []grant{{Worker: 0, Token: 1, Start: at(0), End: at(50), ValidUntil: at(500), Release: "lost", ReleaseEnd: at(60)}},
+			Losses: []time.Time{at(55)}}, ""},
 		{"overlap with an earlier, longer grant", &history{Grants: []grant{ok(0, 1, 0, 500), ok(1, 2, 600, 700), ok(2, 3, 400, 450)}}, "grant safety"},
 		{"semaphore over its size", &history{Limit: 2, Grants: []grant{
 			{Worker: 0, Key: "s0", Token: 1, Start: at(0), End: at(100), ValidUntil: at(200), Release: "ok"},

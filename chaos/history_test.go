@@ -146,9 +146,13 @@ func (h *history) checkLimit(gs []grant) []string {
 	return nil
 }
 
-func (h *history) cutByRestart(g grant) bool {
+func (h *history) cutByRestart(g grant) bool { return h.lostBetween(g.Start, g.End) }
+
+// lostBetween reports whether a restart that lost the grants fell between
+// from and to.
+func (h *history) lostBetween(from, to time.Time) bool {
 	for _, at := range h.Losses {
-		if at.After(g.Start) && at.Before(g.End) {
+		if at.After(from) && at.Before(to) {
 			return true
 		}
 	}
@@ -234,7 +238,10 @@ func (h *history) check() []string {
 	for _, g := range gs {
 		byToken[keyToken{g.Key, g.Token}] = g
 		cut := h.cutByRestart(g)
-		if g.Release == "lost" && g.ReleaseEnd.Before(g.ValidUntil) && !g.LossSeen && !g.Stalled && !cut &&
+		// A restart between the grant and the return of its Release (also
+		// after the work ended, while the Release was on its way) explains
+		// a Release that found the grant gone.
+		if g.Release == "lost" && g.ReleaseEnd.Before(g.ValidUntil) && !g.LossSeen && !g.Stalled && !h.lostBetween(g.Start, g.ReleaseEnd) &&
 			h.freedAt(g).IsZero() && !h.ambiguous(g) {
 			bad = append(bad, fmt.Sprintf("validity not conservative: worker %d token %d was gone when its Release returned, before its ValidUntil, and no loss was reported", g.Worker, g.Token))
 		}
