@@ -266,11 +266,11 @@ func (d *doc) configs() {
 	d.p("| backend | library | configuration |")
 	d.p("| --- | --- | --- |")
 	for _, c := range [][3]string{
-		{"redis", "leasehold", "`redislock.New(client)`; `lock.Acquire` waits on release notifications (pub/sub), no polling"},
+		{"redis", "leasehold", "`redislock.New(client)`; `lock.Acquire` waits in the key's queue in Redis, and a release hands the key straight to the first waiter (a pub/sub message to its Lock), no polling"},
 		{"redis", "bsm-redislock", "github.com/bsm/redislock v0.9.4: `Obtain`; waiting with `RetryStrategy: LinearBackoff(100ms)` as in its README"},
 		{"redis", "bsm-redislock-10ms", "the same with `LinearBackoff(10ms)`: a tighter poll (10× the load on Redis while waiting), for a fairer handoff"},
 		{"redis", "redsync", "github.com/go-redsync/redsync/v4 v4.18.1, one node: defaults (32 tries, retry delay uniform in 50–250 ms), expiry 30 s; a worker whose tries run out tries again"},
-		{"postgres", "leasehold", "`pglock` (pool of up to 32 connections per instance); `lock.Acquire` waits on LISTEN/NOTIFY"},
+		{"postgres", "leasehold", "`pglock` (pool of up to 32 connections per instance); `lock.Acquire` waits in the server's queue (`pg_advisory_lock`)"},
 		{"postgres", "raw-advisory", "one pgx connection: `pg_try_advisory_lock` / blocking `pg_advisory_lock` (the server's queue) + `pg_advisory_unlock`; no ttl, no fencing"},
 		{"etcd", "leasehold", "`etcdlock` (min ttl 1 s); `lock.Acquire` waits on a watch"},
 		{"etcd", "concurrency-mutex", "go.etcd.io/etcd/client/v3/concurrency v3.7.3: a `Session` (ttl 30 s) per instance, `NewMutex` per acquisition; `Lock` waits on a watch, FIFO"},
