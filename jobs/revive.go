@@ -11,7 +11,8 @@ const reviveLease = time.Millisecond
 
 // Revive puts a dead job back in flight, for tools that have no Requeue
 // function (the leasehold CLI and dashboard): it tracks the job again as
-// owned by by, with Attempt 0 and a deadline that passes at once, then
+// owned by by, as a new job (Attempt 0, no history) with a deadline that
+// passes at once, then
 // purges it from the dead set. The leader-gated recovery scan of the
 // application's Runner then finds it expired, reclaims it and requeues it
 // through the application's Requeue, as it would a crashed worker's job
@@ -28,10 +29,9 @@ func Revive(ctx context.Context, reg Registry, id, by string) (Job, error) {
 	if err != nil {
 		return Job{}, err
 	}
-	j := d.Job
-	j.Attempt = 0
-	j.Owner = by
-	tracked, err := reg.Track(ctx, j, reviveLease)
+	// As a new job: the dead job's history, epoch and owner stay with
+	// DeadJob until the purge (as Runner.RetryDead does).
+	tracked, err := reg.Track(ctx, Job{ID: d.ID, Payload: d.Payload, Owner: by}, reviveLease)
 	if err != nil {
 		return Job{}, err
 	}

@@ -38,8 +38,8 @@ func TestReviveThenScanRequeues(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if j.Attempt != 0 || j.Owner != "leasehold-cli" || string(j.Payload) != "p" {
-			t.Fatalf("revived %+v", j)
+		if j.Attempt != 0 || j.Owner != "leasehold-cli" || string(j.Payload) != "p" || len(j.History) != 0 {
+			t.Fatalf("revived %+v, want attempt 0 and no history, as a new job", j)
 		}
 		if c, _ := reg.Counts(ctx); c.Dead != 0 || c.Tracked != 1 {
 			t.Fatalf("counts after Revive %+v, want 1 tracked and none dead", c)
@@ -48,8 +48,8 @@ func TestReviveThenScanRequeues(t *testing.T) {
 		if n := r.Scan(ctx); n != 1 || q.len() != 1 {
 			t.Fatalf("scan recovered %d, requeued %d; want 1", n, q.len())
 		}
-		if got := q.jobs[0]; got.ID != "j1" || got.Attempt != 1 || string(got.Payload) != "p" {
-			t.Fatalf("requeued %+v, want j1 at attempt 1", got)
+		if got := q.jobs[0]; got.ID != "j1" || got.Attempt != 1 || string(got.Payload) != "p" || len(got.History) != 1 {
+			t.Fatalf("requeued %+v, want j1 at attempt 1 with the one reclaim since the revival", got)
 		}
 		if c, _ := reg.Counts(ctx); c != (jobs.Counts{}) {
 			t.Fatalf("counts after recovery %+v, want none", c)
