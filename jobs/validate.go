@@ -26,7 +26,7 @@ func CheckLease(ctx context.Context, id string, lease time.Duration) error {
 	if err := CheckID(ctx, id); err != nil {
 		return err
 	}
-	return lock.CheckTTL(lease, time.Millisecond)
+	return lock.Limits{MinTTL: time.Millisecond}.CheckTTL(lease)
 }
 
 // checkElection rejects an election name that leader.Run would refuse: an

@@ -36,7 +36,7 @@ func acquire(ctx context.Context, cfg *Config, l Lock, key string, ttl time.Dura
 	if l == nil {
 		return nil, fmt.Errorf("%w: nil Lock", ErrInvalidArgument)
 	}
-	if err := Validate(ctx, key, ttl, 0); err != nil {
+	if err := Validate(ctx, key, ttl, LimitsOf(l)); err != nil {
 		return nil, err
 	}
 	if q, ok := l.(Queue); ok {

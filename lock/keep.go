@@ -56,7 +56,9 @@ func keep(ctx context.Context, cfg *Config, h Handle, ttl time.Duration) (*Lease
 	if h == nil {
 		return nil, fmt.Errorf("%w: nil Handle", ErrInvalidArgument)
 	}
-	if err := CheckTTL(ttl, 0); err != nil {
+	// The handle's own limits (a backend's minimum ttl among them): a
+	// lease whose renewals the backend would refuse is refused here.
+	if err := LimitsOf(h).CheckTTL(ttl); err != nil {
 		return nil, err
 	}
 	if cfg.Margin >= ttl {
@@ -65,6 +67,9 @@ func keep(ctx context.Context, cfg *Config, h Handle, ttl time.Duration) (*Lease
 	every := cfg.RenewInterval
 	if every == 0 {
 		every = ttl / 3
+	}
+	if every >= ttl-cfg.Margin {
+		return nil, fmt.Errorf("%w: renew interval %v must be below the ttl %v (less the margin %v)", ErrInvalidArgument, every, ttl, cfg.Margin)
 	}
 	l := &Lease{
 		h: h, ttl: ttl, every: every, cfg: cfg, tel: cfg.Telemetry(),
@@ -176,6 +181,12 @@ func (l *Lease) renew() {
 			l.tel.renewals.Add(context.Background(), 1, l.tel.renewOutcome.add("renewed")...)
 			deadline.Reset(time.Until(until.Add(-l.cfg.Margin)))
 			next.Reset(l.every)
+		case errors.Is(err, ErrInvalidArgument):
+			// Refused input is refused again: retrying it until ValidUntil
+			// would only hide the mistake.
+			l.tel.renewals.Add(context.Background(), 1, l.tel.renewOutcome.add("refused")...)
+			l.lose("renewal", fmt.Errorf("%w (renewal refused: %w)", Lost("the backend refused the renewal"), err))
+			return
 		case errors.Is(err, ErrLost):
 			l.tel.renewals.Add(context.Background(), 1, l.tel.renewOutcome.add("lost")...)
 			l.lose("renewal", fmt.Errorf("%w (renewal: %w)", Lost("the backend no longer has the grant"), err))

@@ -146,7 +146,7 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // WithTTL sets the lease ttl of Do.
 func WithTTL(ttl time.Duration) Option {
 	return func(c *Config) {
-		if err := CheckTTL(ttl, 0); err != nil {
+		if err := DefaultLimits.CheckTTL(ttl); err != nil {
 			c.fail(err)
 			return
 		}

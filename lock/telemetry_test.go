@@ -35,7 +35,7 @@ func TestMetricsAndLogs(t *testing.T) {
 	if _, err := l.TryAcquire(ctx, "k", time.Second); err == nil {
 		t.Fatal("second grant")
 	}
-	lease, _ := lock.Keep(ctx, h, time.Second, append(opts, lock.WithRenewInterval(time.Hour))...)
+	lease, _ := lock.Keep(ctx, h, 2*time.Hour, append(opts, lock.WithRenewInterval(time.Hour))...)
 	<-lease.Context().Done() // lost at its deadline
 	_ = lease.Release(ctx)
 

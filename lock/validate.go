@@ -3,13 +3,110 @@ package lock
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // MaxKeyLen is the longest key, in bytes, that any backend accepts.
 const MaxKeyLen = 1024
 
-// CheckKey reports whether key is acceptable to every backend.
+// MaxTTL is the longest ttl any backend accepts (a backend may state less
+// in its Limits). Every ttl up to it converts to milliseconds, microseconds
+// and nanoseconds, and adds to a time.Time, without overflow.
+const MaxTTL = 366 * 24 * time.Hour
+
+// MaxKeys is the most keys one multi-key call (TryAcquireAny, Subscribe)
+// takes on any backend (a backend may state less in its Limits).
+const MaxKeys = 4096
+
+// MaxNameLen is the longest name, in bytes, of the things the tools turn
+// into keys: a semaphore's, an election's, a timer's. It leaves room in a
+// key of MaxKeyLen for every prefix and suffix the tools add.
+const MaxNameLen = 512
+
+// Limits are the bounds of a backend's input. They are part of its
+// contract: input outside them is refused before anything is sent, with an
+// error that matches ErrInvalidArgument (and ErrInvalidTTL or
+// ErrInvalidKey), never retried, never converted with an overflow.
+type Limits struct {
+	MinTTL  time.Duration // smallest ttl (0: any positive ttl)
+	MaxTTL  time.Duration // largest ttl, at most lock.MaxTTL
+	MaxKeys int           // most keys in one multi-key call, at most lock.MaxKeys
+}
+
+// DefaultLimits are the limits of a backend that states none.
+var DefaultLimits = Limits{MaxTTL: MaxTTL, MaxKeys: MaxKeys}
+
+// Limited is implemented by backends, and by their handles, that state
+// their Limits. Keep checks a handle's, and the tools check a Lock's, so
+// that a bad ttl is refused where the caller passed it.
+type Limited interface {
+	Limits() Limits
+}
+
+// LimitsOf returns v's Limits when v (a Lock or a Handle) states them, and
+// DefaultLimits otherwise. Unset fields take the defaults.
+func LimitsOf(v any) Limits {
+	lim := DefaultLimits
+	if l, ok := v.(Limited); ok {
+		lim = l.Limits()
+		if lim.MaxTTL <= 0 || lim.MaxTTL > MaxTTL {
+			lim.MaxTTL = MaxTTL
+		}
+		if lim.MaxKeys <= 0 || lim.MaxKeys > MaxKeys {
+			lim.MaxKeys = MaxKeys
+		}
+	}
+	return lim
+}
+
+// CheckTTL reports whether ttl is within the limits: positive, at least
+// MinTTL and at most MaxTTL.
+func (lim Limits) CheckTTL(ttl time.Duration) error {
+	switch {
+	case ttl <= 0:
+		return fmt.Errorf("%w: ttl must be positive, got %v", ErrInvalidTTL, ttl)
+	case ttl < lim.MinTTL:
+		return fmt.Errorf("%w: ttl %v is below this backend's minimum %v", ErrInvalidTTL, ttl, lim.MinTTL)
+	case ttl > lim.maxTTL():
+		return fmt.Errorf("%w: ttl %v is above this backend's maximum %v", ErrInvalidTTL, ttl, lim.maxTTL())
+	}
+	return nil
+}
+
+// CheckKeys reports whether keys is a valid key set for one multi-key call:
+// at least one key, at most MaxKeys, each of them valid.
+func (lim Limits) CheckKeys(keys []string) error {
+	max := lim.MaxKeys
+	if max <= 0 || max > MaxKeys {
+		max = MaxKeys
+	}
+	switch {
+	case len(keys) == 0:
+		return fmt.Errorf("%w: no keys", ErrInvalidKey)
+	case len(keys) > max:
+		return fmt.Errorf("%w: %d keys in one call, this backend's maximum is %d", ErrInvalidKey, len(keys), max)
+	}
+	for _, k := range keys {
+		if err := CheckKey(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (lim Limits) maxTTL() time.Duration {
+	if lim.MaxTTL <= 0 || lim.MaxTTL > MaxTTL {
+		return MaxTTL
+	}
+	return lim.MaxTTL
+}
+
+// CheckKey reports whether key is acceptable to every backend: 1 to
+// MaxKeyLen bytes. A key is otherwise opaque: any bytes, control
+// characters and invalid UTF-8 included (show it quoted).
 func CheckKey(key string) error {
 	switch {
 	case key == "":
@@ -20,13 +117,49 @@ func CheckKey(key string) error {
 	return nil
 }
 
-// CheckTTL reports whether ttl is positive and at least min (0: no minimum).
-func CheckTTL(ttl, min time.Duration) error {
+// CheckName is the one rule for the names the tools turn into keys (what
+// says which: "semaphore name", "election name", "timer name"): 1 to
+// MaxNameLen bytes of valid UTF-8, without control characters and without
+// braces (they would change a key's Redis Cluster hash tag). The error
+// matches ErrInvalidArgument and names what and the name, quoted.
+func CheckName(what, name string) error {
+	bad := ""
 	switch {
-	case ttl <= 0:
-		return fmt.Errorf("%w: ttl must be positive, got %v", ErrInvalidTTL, ttl)
-	case ttl < min:
-		return fmt.Errorf("%w: ttl %v is below this backend's minimum %v", ErrInvalidTTL, ttl, min)
+	case name == "":
+		bad = "is empty"
+	case len(name) > MaxNameLen:
+		bad = fmt.Sprintf("is %d bytes, the limit is %d", len(name), MaxNameLen)
+	case !utf8.ValidString(name):
+		bad = "is not valid UTF-8"
+	case strings.ContainsFunc(name, unicode.IsControl):
+		bad = "contains a control character"
+	case strings.ContainsAny(name, "{}"):
+		bad = "contains a brace"
+	}
+	if bad != "" {
+		return fmt.Errorf("%w: %s %.64q %s", ErrInvalidArgument, what, name, bad)
+	}
+	return nil
+}
+
+// CheckOwner is the rule for owner identities (WithOwner, a registry's
+// worker identity): 1 to MaxKeyLen bytes of valid UTF-8 without control
+// characters, so that an owner never corrupts a record it is stored in
+// or the line it is printed on.
+func CheckOwner(what, owner string) error {
+	bad := ""
+	switch {
+	case owner == "":
+		bad = "is empty"
+	case len(owner) > MaxKeyLen:
+		bad = fmt.Sprintf("is %d bytes, the limit is %d", len(owner), MaxKeyLen)
+	case !utf8.ValidString(owner):
+		bad = "is not valid UTF-8"
+	case strings.ContainsFunc(owner, unicode.IsControl):
+		bad = "contains a control character"
+	}
+	if bad != "" {
+		return fmt.Errorf("%w: %s %.64q %s", ErrInvalidArgument, what, owner, bad)
 	}
 	return nil
 }
@@ -52,33 +185,38 @@ func ValidateKey(ctx context.Context, key string) error {
 	return CheckKey(key)
 }
 
-// Validate is the one input check every backend runs before TryAcquire:
-// context, key and ttl (against the backend's minimum, 0 for none).
-func Validate(ctx context.Context, key string, ttl, minTTL time.Duration) error {
+// Validate is the one input check every backend runs before TryAcquire,
+// AcquireQueued and Claim: context, key and ttl against the backend's
+// limits.
+func Validate(ctx context.Context, key string, ttl time.Duration, lim Limits) error {
 	if err := CheckContext(ctx); err != nil {
 		return err
 	}
 	if err := CheckKey(key); err != nil {
 		return err
 	}
-	return CheckTTL(ttl, minTTL)
+	return lim.CheckTTL(ttl)
 }
 
-// ValidateKeys is Validate for TryAcquireAny and Subscribe: at least one key,
-// each of them valid.
-func ValidateKeys(ctx context.Context, keys []string, ttl, minTTL time.Duration) error {
+// ValidateKeys is Validate for TryAcquireAny: at least one key and at most
+// lim.MaxKeys, each of them valid, and the ttl.
+func ValidateKeys(ctx context.Context, keys []string, ttl time.Duration, lim Limits) error {
 	if err := CheckContext(ctx); err != nil {
 		return err
 	}
-	if len(keys) == 0 {
-		return fmt.Errorf("%w: no keys", ErrInvalidKey)
+	if err := lim.CheckKeys(keys); err != nil {
+		return err
 	}
-	for _, k := range keys {
-		if err := CheckKey(k); err != nil {
-			return err
-		}
+	return lim.CheckTTL(ttl)
+}
+
+// ValidateSubscribe is the input check of Waiter.Subscribe: the context and
+// the keys, as for TryAcquireAny.
+func ValidateSubscribe(ctx context.Context, keys []string, lim Limits) error {
+	if err := CheckContext(ctx); err != nil {
+		return err
 	}
-	return CheckTTL(ttl, minTTL)
+	return lim.CheckKeys(keys)
 }
 
 // DriftAllowance is what a network backend subtracts from a ttl for the

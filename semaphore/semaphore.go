@@ -130,7 +130,7 @@ func (s *Semaphore) Size() int { return s.size }
 // TryAcquire takes a free slot for ttl, or returns lock.ErrNotAcquired when
 // all are held (counted as a rejection).
 func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*Permit, error) {
-	if err := lock.Validate(ctx, s.keys[0], ttl, 0); err != nil {
+	if err := lock.Validate(ctx, s.keys[0], ttl, lock.LimitsOf(s.l)); err != nil {
 		return nil, err
 	}
 	if err := s.firstUse(ctx); err != nil {
@@ -149,7 +149,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*Permit,
 // Acquire waits until it holds a slot for ttl or ctx ends. Any slot's
 // release wakes it.
 func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration) (*Permit, error) {
-	if err := lock.Validate(ctx, s.keys[0], ttl, 0); err != nil {
+	if err := lock.Validate(ctx, s.keys[0], ttl, lock.LimitsOf(s.l)); err != nil {
 		return nil, err
 	}
 	if err := s.firstUse(ctx); err != nil {

@@ -25,8 +25,12 @@ const (
 	// otherwise: etcd's own minimum for its default election timeout of
 	// 1 s (ceil(1.5 × election timeout)). A smaller ttl is rounded up to it.
 	DefaultMinTTL = 2 * time.Second
-	// MaxTTL is the longest ttl etcd grants a lease (9,000,000,000 s).
-	MaxTTL = 9_000_000_000 * time.Second
+	// MaxTTL is the longest ttl (lock.MaxTTL; etcd itself grants leases
+	// of up to 9,000,000,000 s).
+	MaxTTL = lock.MaxTTL
+	// MaxKeys is the most keys of one TryAcquireAny or Subscribe call
+	// (lock.MaxKeys).
+	MaxKeys = lock.MaxKeys
 
 	// maxSpares is how many unused leases one Lock keeps per ttl.
 	maxSpares = 4
@@ -141,15 +145,16 @@ func seconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.
 // up, and at least the minimum.
 func (l *Lock) leaseSeconds(ttl time.Duration) int64 { return max(seconds(ttl), l.minSec) }
 
-func checkTTL(ttl time.Duration) error {
-	if err := lock.CheckTTL(ttl, 0); err != nil {
-		return err
-	}
-	if ttl > MaxTTL {
-		return fmt.Errorf("%w: ttl %v is above etcd's maximum lease ttl %v", lock.ErrInvalidTTL, ttl, MaxTTL)
-	}
-	return nil
-}
+// limits are the bounds of every Lock's input: a ttl below the minimum
+// lease is rounded up, not refused.
+var limits = lock.Limits{MaxTTL: MaxTTL, MaxKeys: MaxKeys}
+
+// Limits implements lock.Limited: MaxTTL and MaxKeys (a ttl below MinTTL
+// is rounded up to it, not refused).
+func (l *Lock) Limits() lock.Limits { return limits }
+
+// Limits implements lock.Limited for Keep.
+func (h *handle) Limits() lock.Limits { return limits }
 
 func (l *Lock) etcdKey(key string) string { return l.prefix + key }
 
@@ -163,10 +168,10 @@ func (l *Lock) value(at time.Time) string {
 // lease, if the key does not exist. When the key is held, a second request
 // reads the holder's remaining lease ttl for the error's hint.
 func (l *Lock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
-	if err := lock.Validate(ctx, key, ttl, 0); err != nil {
+	if err := lock.Validate(ctx, key, ttl, limits); err != nil {
 		return nil, err
 	}
-	if err := checkTTL(ttl); err != nil {
+	if err := limits.CheckTTL(ttl); err != nil {
 		return nil, err
 	}
 	return l.acquire(ctx, []string{key}, ttl)
@@ -176,10 +181,10 @@ func (l *Lock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (l
 // else branches nest, one level per key, starting at a random key, so the
 // first free key in that order is put and the others are left alone.
 func (l *Lock) TryAcquireAny(ctx context.Context, keys []string, ttl time.Duration) (lock.Handle, error) {
-	if err := lock.ValidateKeys(ctx, keys, ttl, 0); err != nil {
+	if err := lock.ValidateKeys(ctx, keys, ttl, limits); err != nil {
 		return nil, err
 	}
-	if err := checkTTL(ttl); err != nil {
+	if err := limits.CheckTTL(ttl); err != nil {
 		return nil, err
 	}
 	order := make([]string, 0, len(keys))

@@ -80,7 +80,7 @@ func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := lock.CheckContext(ctx); err != nil {
 		return err
 	}
-	if err := checkTTL(ttl); err != nil {
+	if err := limits.CheckTTL(ttl); err != nil {
 		return err
 	}
 	h.op.Lock()

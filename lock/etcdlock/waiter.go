@@ -35,7 +35,7 @@ type watchState struct {
 // breaks (the member lost its leader, the connection dropped), every
 // waiter is woken to try again, and the watch is made again.
 func (l *Lock) Subscribe(ctx context.Context, keys ...string) (lock.Subscription, error) {
-	if err := lock.ValidateKeys(ctx, keys, time.Second, 0); err != nil {
+	if err := lock.ValidateSubscribe(ctx, keys, limits); err != nil {
 		return nil, err
 	}
 	sub := l.notifier.Subscribe(keys...)

@@ -402,8 +402,9 @@ func (s *suite) keepDeadline(t *testing.T) {
 	key := s.key(t, "k")
 	ttl := s.cfg.ttl
 	h := s.mustAcquire(t, a, key, ttl)
-	// Renewing only after ten ttls: ValidUntil passes first.
-	lease, err := lock.Keep(context.Background(), h, ttl, lock.WithRenewInterval(10*ttl))
+	// Renewals of ten ttls, the first after nine: the grant's ValidUntil
+	// (of the acquire's ttl) passes first.
+	lease, err := lock.Keep(context.Background(), h, 10*ttl, lock.WithRenewInterval(9*ttl))
 	if err != nil {
 		t.Fatalf("Keep: %v", err)
 	}

@@ -87,7 +87,7 @@ func (l *Lock) Owner() string { return l.owner }
 
 // TryAcquire implements lock.Lock.
 func (l *Lock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
-	if err := lock.Validate(ctx, key, ttl, 0); err != nil {
+	if err := lock.Validate(ctx, key, ttl, lock.DefaultLimits); err != nil {
 		return nil, err
 	}
 	start := time.Now()
@@ -104,7 +104,7 @@ func (l *Lock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (l
 // TryAcquireAny implements lock.MultiLock: it takes the first free key,
 // starting at a random offset.
 func (l *Lock) TryAcquireAny(ctx context.Context, keys []string, ttl time.Duration) (lock.Handle, error) {
-	if err := lock.ValidateKeys(ctx, keys, ttl, 0); err != nil {
+	if err := lock.ValidateKeys(ctx, keys, ttl, lock.DefaultLimits); err != nil {
 		return nil, err
 	}
 	start := time.Now()
@@ -259,7 +259,7 @@ func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := lock.CheckContext(ctx); err != nil {
 		return err
 	}
-	if err := lock.CheckTTL(ttl, 0); err != nil {
+	if err := lock.DefaultLimits.CheckTTL(ttl); err != nil {
 		return err
 	}
 	now := time.Now()

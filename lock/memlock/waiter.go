@@ -9,7 +9,7 @@ import (
 // Subscribe implements lock.Waiter: a release, a forced release, or the
 // removal of an expired grant wakes the key's subscribers at once.
 func (l *Lock) Subscribe(ctx context.Context, keys ...string) (lock.Subscription, error) {
-	if err := lock.ValidateKeys(ctx, keys, 1, 0); err != nil {
+	if err := lock.ValidateSubscribe(ctx, keys, lock.DefaultLimits); err != nil {
 		return nil, err
 	}
 	return l.notifier.Subscribe(keys...), nil

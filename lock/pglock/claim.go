@@ -18,7 +18,7 @@ var _ lock.Claimer = (*Lock)(nil)
 // comes from the grants' sequence. Inspect and List show live claims like
 // grants.
 func (l *Lock) Claim(ctx context.Context, key string, ttl time.Duration) (token uint64, err error) {
-	if err := lock.Validate(ctx, key, ttl, MinTTL); err != nil {
+	if err := lock.Validate(ctx, key, ttl, limits); err != nil {
 		return 0, err
 	}
 	start := time.Now()

@@ -37,6 +37,9 @@ type handle struct {
 
 var _ lock.LossNotifier = (*handle)(nil)
 
+// Limits implements lock.Limited for Keep.
+func (h *handle) Limits() lock.Limits { return limits }
+
 func (h *handle) Key() string   { return h.key }
 func (h *handle) Token() uint64 { return h.token }
 
@@ -180,7 +183,7 @@ func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := lock.CheckContext(ctx); err != nil {
 		return err
 	}
-	if err := lock.CheckTTL(ttl, MinTTL); err != nil {
+	if err := limits.CheckTTL(ttl); err != nil {
 		return err
 	}
 	if err := checkTTL(ttl); err != nil {

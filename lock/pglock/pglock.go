@@ -30,6 +30,9 @@ const (
 	MinTTL = 10 * time.Millisecond
 	// MaxTTL is the largest ttl idle_session_timeout can hold.
 	MaxTTL = math.MaxInt32 * time.Millisecond
+	// MaxKeys is the most keys of one TryAcquireAny or Subscribe call
+	// (lock.MaxKeys).
+	MaxKeys = lock.MaxKeys
 	// DefaultMaxConns is the pool size NewFromDSN uses unless the DSN sets
 	// pool_max_conns: every held grant keeps one connection.
 	DefaultMaxConns = 64
@@ -209,6 +212,12 @@ func NewFromDSN(ctx context.Context, dsn string, opts ...lock.Option) (*Lock, er
 // Owner is this instance's owner identity, shown by Inspect and List.
 func (l *Lock) Owner() string { return l.owner }
 
+// limits are the bounds of every Lock's input.
+var limits = lock.Limits{MinTTL: MinTTL, MaxTTL: MaxTTL, MaxKeys: MaxKeys}
+
+// Limits implements lock.Limited: MinTTL, MaxTTL and MaxKeys.
+func (l *Lock) Limits() lock.Limits { return limits }
+
 // appName is owner as the server keeps it in application_name: printable
 // ASCII only (the server turns anything else into '?'), and short enough
 // that "<token> <ttl> " fits before it in 63 bytes (longer owners are cut).
@@ -350,7 +359,7 @@ func checkTTL(ttl time.Duration) error {
 // TryAcquire implements lock.Lock in one round trip on a connection of its
 // own, which the grant keeps until Release.
 func (l *Lock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
-	if err := lock.Validate(ctx, key, ttl, MinTTL); err != nil {
+	if err := lock.Validate(ctx, key, ttl, limits); err != nil {
 		return nil, err
 	}
 	if err := checkTTL(ttl); err != nil {
@@ -366,7 +375,7 @@ func (l *Lock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (l
 // ctx ends, the wait is cancelled and the connection closed, so that
 // nothing stays held. lock.Acquire uses it.
 func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
-	if err := lock.Validate(ctx, key, ttl, MinTTL); err != nil {
+	if err := lock.Validate(ctx, key, ttl, limits); err != nil {
 		return nil, err
 	}
 	if err := checkTTL(ttl); err != nil {
@@ -404,7 +413,7 @@ func (l *Lock) Waiting(ctx context.Context, key string) (int, error) {
 // TryAcquireAny implements lock.MultiLock: one statement tries the keys in
 // turn from a random offset and takes the first free one.
 func (l *Lock) TryAcquireAny(ctx context.Context, keys []string, ttl time.Duration) (lock.Handle, error) {
-	if err := lock.ValidateKeys(ctx, keys, ttl, MinTTL); err != nil {
+	if err := lock.ValidateKeys(ctx, keys, ttl, limits); err != nil {
 		return nil, err
 	}
 	if err := checkTTL(ttl); err != nil {

@@ -21,7 +21,7 @@ import (
 // is held: a release after that wakes the subscription. When the
 // connection breaks every waiter is woken, and it is made again.
 func (l *Lock) Subscribe(ctx context.Context, keys ...string) (lock.Subscription, error) {
-	if err := lock.ValidateKeys(ctx, keys, time.Second, 0); err != nil {
+	if err := lock.ValidateSubscribe(ctx, keys, limits); err != nil {
 		return nil, err
 	}
 	if err := l.ensureSetup(ctx); err != nil {

@@ -51,6 +51,11 @@ const (
 	// MinTTL is the smallest ttl: Redis expires keys with millisecond
 	// precision, so ttls are rounded up to whole milliseconds too.
 	MinTTL = 10 * time.Millisecond
+	// MaxTTL is the largest ttl (lock.MaxTTL).
+	MaxTTL = lock.MaxTTL
+	// MaxKeys is the most keys of one TryAcquireAny or Subscribe call
+	// (lock.MaxKeys): a script unpacks them within Lua's stack limit.
+	MaxKeys = lock.MaxKeys
 	// fenceLifetime is how long a fence counter outlives its last grant.
 	// Tokens are max(last+1, server µs), so the counter only matters while
 	// the server clock could fall behind a token already drawn (a clock
@@ -133,11 +138,20 @@ func New(client redis.UniversalClient, opts ...lock.Option) (*Lock, error) {
 // Owner is this instance's owner identity, stored with every grant.
 func (l *Lock) Owner() string { return l.owner }
 
+// limits are the bounds of every Lock's input.
+var limits = lock.Limits{MinTTL: MinTTL, MaxTTL: MaxTTL, MaxKeys: MaxKeys}
+
+// Limits implements lock.Limited: MinTTL, MaxTTL and MaxKeys.
+func (l *Lock) Limits() lock.Limits { return limits }
+
+// Limits implements lock.Limited for Keep.
+func (h *handle) Limits() lock.Limits { return limits }
+
 func ms(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
 
 // TryAcquire implements lock.Lock in one round trip.
 func (l *Lock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
-	if err := lock.Validate(ctx, key, ttl, MinTTL); err != nil {
+	if err := lock.Validate(ctx, key, ttl, limits); err != nil {
 		return nil, err
 	}
 	return l.acquire(ctx, []string{key}, ttl, 0, "")
@@ -164,7 +178,7 @@ const queuePlaceKept = 2 * time.Second
 // first attempt may still win a key that is free because its holder's
 // grant expired).
 func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration) (h lock.Handle, err error) {
-	if err := lock.Validate(ctx, key, ttl, MinTTL); err != nil {
+	if err := lock.Validate(ctx, key, ttl, limits); err != nil {
 		return nil, err
 	}
 	waiter := attemptID()
@@ -259,7 +273,7 @@ func (l *Lock) Waiting(ctx context.Context, key string) (int, error) {
 // random key. On Redis Cluster all keys must share a hash tag (the
 // semaphore's do).
 func (l *Lock) TryAcquireAny(ctx context.Context, keys []string, ttl time.Duration) (lock.Handle, error) {
-	if err := lock.ValidateKeys(ctx, keys, ttl, MinTTL); err != nil {
+	if err := lock.ValidateKeys(ctx, keys, ttl, limits); err != nil {
 		return nil, err
 	}
 	return l.acquire(ctx, keys, ttl, rand.N(len(keys)), "")
@@ -345,7 +359,7 @@ func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := lock.CheckContext(ctx); err != nil {
 		return err
 	}
-	if err := lock.CheckTTL(ttl, MinTTL); err != nil {
+	if err := limits.CheckTTL(ttl); err != nil {
 		return err
 	}
 	h.mu.Lock()

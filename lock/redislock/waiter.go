@@ -18,7 +18,7 @@ import (
 // that is delivered. When the subscription's connection breaks, every
 // waiter is woken to try again, since releases may have been missed.
 func (l *Lock) Subscribe(ctx context.Context, keys ...string) (lock.Subscription, error) {
-	if err := lock.ValidateKeys(ctx, keys, time.Second, 0); err != nil {
+	if err := lock.ValidateSubscribe(ctx, keys, limits); err != nil {
 		return nil, err
 	}
 	sub := l.notifier.Subscribe(keys...)
