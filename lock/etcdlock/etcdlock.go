@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -62,6 +63,7 @@ type Lock struct {
 
 	notifier lock.Notifier
 	w        watchState
+	txnKeys  atomic.Int32 // keys per Txn of TryAcquireAny (see maxTxnKeys)
 }
 
 var (
@@ -119,7 +121,7 @@ func New(client *clientv3.Client, opts ...lock.Option) (*Lock, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Lock{
+	l := &Lock{
 		client:  client,
 		prefix:  s.prefix,
 		owner:   cfg.Owner,
@@ -130,7 +132,9 @@ func New(client *clientv3.Client, opts ...lock.Option) (*Lock, error) {
 		cancel:  cancel,
 		spares:  map[int64][]spare{},
 		filling: map[int64]bool{},
-	}, nil
+	}
+	l.txnKeys.Store(maxTxnKeys)
+	return l, nil
 }
 
 // Owner is this instance's owner identity, stored with every grant.
@@ -171,9 +175,6 @@ func (l *Lock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (l
 	if err := lock.Validate(ctx, key, ttl, limits); err != nil {
 		return nil, err
 	}
-	if err := limits.CheckTTL(ttl); err != nil {
-		return nil, err
-	}
 	return l.acquire(ctx, []string{key}, ttl)
 }
 
@@ -182,9 +183,6 @@ func (l *Lock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (l
 // first free key in that order is put and the others are left alone.
 func (l *Lock) TryAcquireAny(ctx context.Context, keys []string, ttl time.Duration) (lock.Handle, error) {
 	if err := lock.ValidateKeys(ctx, keys, ttl, limits); err != nil {
-		return nil, err
-	}
-	if err := limits.CheckTTL(ttl); err != nil {
 		return nil, err
 	}
 	order := make([]string, 0, len(keys))
@@ -228,10 +226,7 @@ func (l *Lock) tryAcquire(ctx context.Context, keys []string, ttl time.Duration)
 		if err != nil {
 			return nil, err
 		}
-		sent := time.Now()
-		value := l.value(sent)
-		cmps, then, els := l.txnFor(keys, value, sp.id)
-		resp, err := l.client.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()
+		h, holders, err := l.tryChunks(ctx, keys, ttl, sp)
 		switch {
 		case errors.Is(err, rpctypes.ErrLeaseNotFound) && attempt == 0:
 			// The spare is gone (revoked by an operator, or the server
@@ -242,18 +237,55 @@ func (l *Lock) tryAcquire(ctx context.Context, keys []string, ttl time.Duration)
 			// deletes it if so, and frees the lease otherwise.
 			l.revokeLater(sp.id)
 			return nil, lock.Unavailable("etcdlock: acquire", err)
-		}
-		idx, holders := granted(resp)
-		if idx < 0 {
+		case h == nil:
 			l.giveBack(sp)
 			return nil, lock.NotAcquired(strings.Join(keys, ","), l.remaining(ctx, holders))
 		}
-		return &handle{
-			l: l, key: keys[idx], ekey: l.etcdKey(keys[idx]), token: uint64(resp.Header.Revision),
-			lease: sp, lost: make(chan struct{}),
-			validUntil: validUntil(sent, ttl, sp),
-		}, nil
+		return h, nil
 	}
+}
+
+// maxTxnKeys is the most keys one Txn of TryAcquireAny nests. Each key is a
+// level of two operations, and etcd refuses a Txn of more operations than
+// its --max-txn-ops (128 by default) counted down the levels: 64 keys fit.
+// A server run with a smaller --max-txn-ops refuses such a Txn before it
+// does anything; the Lock then halves its batch (Lock.txnKeys) and goes on.
+const maxTxnKeys = 64
+
+// tryChunks tries keys in order, in Txns of at most txnKeys keys each, and
+// stops at the first key put. Every Txn is atomic on its own and puts at
+// most one key, so the first free key in order is granted, as with one
+// Txn; only the keys' holders are read in more than one round trip. It
+// returns the grant, or nil and the holders' leases read on the way.
+func (l *Lock) tryChunks(ctx context.Context, keys []string, ttl time.Duration, sp spare) (lock.Handle, []int64, error) {
+	var holders []int64
+	for len(keys) > 0 {
+		n := min(len(keys), int(l.txnKeys.Load()))
+		chunk := keys[:n]
+		sent := time.Now()
+		value := l.value(sent)
+		cmps, then, els := l.txnFor(chunk, value, sp.id)
+		resp, err := l.client.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()
+		if errors.Is(err, rpctypes.ErrTooManyOps) && n > 1 {
+			// Refused whole, before anything was done: smaller batches.
+			l.txnKeys.CompareAndSwap(int32(n), int32(n/2))
+			continue
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		idx, hs := granted(resp)
+		if idx >= 0 {
+			return &handle{
+				l: l, key: chunk[idx], ekey: l.etcdKey(chunk[idx]), token: uint64(resp.Header.Revision),
+				lease: sp, lost: make(chan struct{}),
+				validUntil: validUntil(sent, ttl, sp),
+			}, nil, nil
+		}
+		holders = append(holders, hs...)
+		keys = keys[n:]
+	}
+	return nil, holders, nil
 }
 
 // validUntil is the grant's deadline: from the send time with the requested
@@ -289,15 +321,31 @@ func granted(r *clientv3.TxnResponse) (int, []int64) {
 	return -1, leases
 }
 
+// maxHintLeases is the most holder leases remaining asks about: the hint
+// only bounds a waiter's sleep when no release arrives (an expiry is a
+// deletion, which the watch reports too), so a few leases are enough, and
+// a TryAcquireAny over thousands of held keys makes no thousands of
+// requests.
+const maxHintLeases = 16
+
 // remaining asks the server for the shortest remaining lease ttl among the
-// holders (0 when unknown). Leases count in whole seconds.
+// first maxHintLeases distinct holders (0 when unknown). Leases count in
+// whole seconds.
 func (l *Lock) remaining(ctx context.Context, leases []int64) time.Duration {
 	var (
 		mu   sync.Mutex
 		best time.Duration
 		wg   sync.WaitGroup
 	)
+	seen := make(map[int64]bool, min(len(leases), maxHintLeases))
 	for _, id := range leases {
+		if seen[id] {
+			continue
+		}
+		if len(seen) == maxHintLeases {
+			break
+		}
+		seen[id] = true
 		wg.Go(func() {
 			r, err := l.client.TimeToLive(ctx, clientv3.LeaseID(id))
 			if err != nil {

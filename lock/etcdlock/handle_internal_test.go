@@ -2,6 +2,7 @@ package etcdlock
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -84,5 +85,37 @@ func TestSettleAnUnknownSwap(t *testing.T) {
 		if err := h.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// A Txn of more keys than the server's --max-txn-ops allows is refused
+// before it does anything: the Lock halves its batch and goes on, and
+// keeps the smaller batch for the next calls.
+func TestTxnBatchShrinksOnRefusal(t *testing.T) {
+	srv := testenv.Etcd(t)
+	c, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	l, err := New(c, WithMinTTL(time.Second), WithPrefix("/batch/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	l.txnKeys.Store(100) // more than the default --max-txn-ops (128) allows
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	keys := make([]string, 120)
+	for i := range keys {
+		keys[i] = "k" + strconv.Itoa(i)
+	}
+	h, err := l.TryAcquireAny(ctx, keys, time.Second)
+	if err != nil {
+		t.Fatalf("TryAcquireAny: %v", err)
+	}
+	defer h.Release(context.Background())
+	if n := l.txnKeys.Load(); n != 50 {
+		t.Fatalf("keys per Txn after a refusal: %d, want 50", n)
 	}
 }
