@@ -67,9 +67,12 @@ type NotAcquiredError struct {
 	Remaining time.Duration
 }
 
-// NotAcquired returns a *NotAcquiredError for key.
+// NotAcquired returns a *NotAcquiredError for key. A remaining ttl outside
+// [0, MaxTTL] (a backend's reading of a grant some other client wrote) is
+// taken as 0 below and MaxTTL above, so that no waiter adds to it with an
+// overflow.
 func NotAcquired(key string, remaining time.Duration) error {
-	return &NotAcquiredError{Key: key, Remaining: remaining}
+	return &NotAcquiredError{Key: key, Remaining: min(max(remaining, 0), MaxTTL)}
 }
 
 // Error says which key is held and, when known, for how long still.

@@ -219,6 +219,21 @@ func ValidateSubscribe(ctx context.Context, keys []string, lim Limits) error {
 	return lim.CheckKeys(keys)
 }
 
+// RemainingMillis converts a remaining ttl that a server reported in
+// milliseconds (of a grant that any client may have written, so of any
+// size) to a Duration without overflow: below zero is 0, above MaxTTL is
+// MaxTTL. Backends use it for the hints of ErrNotAcquired and for
+// Inspector's Remaining.
+func RemainingMillis(ms int64) time.Duration {
+	switch {
+	case ms <= 0:
+		return 0
+	case ms >= int64(MaxTTL/time.Millisecond):
+		return MaxTTL
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
 // DriftAllowance is what a network backend subtracts from a ttl for the
 // rate difference between its clock and the server's: 1% of the ttl plus
 // 2 ms (the allowance of Redlock's analysis).

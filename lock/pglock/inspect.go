@@ -67,9 +67,9 @@ func parseGrant(key string, app *string, rem *int64) lock.Grant {
 		return g
 	}
 	g.Owner, g.Token, g.Since = parts[3], tok, time.UnixMilli(since)
-	g.Remaining = time.Duration(ttl) * time.Millisecond
+	g.Remaining = lock.RemainingMillis(ttl)
 	if rem != nil {
-		g.Remaining = time.Duration(*rem) * time.Millisecond
+		g.Remaining = lock.RemainingMillis(*rem)
 	}
 	return g
 }

@@ -44,7 +44,7 @@ func parseGrant(key, value string, pttl int64) (lock.Grant, bool) {
 		return lock.Grant{}, false
 	}
 	return lock.Grant{Key: key, Owner: parts[3], Token: token,
-		Remaining: time.Duration(pttl) * time.Millisecond, Since: time.UnixMicro(since)}, true
+		Remaining: lock.RemainingMillis(pttl), Since: time.UnixMicro(since)}, true
 }
 
 // List implements lock.Inspector with SCAN (never KEYS), on every master of

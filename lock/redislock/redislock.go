@@ -253,7 +253,7 @@ func parseHanded(payload string) (to string, waiter string, g handedGrant, ok bo
 	if err1 != nil || err2 != nil {
 		return "", "", g, false
 	}
-	return parts[0] + "\x00" + parts[1], parts[1], handedGrant{tok, parts[3], time.Duration(waited) * time.Millisecond}, true
+	return parts[0] + "\x00" + parts[1], parts[1], handedGrant{tok, parts[3], lock.RemainingMillis(waited)}, true
 }
 
 // Waiting implements lock.Queue: the waiters in key's queue whose place
@@ -310,7 +310,7 @@ func (l *Lock) grant(keys []string, ttl time.Duration, sent time.Time, tail stri
 	case err != nil:
 		return nil, lock.Unavailable("redislock: acquire", err)
 	case len(res) == 2 && res[0] == 0:
-		return nil, lock.NotAcquired(strings.Join(keys, ","), time.Duration(res[1])*time.Millisecond)
+		return nil, lock.NotAcquired(strings.Join(keys, ","), lock.RemainingMillis(res[1]))
 	case len(res) == 5 && res[0] == 1 && res[2] >= 0 && int(res[2]) < len(keys):
 		k := keys[res[2]]
 		tok := uint64(res[1])
@@ -318,7 +318,7 @@ func (l *Lock) grant(keys []string, ttl time.Duration, sent time.Time, tail stri
 		// found already made (a retried command, or a handoff whose message
 		// was missed): the script ran after sent, so expiry comes after
 		// sent plus that.
-		left := min(ttl, time.Duration(res[4])*time.Millisecond)
+		left := min(ttl, lock.RemainingMillis(res[4]))
 		return &handle{
 			l: l, key: k, rkey: l.lockKey(k), token: tok,
 			value:      strconv.FormatUint(tok, 10) + "|" + strconv.FormatInt(res[3], 10) + "|" + tail,

@@ -112,11 +112,14 @@ func (l *Lock) listen(ps *redis.PubSub, done chan struct{}) {
 		}
 		switch m := msg.(type) {
 		case *redis.Message:
-			// "\x02<key>\x00<waiter>\x00..." hands the key to one queued
-			// waiter (of this Lock, if it is subscribed); anything else is
-			// a released key.
-			if rest, ok := strings.CutPrefix(m.Payload, "\x02"); ok {
-				if to, waiter, g, ok := parseHanded(rest); ok {
+			// On this Lock's own inbox, "\x02<key>\x00<waiter>\x00..."
+			// hands the key to one of its queued waiters (if it is still
+			// subscribed); on the release channel every message is a
+			// released key, whatever its first byte (a key may start
+			// with "\x02" too).
+			if m.Channel == l.inbox {
+				rest, ok := strings.CutPrefix(m.Payload, "\x02")
+				if to, waiter, g, ok2 := parseHanded(rest); ok && ok2 {
 					l.handedMu.Lock()
 					if l.notifier.Watching(to) {
 						if l.handed == nil {

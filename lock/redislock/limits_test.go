@@ -1,0 +1,155 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/leasehold-go/leasehold/internal/testenv"
+	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/redislock"
+)
+
+// A ttl above MaxTTL is refused with ErrInvalidTTL by every entry point and
+// leaves the grant alone. Extend(math.MaxInt64) used to overflow the ms
+// conversion into a negative PEXPIRE, which deleted the key and reported
+// success; TryAcquire with it came back as ErrUnavailable, which lock.Do
+// retried until its context ended.
+func TestHugeTTL(t *testing.T) {
+	srv := testenv.Redis(t)
+	a := newLock(t, newClient(t, srv.Addr()))
+	b := newLock(t, newClient(t, srv.Addr()))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	key := "limits/" + t.Name()
+	h, err := a.TryAcquire(ctx, key, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release(context.Background())
+	for _, ttl := range []time.Duration{math.MaxInt64, redislock.MaxTTL + time.Millisecond} {
+		if err := h.Extend(ctx, ttl); !errors.Is(err, lock.ErrInvalidTTL) {
+			t.Fatalf("Extend(%v): %v, want ErrInvalidTTL", ttl, err)
+		}
+		if h2, err := b.TryAcquire(ctx, key, time.Minute); !errors.Is(err, lock.ErrNotAcquired) {
+			if h2 != nil {
+				_ = h2.Release(ctx)
+			}
+			t.Fatalf("after Extend(%v): another TryAcquire got %v, want ErrNotAcquired (the grant must be intact)", ttl, err)
+		}
+		if _, err := b.TryAcquire(ctx, key+"/other", ttl); !errors.Is(err, lock.ErrInvalidTTL) {
+			t.Fatalf("TryAcquire(%v): %v, want ErrInvalidTTL", ttl, err)
+		}
+		if _, err := b.TryAcquireAny(ctx, []string{key + "/any"}, ttl); !errors.Is(err, lock.ErrInvalidTTL) {
+			t.Fatalf("TryAcquireAny(%v): %v, want ErrInvalidTTL", ttl, err)
+		}
+		if _, err := b.AcquireQueued(ctx, key+"/queued", ttl); !errors.Is(err, lock.ErrInvalidTTL) {
+			t.Fatalf("AcquireQueued(%v): %v, want ErrInvalidTTL", ttl, err)
+		}
+		if _, err := lock.Claim(ctx, b, key+"/claim", ttl); !errors.Is(err, lock.ErrInvalidTTL) {
+			t.Fatalf("lock.Claim(%v): %v, want ErrInvalidTTL", ttl, err)
+		}
+	}
+	if err := h.Extend(ctx, redislock.MaxTTL); err != nil {
+		t.Fatalf("Extend(MaxTTL): %v", err)
+	}
+	if g, ok, err := b.Inspect(ctx, key); err != nil || !ok || g.Token != h.Token() || g.Remaining < redislock.MaxTTL-time.Minute {
+		t.Fatalf("Inspect after Extend(MaxTTL): %+v %v %v", g, ok, err)
+	}
+}
+
+// lock.Do with WithTTL(math.MaxInt64) fails at once with ErrInvalidTTL
+// instead of retrying an unavailable backend until ctx ends.
+func TestDoHugeTTL(t *testing.T) {
+	srv := testenv.Redis(t)
+	l := newLock(t, newClient(t, srv.Addr()))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	ran := false
+	err := lock.Do(ctx, l, "limits/"+t.Name(), func(context.Context) error { ran = true; return nil }, lock.WithTTL(math.MaxInt64))
+	if !errors.Is(err, lock.ErrInvalidTTL) || ran {
+		t.Fatalf("Do(WithTTL(MaxInt64)): %v (fn ran: %v), want ErrInvalidTTL", err, ran)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("Do took %v to refuse the ttl", d)
+	}
+}
+
+// Keep refuses a ttl below redislock's minimum: the lease's renewals would
+// all be refused, and it used to retry them every 10 ms until ValidUntil.
+func TestKeepBelowMinTTL(t *testing.T) {
+	srv := testenv.Redis(t)
+	l := newLock(t, newClient(t, srv.Addr()))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h, err := l.TryAcquire(ctx, "limits/"+t.Name(), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release(context.Background())
+	lease, err := lock.Keep(ctx, h, time.Millisecond)
+	if !errors.Is(err, lock.ErrInvalidTTL) {
+		if lease != nil {
+			_ = lease.Release(ctx)
+		}
+		t.Fatalf("Keep(1ms): %v, want ErrInvalidTTL", err)
+	}
+}
+
+// A remaining ttl read back from the server is untrusted: a key that some
+// other client wrote with an expiry of centuries gives a hint of at most
+// lock.MaxTTL, not an overflowed (negative or random) duration.
+func TestForeignHugeExpiryHint(t *testing.T) {
+	srv := testenv.Redis(t)
+	c := newClient(t, srv.Addr())
+	l := newLock(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	key := "limits/" + t.Name()
+	// The lock key of key (see keys.go), written by another client.
+	if err := c.Do(ctx, "SET", redislock.DefaultPrefix+"lk:{"+key+"}", "1|1|x|intruder", "PX", int64(9e15)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := l.TryAcquire(ctx, key, time.Minute)
+	if r := lock.RemainingTTL(err); !errors.Is(err, lock.ErrNotAcquired) || r <= 0 || r > lock.MaxTTL {
+		t.Fatalf("TryAcquire of a key held for centuries: %v, hint %v; want ErrNotAcquired with a hint in (0, %v]", err, r, lock.MaxTTL)
+	}
+	if g, ok, err := l.Inspect(ctx, key); err != nil || !ok || g.Remaining <= 0 || g.Remaining > lock.MaxTTL {
+		t.Fatalf("Inspect: %+v %v %v; want Remaining in (0, %v]", g, ok, err, lock.MaxTTL)
+	}
+}
+
+// The release of a key that starts with "\x02" (the first byte of a
+// handoff message on a Lock's inbox) wakes its waiters: only the inbox
+// carries handoffs. The hint is an hour, so only the notification can end
+// the wait in time.
+func TestReleaseOfKeyLikeAHandoff(t *testing.T) {
+	srv := testenv.Redis(t)
+	a := newLock(t, newClient(t, srv.Addr()))
+	b := newLock(t, newClient(t, srv.Addr()))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, key := range []string{"\x02" + t.Name(), "\x02a\x00b\x00" + "1\x002\x003"} {
+		h, err := a.TryAcquire(ctx, key, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub, err := b.Subscribe(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+		err = sub.Wait(wctx, time.Hour)
+		wcancel()
+		_ = sub.Close()
+		if err != nil {
+			t.Fatalf("waiter of %q: %v; the release did not wake it", key, err)
+		}
+	}
+}
