@@ -40,8 +40,10 @@ func (o Observation) Size() int {
 
 // Slots returns every slot of a semaphore of size slots, held or free, by
 // slot number (as Occupancy does); held slots at or above size are listed
-// too, after the others.
+// too, after the others. A size outside [0, MaxSize] is taken as the
+// nearest bound.
 func (o Observation) Slots(size int) []SlotState {
+	size = min(max(size, 0), MaxSize)
 	out := make([]SlotState, size)
 	for i := range out {
 		out[i].Slot = i
@@ -120,7 +122,11 @@ func observe(ctx context.Context, l lock.Lock, prefix string) ([]Observation, er
 	return out, nil
 }
 
-// parseKey splits "sem/{<name>}/<kind>/<n>" (kind "slot" or "size").
+// parseKey splits "sem/{<name>}/<kind>/<n>" (kind "slot" or "size"). The
+// keys come from a backend, where any client may have written them: only
+// what New could have made is accepted (a decimal number without sign or
+// leading zeros, a size in [1, MaxSize], a slot in [0, MaxSize)), so that
+// no one can make an observer allocate for billions of slots.
 func parseKey(key string) (name, kind string, n int, ok bool) {
 	rest, found := strings.CutPrefix(key, "sem/{")
 	if !found {
@@ -135,7 +141,10 @@ func parseKey(key string) (name, kind string, n int, ok bool) {
 		return "", "", 0, false
 	}
 	n, err := strconv.Atoi(num)
-	if err != nil || n < 0 {
+	if err != nil || strconv.Itoa(n) != num {
+		return "", "", 0, false
+	}
+	if (kind == "size" && (n < 1 || n > MaxSize)) || (kind == "slot" && (n < 0 || n >= MaxSize)) {
 		return "", "", 0, false
 	}
 	return name, kind, n, true

@@ -35,7 +35,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,8 +49,9 @@ import (
 // different sizes.
 var ErrSizeMismatch = errors.New("semaphore: participants disagree on the size")
 
-// MaxSize is the largest number of slots.
-const MaxSize = 4096
+// MaxSize is the largest number of slots: every slot key fits in one
+// TryAcquireAny of any built-in backend (lock.MaxKeys).
+const MaxSize = lock.MaxKeys
 
 // declareEvery is how often a participant renews its size declaration.
 const declareEvery = 30 * time.Second
@@ -91,13 +91,16 @@ func (p *Permit) Release(ctx context.Context) error {
 }
 
 // New returns the semaphore called name with size slots over l. Options
-// are package lock's (WithLogger, WithMeterProvider, WithTTL for Do).
+// are package lock's (WithLogger, WithMeterProvider, WithTTL for Do). The
+// name follows lock.CheckName (1 to lock.MaxNameLen bytes of UTF-8, no
+// control characters, no braces); size is 1 to MaxSize. Both are checked
+// here, with an error that matches lock.ErrInvalidArgument.
 func New(l lock.Lock, name string, size int, opts ...lock.Option) (*Semaphore, error) {
 	if l == nil {
 		return nil, fmt.Errorf("%w: semaphore.New: nil Lock", lock.ErrInvalidArgument)
 	}
-	if name == "" || strings.ContainsAny(name, "{}") || len(name) > 200 {
-		return nil, fmt.Errorf("%w: semaphore name %q must be 1 to 200 bytes without braces", lock.ErrInvalidArgument, name)
+	if err := lock.CheckName("semaphore name", name); err != nil {
+		return nil, err
 	}
 	if size < 1 || size > MaxSize {
 		return nil, fmt.Errorf("%w: semaphore size %d must be in [1, %d]", lock.ErrInvalidArgument, size, MaxSize)
@@ -157,7 +160,14 @@ func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration) (*Permit, er
 	}
 	start := time.Now()
 	checks := 0
-	h, err := lock.AcquireWith(ctx, s.cfg, s.l, s.keys, func(ctx context.Context) (lock.Handle, error) {
+	// One subscription covers every slot when the backend takes that many
+	// keys in one call; otherwise the wait falls back to backoff, bounded
+	// by the slots' remaining ttl.
+	var waitOn lock.Lock = s.l
+	if s.size > lock.LimitsOf(s.l).MaxKeys {
+		waitOn = lockOnly{s.l}
+	}
+	h, err := lock.AcquireWith(ctx, s.cfg, waitOn, s.keys, func(ctx context.Context) (lock.Handle, error) {
 		p, err := s.try(ctx, ttl)
 		if errors.Is(err, lock.ErrNotAcquired) && checks < 1 {
 			checks++ // check once per wait: a mismatch makes the wait pointless
@@ -188,13 +198,17 @@ func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context) error) 
 	return lock.Hold(ctx, p, s.cfg.TTL, fn, lock.WithLogger(s.cfg.Logger), lock.WithMeterProvider(s.cfg.MeterProvider))
 }
 
-// try makes one attempt: one round trip with MultiLock, else the slots in
-// turn from a random start.
+// lockOnly hides a Lock's optional capabilities.
+type lockOnly struct{ lock.Lock }
+
+// try makes one attempt: one round trip with MultiLock (one per
+// lock.LimitsOf(l).MaxKeys slots when the backend takes fewer keys per
+// call than there are slots), else the slots in turn from a random start.
 func (s *Semaphore) try(ctx context.Context, ttl time.Duration) (*Permit, error) {
 	var h lock.Handle
 	var err error
 	if m, ok := s.l.(lock.MultiLock); ok {
-		h, err = m.TryAcquireAny(ctx, s.keys, ttl)
+		h, err = s.tryAny(ctx, m, ttl)
 	} else {
 		h, err = s.tryInTurn(ctx, ttl)
 	}
@@ -208,6 +222,32 @@ func (s *Semaphore) try(ctx context.Context, ttl time.Duration) (*Permit, error)
 	}
 	s.metric.held.Add(context.WithoutCancel(ctx), 1, s.metric.attrs)
 	return &Permit{Handle: h, slot: slot, sem: s}, nil
+}
+
+// tryAny takes a free slot with TryAcquireAny: in one call, or in batches
+// of the backend's MaxKeys slots from a random batch on.
+func (s *Semaphore) tryAny(ctx context.Context, m lock.MultiLock, ttl time.Duration) (lock.Handle, error) {
+	per := lock.LimitsOf(s.l).MaxKeys
+	if s.size <= per {
+		return m.TryAcquireAny(ctx, s.keys, ttl)
+	}
+	batches := (s.size + per - 1) / per
+	off := rand.N(batches)
+	var shortest time.Duration
+	for i := range batches {
+		b := (off + i) % batches
+		h, err := m.TryAcquireAny(ctx, s.keys[b*per:min((b+1)*per, s.size)], ttl)
+		if err == nil {
+			return h, nil
+		}
+		if !errors.Is(err, lock.ErrNotAcquired) {
+			return nil, err
+		}
+		if r := lock.RemainingTTL(err); r > 0 && (shortest == 0 || r < shortest) {
+			shortest = r
+		}
+	}
+	return nil, lock.NotAcquired(SlotKey(s.name, 0)+"…", shortest)
 }
 
 func (s *Semaphore) tryInTurn(ctx context.Context, ttl time.Duration) (lock.Handle, error) {

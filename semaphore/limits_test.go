@@ -1,0 +1,170 @@
+package semaphore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehold-go/leasehold/internal/backends"
+	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/memlock"
+	"github.com/leasehold-go/leasehold/semaphore"
+)
+
+// Sizes and slot numbers read back from a backend are untrusted: keys that
+// any client can write under a semaphore's prefix, with numbers New could
+// never have made, are ignored by Observe, ObserveAll, Occupancy and the
+// size check. A size marker of 3,000,000,000 made Observation.Size()
+// report it, and Slots(Size()) allocate for that many slots (out of memory).
+func TestUntrustedKeys(t *testing.T) {
+	backends.Each(t, []func(testing.TB) backends.Backend{backends.Memlock, backends.Redis}, func(t *testing.T, b backends.Backend) {
+		name := uniqueName(t)
+		l, watcher := b.New(t), b.New(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		for _, suffix := range []string{"size/3000000000", "slot/3000000000", "size/99999999999999999999",
+			fmt.Sprintf("slot/%d", semaphore.MaxSize), fmt.Sprintf("size/%d", semaphore.MaxSize+1),
+			"size/0", "size/-5", "slot/-1", "size/+5", "slot/007", "slot/1e9"} {
+			if _, err := l.TryAcquire(ctx, "sem/{"+name+"}/"+suffix, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sem := newSem(t, l, name, 3)
+		p, err := sem.TryAcquire(ctx, time.Minute) // declares size 3
+		if err != nil {
+			t.Fatalf("TryAcquire beside forged keys: %v", err)
+		}
+		defer p.Release(context.Background())
+		o, err := semaphore.Observe(ctx, watcher, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := o.Size(); n != 3 {
+			t.Fatalf("observed size %d (sizes %v, held %d), want 3: forged keys count", n, o.Sizes, len(o.Held))
+		}
+		if len(o.Sizes) != 1 || len(o.Held) != 1 || o.Held[0].Slot != p.Slot() {
+			t.Fatalf("observed %+v, want size 3 and slot %d held", o, p.Slot())
+		}
+		if slots := o.Slots(o.Size()); len(slots) != 3 {
+			t.Fatalf("Slots(%d) has %d entries", o.Size(), len(slots))
+		}
+		all, err := semaphore.ObserveAll(ctx, watcher, name)
+		if err != nil || len(all) != 1 || all[0].Size() != 3 {
+			t.Fatalf("ObserveAll = %+v, %v", all, err)
+		}
+		occ, err := sem.Occupancy(ctx)
+		if err != nil || len(occ) != 3 {
+			t.Fatalf("Occupancy = %d slots, %v; want 3, no error", len(occ), err)
+		}
+	})
+}
+
+// Observation.Slots bounds the size it is given.
+func TestSlotsBounds(t *testing.T) {
+	var o semaphore.Observation
+	if n := len(o.Slots(-1)); n != 0 {
+		t.Errorf("Slots(-1): %d slots", n)
+	}
+	if n := len(o.Slots(3_000_000_000)); n != semaphore.MaxSize {
+		t.Errorf("Slots(3e9): %d slots, want MaxSize", n)
+	}
+}
+
+// Names follow lock.CheckName (up to lock.MaxNameLen bytes: every key the
+// semaphore makes still fits in lock.MaxKeyLen); sizes outside [1, MaxSize]
+// are refused with an error that names them.
+func TestNamesAndSizes(t *testing.T) {
+	l := memlock.New()
+	long := strings.Repeat("n", lock.MaxNameLen)
+	sem, err := semaphore.New(l, long, semaphore.MaxSize)
+	if err != nil {
+		t.Fatalf("New with a name of MaxNameLen bytes: %v", err)
+	}
+	if k := semaphore.SlotKey(long, semaphore.MaxSize-1); len(k) > lock.MaxKeyLen {
+		t.Fatalf("slot key of %d bytes", len(k))
+	}
+	p, err := sem.TryAcquire(t.Context(), time.Minute)
+	if err != nil {
+		t.Fatalf("TryAcquire on a semaphore with the longest name: %v", err)
+	}
+	_ = p.Release(t.Context())
+	for _, name := range []string{long + "n", "a\nb", "a\x00b", "\xff", "a{b", ""} {
+		_, err := semaphore.New(l, name, 1)
+		if !errors.Is(err, lock.ErrInvalidArgument) || !strings.Contains(err.Error(), "semaphore name") {
+			t.Errorf("New(%.20q): %v, want ErrInvalidArgument naming the semaphore name", name, err)
+		}
+	}
+	for _, size := range []int{0, -5, semaphore.MaxSize + 1, 3_000_000_000} {
+		_, err := semaphore.New(l, "x", size)
+		if !errors.Is(err, lock.ErrInvalidArgument) || !strings.Contains(err.Error(), fmt.Sprint(size)) {
+			t.Errorf("New(size %d): %v, want ErrInvalidArgument naming the size", size, err)
+		}
+	}
+}
+
+// fewKeys is memlock stating (and enforcing) a MaxKeys below a semaphore's
+// size, as a third-party backend may.
+type fewKeys struct{ *memlock.Lock }
+
+const fewKeysMax = 4
+
+func (f fewKeys) Limits() lock.Limits {
+	lim := lock.DefaultLimits
+	lim.MaxKeys = fewKeysMax
+	return lim
+}
+
+func (f fewKeys) TryAcquireAny(ctx context.Context, keys []string, ttl time.Duration) (lock.Handle, error) {
+	if err := lock.ValidateKeys(ctx, keys, ttl, f.Limits()); err != nil {
+		return nil, err
+	}
+	return f.Lock.TryAcquireAny(ctx, keys, ttl)
+}
+
+func (f fewKeys) Subscribe(ctx context.Context, keys ...string) (lock.Subscription, error) {
+	if err := lock.ValidateSubscribe(ctx, keys, f.Limits()); err != nil {
+		return nil, err
+	}
+	return f.Lock.Subscribe(ctx, keys...)
+}
+
+// A semaphore larger than its backend's MaxKeys splits its slots over
+// several TryAcquireAny calls, and Acquire waits without one subscription
+// for all of them.
+func TestSizeAboveMaxKeys(t *testing.T) {
+	l := fewKeys{memlock.New()}
+	const size = 3*fewKeysMax - 1
+	sem := newSem(t, l, uniqueName(t), size)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	seen := map[int]bool{}
+	var ps []*semaphore.Permit
+	for range size {
+		p, err := sem.TryAcquire(ctx, time.Minute)
+		if err != nil {
+			t.Fatalf("TryAcquire with %d of %d slots held: %v", len(ps), size, err)
+		}
+		if seen[p.Slot()] {
+			t.Fatalf("slot %d granted twice", p.Slot())
+		}
+		seen[p.Slot()] = true
+		ps = append(ps, p)
+	}
+	if _, err := sem.TryAcquire(ctx, time.Minute); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire with every slot held: %v, want ErrNotAcquired", err)
+	}
+	if err := ps[size/2].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p, err := sem.Acquire(ctx, time.Minute)
+	if err != nil {
+		t.Fatalf("Acquire with one slot free: %v", err)
+	}
+	ps[size/2] = p
+	for _, p := range ps {
+		_ = p.Release(ctx)
+	}
+}
