@@ -160,7 +160,12 @@ func (b *backoff) next() time.Duration {
 		b.cur = b.min
 	}
 	d := b.cur/2 + rand.N(b.cur/2+1)
-	b.cur = min(b.cur*2, b.max)
+	// Doubling without overflow, whatever WithBackoff allowed.
+	if b.cur > b.max/2 {
+		b.cur = b.max
+	} else {
+		b.cur *= 2
+	}
 	return d
 }
 

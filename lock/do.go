@@ -69,14 +69,23 @@ func hold(ctx context.Context, cfg *Config, h Handle, ttl time.Duration, fn func
 	return fnErr
 }
 
+// healthTTL is the ttl of HealthCheck's probe key.
+const healthTTL = 5 * time.Second
+
 // HealthCheck acquires and releases a probe key and reports how long the
-// round trips took: the building block for readiness endpoints.
+// round trips took: the building block for readiness endpoints. The probe's
+// ttl is 5 s, or the backend's minimum ttl when that is larger.
 func HealthCheck(ctx context.Context, l Lock) (time.Duration, error) {
 	if l == nil {
 		return 0, fmt.Errorf("%w: nil Lock", ErrInvalidArgument)
 	}
+	if err := CheckContext(ctx); err != nil {
+		return 0, err
+	}
+	lim := LimitsOf(l)
+	ttl := min(max(healthTTL, lim.MinTTL), lim.MaxTTL)
 	start := time.Now()
-	h, err := l.TryAcquire(ctx, "leasehold/health/"+NewOwner(), 5*time.Second)
+	h, err := l.TryAcquire(ctx, "leasehold/health/"+NewOwner(), ttl)
 	if err != nil {
 		return time.Since(start), err
 	}

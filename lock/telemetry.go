@@ -24,7 +24,7 @@ const ScopeName = "github.com/leasehold-go/leasehold"
 //	leasehold.lock.attempt.duration  histogram, s   one TryAcquire at the backend; outcome=acquired|busy|error
 //	leasehold.lock.releases          counter        Release at the backend; outcome=released|lost|error
 //	leasehold.lock.wait.duration     histogram, s   Acquire, blocking; outcome=acquired|cancelled|error
-//	leasehold.lock.renewals          counter        Keep's Extend calls; outcome=renewed|lost|unknown
+//	leasehold.lock.renewals          counter        Keep's Extend calls; outcome=renewed|lost|refused|unknown
 //	leasehold.lock.losses            counter        leases lost; reason=renewal|deadline|backend
 //	leasehold.lock.leases.active     up-down counter leases held under Keep
 //
@@ -93,7 +93,7 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider) *Telemetry {
 	t.active, _ = m.Int64UpDownCounter("leasehold.lock.leases.active",
 		metric.WithDescription("Leases currently held under Keep."))
 	t.waitOutcome = newOutcomeSet("leasehold.outcome", nil, "acquired", "cancelled", "error")
-	t.renewOutcome = newOutcomeSet("leasehold.outcome", nil, "renewed", "lost", "unknown")
+	t.renewOutcome = newOutcomeSet("leasehold.outcome", nil, "renewed", "lost", "refused", "unknown")
 	t.lossReason = newOutcomeSet("leasehold.reason", nil, "renewal", "deadline", "backend")
 	return t
 }

@@ -85,6 +85,13 @@ func newLock(t *table, opts []lock.Option) *Lock {
 // Owner is this instance's owner identity.
 func (l *Lock) Owner() string { return l.owner }
 
+// Limits implements lock.Limited: lock.DefaultLimits (any positive ttl up
+// to lock.MaxTTL, lock.MaxKeys keys per call).
+func (l *Lock) Limits() lock.Limits { return lock.DefaultLimits }
+
+// Limits implements lock.Limited for Keep.
+func (h *handle) Limits() lock.Limits { return lock.DefaultLimits }
+
 // TryAcquire implements lock.Lock.
 func (l *Lock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
 	if err := lock.Validate(ctx, key, ttl, lock.DefaultLimits); err != nil {
