@@ -186,9 +186,6 @@ func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := limits.CheckTTL(ttl); err != nil {
 		return err
 	}
-	if err := checkTTL(ttl); err != nil {
-		return err
-	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch {

@@ -349,20 +349,10 @@ func ms(d time.Duration) string {
 	return strconv.FormatInt(int64((d+time.Millisecond-1)/time.Millisecond), 10)
 }
 
-func checkTTL(ttl time.Duration) error {
-	if ttl > MaxTTL {
-		return fmt.Errorf("%w: ttl %v is above the maximum %v (idle_session_timeout is a 32-bit count of ms)", lock.ErrInvalidTTL, ttl, MaxTTL)
-	}
-	return nil
-}
-
 // TryAcquire implements lock.Lock in one round trip on a connection of its
 // own, which the grant keeps until Release.
 func (l *Lock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
 	if err := lock.Validate(ctx, key, ttl, limits); err != nil {
-		return nil, err
-	}
-	if err := checkTTL(ttl); err != nil {
 		return nil, err
 	}
 	return l.acquire(ctx, []string{key}, ttl, false)
@@ -376,9 +366,6 @@ func (l *Lock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (l
 // nothing stays held. lock.Acquire uses it.
 func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
 	if err := lock.Validate(ctx, key, ttl, limits); err != nil {
-		return nil, err
-	}
-	if err := checkTTL(ttl); err != nil {
 		return nil, err
 	}
 	keys := []string{key}
@@ -414,9 +401,6 @@ func (l *Lock) Waiting(ctx context.Context, key string) (int, error) {
 // turn from a random offset and takes the first free one.
 func (l *Lock) TryAcquireAny(ctx context.Context, keys []string, ttl time.Duration) (lock.Handle, error) {
 	if err := lock.ValidateKeys(ctx, keys, ttl, limits); err != nil {
-		return nil, err
-	}
-	if err := checkTTL(ttl); err != nil {
 		return nil, err
 	}
 	off := rand.N(len(keys))
@@ -504,7 +488,7 @@ func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration, qu
 		c.Release()
 		var rem time.Duration
 		if hint != nil {
-			rem = time.Duration(*hint) * time.Millisecond
+			rem = lock.RemainingMillis(*hint)
 		}
 		return nil, lock.NotAcquired(strings.Join(keys, ","), rem)
 	case tok == nil || *idx < 1 || int(*idx) > len(keys):
