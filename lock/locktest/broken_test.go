@@ -45,6 +45,22 @@ var brokenBackends = map[string]struct {
 		mustFail: []string{"Basics", "Contention"},
 		mustSay:  []string{"grant safety violated", "stale writes"},
 	},
+	// A ttl above the maximum overflows as redislock's did: TryAcquire
+	// reports the backend unavailable, Extend deletes the grant and
+	// reports success.
+	"ttl-overflows": {
+		wrap:     func(l *memlock.Lock) lock.Lock { return &overflowsTTL{l} },
+		mustFail: []string{"MaxTTL"},
+		mustSay:  []string{"want ErrInvalidTTL", "after Extend"},
+	},
+	// More keys than the server takes in one call fail as unavailable
+	// (as etcd's --max-txn-ops and Lua's unpack limit did), well below
+	// the MaxKeys the backend states.
+	"keys-fail-unavailable": {
+		wrap:     func(l *memlock.Lock) lock.Lock { return &fewKeysUnavailable{l} },
+		mustFail: []string{"MaxKeys"},
+		mustSay:  []string{"TryAcquireAny with MaxKeys"},
+	},
 	// Every failed attempt leaves a goroutine behind.
 	"leaks-goroutines": {
 		wrap:     func(l *memlock.Lock) lock.Lock { return &leaksGoroutines{l} },
@@ -180,4 +196,39 @@ func failedSubtests(out string) []string {
 		}
 	}
 	return names
+}
+
+type overflowsTTL struct{ *memlock.Lock }
+
+func (l *overflowsTTL) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
+	if ttl > lock.MaxTTL { // the bug: the server refuses the overflowed expiry
+		return nil, lock.Unavailable("acquire", errors.New("ERR invalid expire time in 'set' command"))
+	}
+	h, err := l.Lock.TryAcquire(ctx, key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return &overflowingExtend{h, l.Lock}, nil
+}
+
+type overflowingExtend struct {
+	lock.Handle
+	l *memlock.Lock
+}
+
+func (h *overflowingExtend) Extend(ctx context.Context, ttl time.Duration) error {
+	if ttl > lock.MaxTTL { // the bug: a negative expiry deletes the grant
+		_, _ = h.l.ForceRelease(ctx, h.Key())
+		return nil
+	}
+	return h.Handle.Extend(ctx, ttl)
+}
+
+type fewKeysUnavailable struct{ *memlock.Lock }
+
+func (l *fewKeysUnavailable) TryAcquireAny(ctx context.Context, keys []string, ttl time.Duration) (lock.Handle, error) {
+	if len(keys) > 64 { // the bug: the server refuses the call
+		return nil, lock.Unavailable("acquire", errors.New("too many operations in txn request"))
+	}
+	return l.Lock.TryAcquireAny(ctx, keys, ttl)
 }

@@ -30,6 +30,16 @@
 //  7. Input: a table of bad inputs, each answered with a clear error that
 //     matches lock.ErrInvalidArgument (or ErrLost for use after Release),
 //     with no panic and no hang.
+//  8. Limits, as the backend states them (lock.LimitsOf: lock.DefaultLimits
+//     for a backend that states none). MaxTTL: a ttl of MaxTTL is not
+//     refused as invalid; MaxTTL+1 and math.MaxInt64 are refused with
+//     lock.ErrInvalidTTL by TryAcquire, Extend (which leaves the grant
+//     alone: another TryAcquire still gets ErrNotAcquired), lock.Claim,
+//     lock.Acquire, lock.Keep, and AcquireQueued (lock.Queue) and
+//     TryAcquireAny (lock.MultiLock) where the backend has them. MaxKeys:
+//     TryAcquireAny and Subscribe take exactly MaxKeys keys; one more is
+//     refused with an error that matches lock.ErrInvalidArgument and not
+//     lock.ErrUnavailable (which callers retry forever).
 //
 // and Keep's loss signal (by deadline and by a renewal that reports loss),
 // and, when the backend has them, Waiter (no lost wake-up, handoff without
@@ -38,5 +48,6 @@
 // The suite can fail: its own tests run it against deliberately broken
 // wrappers of memlock (a Release that ignores ownership, tokens that repeat,
 // a backend that grants twice, one that leaks a goroutine per failed
-// attempt) and check that it reports each one.
+// attempt, one whose ttl conversion overflows, one that fails as
+// unavailable below its stated MaxKeys) and check that it reports each one.
 package locktest

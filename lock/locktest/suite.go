@@ -54,6 +54,8 @@ func Run(t *testing.T, newLock Factory, opts ...Option) {
 		{"Queue", s.queue},
 		{"Claim", s.claim},
 		{"MultiLock", s.multiLock},
+		{"MaxTTL", s.maxTTL},
+		{"MaxKeys", s.maxKeys},
 		{"Inspector", s.inspector},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
