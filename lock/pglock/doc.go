@@ -72,7 +72,11 @@
 //	CREATE SEQUENCE leasehold_tokens AS bigint MINVALUE 1;
 //	CREATE TABLE leasehold_keys (id bigint PRIMARY KEY, namespace text NOT NULL, key bytea NOT NULL);
 //	CREATE TABLE leasehold_claims (...); -- one-off claims (Claim), and an index on their expiry
-//	CREATE FUNCTION leasehold_remaining_v1(ids bigint[]) ... -- the holders' remaining ttl
+//	CREATE FUNCTION leasehold_remaining_v2(ids bigint[]) ... -- the holders' remaining ttl
+//
+// (v2 replaces leasehold_remaining_v1, which failed on a holder's
+// application_name with an over-long number in it; where a DBA created the
+// objects, run SetupStatements again after upgrading, and drop v1.)
 //
 // with USAGE on the sequence, SELECT, INSERT on leasehold_keys, SELECT,
 // INSERT, UPDATE, DELETE on leasehold_claims and EXECUTE on the function for the application's role (WithSchema puts them in a

@@ -115,5 +115,5 @@ func ExampleSetupStatements() {
 	// CREATE TABLE IF NOT EXISTS "locks"."leasehold_keys"
 	// CREATE TABLE IF NOT EXISTS "locks"."leasehold_claims"
 	// CREATE INDEX IF NOT EXISTS leasehold_claims_until ON "locks"."leasehold_claims"
-	// CREATE FUNCTION "locks"."leasehold_remaining_v1"
+	// CREATE FUNCTION "locks"."leasehold_remaining_v2"
 }

@@ -23,8 +23,11 @@ import (
 const lockID = `((l.classid::int8 << 32) | l.objid::int8)`
 
 // remaining is the remaining ttl in ms of the idle holder session s, as the
-// server's idle_session_timeout counts it; NULL when unknown.
-const remaining = `CASE WHEN s.application_name ~ '^[0-9]+ [0-9]+ ' AND s.state = 'idle'
+// server's idle_session_timeout counts it; NULL when unknown. Any session
+// that holds the lock can set its application_name: only a ttl that fits
+// in bigint (at most 18 digits) is cast, so that no value makes the
+// statement fail.
+const remaining = `CASE WHEN s.application_name ~ '^[0-9]+ [0-9]{1,18} ' AND s.state = 'idle'
 		THEN GREATEST(0, split_part(s.application_name, ' ', 2)::int8
 			- (extract(epoch FROM clock_timestamp() - s.state_change) * 1000)::int8) END`
 
@@ -57,7 +60,8 @@ func buildStatements(schema string, serverMajor int) statements {
 	// function, so that the acquire statements' plans stay small: every run
 	// initialises its whole plan, and the join on pg_locks would cost more
 	// than the rest of an acquire; PL/pgSQL plans the query once per session.
-	fn := qualified(schema, "leasehold_remaining_v1")
+	// v2: v1 cast a ttl of any length (see remaining); v1 is no longer used.
+	fn := qualified(schema, "leasehold_remaining_v2")
 	// $1 the id (one key) or ids, $2 the backend pid the client was told,
 	// $3 pooler allowed, $4 ttl setting name, $5 ttl ms, $6 owner, [$7 the
 	// key name or names, $8 namespace].
