@@ -238,3 +238,16 @@ func TestRemainingBounds(t *testing.T) {
 		}
 	}
 }
+
+// WithOwner follows CheckOwner: an owner with a control character (it is
+// stored in records and printed on lines) is refused.
+func TestWithOwnerFollowsCheckOwner(t *testing.T) {
+	for _, owner := range []string{"", "a\nb", "a\x1eb", "\xff", string(make([]byte, lock.MaxKeyLen+1))} {
+		if _, err := lock.NewConfig(nil, []lock.Option{lock.WithOwner(owner)}); !errors.Is(err, lock.ErrInvalidArgument) {
+			t.Errorf("WithOwner(%.20q): %v, want ErrInvalidArgument", owner, err)
+		}
+	}
+	if _, err := lock.NewConfig(nil, []lock.Option{lock.WithOwner("host/1/é")}); err != nil {
+		t.Errorf("WithOwner of a plain identity: %v", err)
+	}
+}

@@ -98,11 +98,12 @@ func BackendOption[S any](name string, f func(*S) error) Option {
 }
 
 // WithOwner sets the owner identity stored with every grant of a backend
-// instance and shown by Inspector.
+// instance and shown by Inspector. It follows CheckOwner: 1 to MaxKeyLen
+// bytes of UTF-8 without control characters.
 func WithOwner(owner string) Option {
 	return func(c *Config) {
-		if owner == "" || len(owner) > MaxKeyLen {
-			c.fail(fmt.Errorf("%w: owner must be 1 to %d bytes", ErrInvalidArgument, MaxKeyLen))
+		if err := CheckOwner("owner", owner); err != nil {
+			c.fail(err)
 			return
 		}
 		c.Owner = owner
