@@ -56,7 +56,9 @@ for i = 0, n - 1 do
     local t = redis.call('TIME')
     local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
     local since = string.format('%.0f', now)
-    local last = tonumber(redis.call('GET', fenceKey) or '0')
+    -- A counter that is not a number (another client wrote it) counts as
+    -- lost: the clock still keeps the tokens increasing.
+    local last = tonumber(redis.call('GET', fenceKey) or '0') or 0
     local token = string.format('%.0f', math.max(last + 1, now))
     -- NX: a key of another type (MGET reads it as nil) is not ours to replace.
     if redis.call('SET', lockKey, token .. '|' .. since .. '|' .. ARGV[1], 'PX', ARGV[2], 'NX') then

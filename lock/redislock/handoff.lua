@@ -23,7 +23,7 @@ local function handoff(userKey, fenceLifetime)
     redis.call('ZREM', KEYS[3], w)
     redis.call('HDEL', KEYS[4], w)
     if deadline and tonumber(deadline) >= nowMs then
-      local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
+      local fence = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
       local token = string.format('%.0f', math.max(fence + 1, nowUs))
       local since = string.format('%.0f', nowUs)
       redis.call('SET', KEYS[1], token .. '|' .. since .. '|' .. w .. '|' .. owner, 'PX', ttl)

@@ -153,3 +153,34 @@ func TestReleaseOfKeyLikeAHandoff(t *testing.T) {
 		}
 	}
 }
+
+// A fence counter that another client overwrote with something that is not
+// a number counts as lost (the clock keeps tokens increasing); it made
+// every acquire of the key fail in the script (ErrUnavailable, retried
+// forever).
+func TestForeignFenceCounter(t *testing.T) {
+	srv := testenv.Redis(t)
+	c := newClient(t, srv.Addr())
+	l := newLock(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	key := "limits/" + t.Name()
+	h, err := l.TryAcquire(ctx, key, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, redislock.DefaultPrefix+"fk:{"+key+"}", "not a number", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	h2, err := l.TryAcquire(ctx, key, time.Minute)
+	if err != nil {
+		t.Fatalf("TryAcquire after the fence counter was overwritten: %v", err)
+	}
+	defer h2.Release(context.Background())
+	if h2.Token() <= h.Token() {
+		t.Fatalf("token %d after %d", h2.Token(), h.Token())
+	}
+}
