@@ -22,7 +22,11 @@ local function handoff(userKey, fenceLifetime)
     local deadline, ttl, last, inbox, owner = string.match(entry, '^(%d+)|(%d+)|(%d+)|([^|]*)|(.*)$')
     redis.call('ZREM', KEYS[3], w)
     redis.call('HDEL', KEYS[4], w)
-    if deadline and tonumber(deadline) >= nowMs then
+    -- An entry another client wrote may hold any number: a ttl outside
+    -- 1 ms .. lock.MaxTTL (31622400000 ms) would fail the SET below, and
+    -- with it every release of the key; such a waiter is dropped.
+    local ttlMs = tonumber(ttl or '')
+    if deadline and tonumber(deadline) >= nowMs and ttlMs and ttlMs >= 1 and ttlMs <= 31622400000 then
       local fence = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
       local token = string.format('%.0f', math.max(fence + 1, nowUs))
       local since = string.format('%.0f', nowUs)

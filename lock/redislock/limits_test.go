@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/leasehold-go/leasehold/internal/testenv"
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/redislock"
@@ -182,5 +184,41 @@ func TestForeignFenceCounter(t *testing.T) {
 	defer h2.Release(context.Background())
 	if h2.Token() <= h.Token() {
 		t.Fatalf("token %d after %d", h2.Token(), h.Token())
+	}
+}
+
+// A queue entry that another client wrote with a ttl Redis refuses (0, or
+// a number beyond any expiry) is dropped by the handoff instead of failing
+// the release script, which made every Release of the key ErrUnavailable.
+func TestForeignQueueEntry(t *testing.T) {
+	if lock.MaxTTL != 31622400000*time.Millisecond {
+		t.Fatalf("handoff.lua bounds ttls by 31622400000 ms; lock.MaxTTL is %v", lock.MaxTTL)
+	}
+	srv := testenv.Redis(t)
+	c := newClient(t, srv.Addr())
+	l := newLock(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i, ttl := range []string{"0", "99999999999999999999"} {
+		key := "limits/" + t.Name() + "/" + ttl
+		h, err := l.TryAcquire(ctx, key, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		queue, entries := redislock.DefaultPrefix+"qk:{"+key+"}", redislock.DefaultPrefix+"dk:{"+key+"}"
+		if err := c.ZAdd(ctx, queue, redis.Z{Score: 1, Member: "w"}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.HSet(ctx, entries, "w", "99999999999999|"+ttl+"|1|inbox|intruder").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatalf("case %d: Release with a forged queue entry (ttl %s): %v", i, ttl, err)
+		}
+		h2, err := l.TryAcquire(ctx, key, time.Minute)
+		if err != nil {
+			t.Fatalf("case %d: TryAcquire after the release: %v", i, err)
+		}
+		_ = h2.Release(ctx)
 	}
 }
