@@ -3,6 +3,7 @@ package lock
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -59,7 +60,7 @@ func Unavailable(op string, err error) error {
 // It matches ErrNotAcquired.
 type NotAcquiredError struct {
 	// Key is the key that is held, as the caller passed it; for
-	// TryAcquireAny, the keys joined with commas.
+	// TryAcquireAny, the keys joined with commas (see NotAcquiredAny).
 	Key string
 	// Remaining is the current grant's remaining ttl as the backend saw it,
 	// or 0 when unknown. Acquire sleeps no longer than this before it tries
@@ -73,6 +74,28 @@ type NotAcquiredError struct {
 // overflow.
 func NotAcquired(key string, remaining time.Duration) error {
 	return &NotAcquiredError{Key: key, Remaining: min(max(remaining, 0), MaxTTL)}
+}
+
+// maxKeysLabel is how long NotAcquiredAny lets the keys' list grow.
+const maxKeysLabel = 256
+
+// NotAcquiredAny is NotAcquired for the keys of one TryAcquireAny: Key is
+// the keys joined with commas, shortened to the first ones and a count
+// when that would be longer than a few hundred bytes (a call may have
+// lock.MaxKeys keys of MaxKeyLen bytes each).
+func NotAcquiredAny(keys []string, remaining time.Duration) error {
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 && b.Len()+1+len(k) > maxKeysLabel {
+			fmt.Fprintf(&b, ",… (%d keys)", len(keys))
+			break
+		}
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(k)
+	}
+	return NotAcquired(b.String(), remaining)
 }
 
 // Error says which key is held and, when known, for how long still.

@@ -3,7 +3,9 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -249,5 +251,37 @@ func TestWithOwnerFollowsCheckOwner(t *testing.T) {
 	}
 	if _, err := lock.NewConfig(nil, []lock.Option{lock.WithOwner("host/1/é")}); err != nil {
 		t.Errorf("WithOwner of a plain identity: %v", err)
+	}
+}
+
+// A TryAcquireAny over every key finds them all held: the error names the
+// keys, but within a few hundred bytes, not MaxKeys × MaxKeyLen (4 MiB per
+// failed attempt of a waiting semaphore).
+func TestNotAcquiredAnyIsBounded(t *testing.T) {
+	l := memlock.New()
+	ctx := t.Context()
+	long := strings.Repeat("k", lock.MaxKeyLen-8)
+	keys := make([]string, lock.MaxKeys)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s/%d", long, i)
+		if _, err := l.TryAcquire(ctx, keys[i], time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := l.TryAcquireAny(ctx, keys, time.Minute)
+	if !errors.Is(err, lock.ErrNotAcquired) || lock.RemainingTTL(err) <= 0 {
+		t.Fatalf("TryAcquireAny with every key held: %v", err)
+	}
+	if n := len(err.Error()); n > 4*lock.MaxKeyLen {
+		t.Fatalf("the error is %d bytes long", n)
+	}
+	if !strings.Contains(err.Error(), fmt.Sprintf("(%d keys)", lock.MaxKeys)) {
+		t.Fatalf("the error does not count the keys: %.300s", err)
+	}
+	for keys, want := range map[string]string{"a,b,c": "a,b,c", long: long} {
+		var na *lock.NotAcquiredError
+		if !errors.As(lock.NotAcquiredAny(strings.Split(keys, ","), 0), &na) || na.Key != want {
+			t.Errorf("NotAcquiredAny(%.20q).Key = %.20q, want %.20q", keys, na.Key, want)
+		}
 	}
 }

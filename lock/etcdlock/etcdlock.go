@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -239,7 +238,7 @@ func (l *Lock) tryAcquire(ctx context.Context, keys []string, ttl time.Duration)
 			return nil, lock.Unavailable("etcdlock: acquire", err)
 		case h == nil:
 			l.giveBack(sp)
-			return nil, lock.NotAcquired(strings.Join(keys, ","), l.remaining(ctx, holders))
+			return nil, lock.NotAcquiredAny(keys, l.remaining(ctx, holders))
 		}
 		return h, nil
 	}

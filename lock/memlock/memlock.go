@@ -133,7 +133,7 @@ func (l *Lock) TryAcquireAny(ctx context.Context, keys []string, ttl time.Durati
 	}
 	l.mu.Unlock()
 	if err != nil {
-		err = lock.NotAcquired(strings.Join(keys, ","), shortest)
+		err = lock.NotAcquiredAny(keys, shortest)
 	}
 	l.metrics.Attempt(ctx, start, err)
 	if err != nil {

@@ -490,7 +490,7 @@ func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration, qu
 		if hint != nil {
 			rem = lock.RemainingMillis(*hint)
 		}
-		return nil, lock.NotAcquired(strings.Join(keys, ","), rem)
+		return nil, lock.NotAcquiredAny(keys, rem)
 	case tok == nil || *idx < 1 || int(*idx) > len(keys):
 		destroy(c)
 		return nil, lock.Unavailable("pglock: acquire", fmt.Errorf("unexpected reply: index %v token %v", idx, tok))

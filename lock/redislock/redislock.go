@@ -310,7 +310,7 @@ func (l *Lock) grant(keys []string, ttl time.Duration, sent time.Time, tail stri
 	case err != nil:
 		return nil, lock.Unavailable("redislock: acquire", err)
 	case len(res) == 2 && res[0] == 0:
-		return nil, lock.NotAcquired(strings.Join(keys, ","), lock.RemainingMillis(res[1]))
+		return nil, lock.NotAcquiredAny(keys, lock.RemainingMillis(res[1]))
 	case len(res) == 5 && res[0] == 1 && res[2] >= 0 && int(res[2]) < len(keys):
 		k := keys[res[2]]
 		tok := uint64(res[1])
