@@ -231,30 +231,25 @@ func (s *Semaphore) tryAny(ctx context.Context, m lock.MultiLock, ttl time.Durat
 	if s.size <= per {
 		return m.TryAcquireAny(ctx, s.keys, ttl)
 	}
-	batches := (s.size + per - 1) / per
-	off := rand.N(batches)
-	var shortest time.Duration
-	for i := range batches {
-		b := (off + i) % batches
-		h, err := m.TryAcquireAny(ctx, s.keys[b*per:min((b+1)*per, s.size)], ttl)
-		if err == nil {
-			return h, nil
-		}
-		if !errors.Is(err, lock.ErrNotAcquired) {
-			return nil, err
-		}
-		if r := lock.RemainingTTL(err); r > 0 && (shortest == 0 || r < shortest) {
-			shortest = r
-		}
-	}
-	return nil, lock.NotAcquired(SlotKey(s.name, 0)+"…", shortest)
+	return s.firstOf((s.size+per-1)/per, func(b int) (lock.Handle, error) {
+		return m.TryAcquireAny(ctx, s.keys[b*per:min((b+1)*per, s.size)], ttl)
+	})
 }
 
 func (s *Semaphore) tryInTurn(ctx context.Context, ttl time.Duration) (lock.Handle, error) {
-	off := rand.N(s.size)
+	return s.firstOf(s.size, func(i int) (lock.Handle, error) {
+		return s.l.TryAcquire(ctx, s.keys[i], ttl)
+	})
+}
+
+// firstOf makes attempts 0 to n-1 from a random one on, until one grants a
+// slot or fails otherwise than with ErrNotAcquired; when every one finds
+// its slots held, the error carries the shortest remaining ttl reported.
+func (s *Semaphore) firstOf(n int, try func(i int) (lock.Handle, error)) (lock.Handle, error) {
+	off := rand.N(n)
 	var shortest time.Duration
-	for i := range s.size {
-		h, err := s.l.TryAcquire(ctx, s.keys[(off+i)%s.size], ttl)
+	for i := range n {
+		h, err := try((off + i) % n)
 		if err == nil {
 			return h, nil
 		}

@@ -15,11 +15,7 @@ import (
 // lease the key is on, keeps it and revokes the other: both outcomes.
 func TestSettleAnUnknownSwap(t *testing.T) {
 	srv := testenv.Etcd(t)
-	c, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c := newClient(t, srv.Endpoints())
 	l, err := New(c, WithMinTTL(time.Second), WithPrefix("/settle/"))
 	if err != nil {
 		t.Fatal(err)
@@ -93,12 +89,7 @@ func TestSettleAnUnknownSwap(t *testing.T) {
 // keeps the smaller batch for the next calls.
 func TestTxnBatchShrinksOnRefusal(t *testing.T) {
 	srv := testenv.Etcd(t)
-	c, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	l, err := New(c, WithMinTTL(time.Second), WithPrefix("/batch/"))
+	l, err := New(newClient(t, srv.Endpoints()), WithMinTTL(time.Second), WithPrefix("/batch/"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,4 +109,13 @@ func TestTxnBatchShrinksOnRefusal(t *testing.T) {
 	if n := l.txnKeys.Load(); n != 50 {
 		t.Fatalf("keys per Txn after a refusal: %d, want 50", n)
 	}
+}
+
+func newClient(t *testing.T, endpoints []string) *clientv3.Client {
+	c, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }

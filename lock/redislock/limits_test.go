@@ -105,11 +105,7 @@ func TestKeepBelowMinTTL(t *testing.T) {
 // other client wrote with an expiry of centuries gives a hint of at most
 // lock.MaxTTL, not an overflowed (negative or random) duration.
 func TestForeignHugeExpiryHint(t *testing.T) {
-	srv := testenv.Redis(t)
-	c := newClient(t, srv.Addr())
-	l := newLock(t, c)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	c, l, ctx := intruded(t)
 	key := "limits/" + t.Name()
 	// The lock key of key (see keys.go), written by another client.
 	if err := c.Do(ctx, "SET", redislock.DefaultPrefix+"lk:{"+key+"}", "1|1|x|intruder", "PX", int64(9e15)).Err(); err != nil {
@@ -161,11 +157,7 @@ func TestReleaseOfKeyLikeAHandoff(t *testing.T) {
 // every acquire of the key fail in the script (ErrUnavailable, retried
 // forever).
 func TestForeignFenceCounter(t *testing.T) {
-	srv := testenv.Redis(t)
-	c := newClient(t, srv.Addr())
-	l := newLock(t, c)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	c, l, ctx := intruded(t)
 	key := "limits/" + t.Name()
 	h, err := l.TryAcquire(ctx, key, time.Minute)
 	if err != nil {
@@ -194,11 +186,7 @@ func TestForeignQueueEntry(t *testing.T) {
 	if lock.MaxTTL != 31622400000*time.Millisecond {
 		t.Fatalf("handoff.lua bounds ttls by 31622400000 ms; lock.MaxTTL is %v", lock.MaxTTL)
 	}
-	srv := testenv.Redis(t)
-	c := newClient(t, srv.Addr())
-	l := newLock(t, c)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	c, l, ctx := intruded(t)
 	for i, ttl := range []string{"0", "99999999999999999999"} {
 		key := "limits/" + t.Name() + "/" + ttl
 		h, err := l.TryAcquire(ctx, key, time.Minute)
@@ -221,4 +209,13 @@ func TestForeignQueueEntry(t *testing.T) {
 		}
 		_ = h2.Release(ctx)
 	}
+}
+
+// intruded is the setup of the tests where another client writes this
+// package's keys: that client, a Lock and a bounded context.
+func intruded(t *testing.T) (*redis.Client, *redislock.Lock, context.Context) {
+	c := newClient(t, testenv.Redis(t).Addr())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return c, newLock(t, c), ctx
 }
