@@ -23,10 +23,35 @@
 //     than its ttl, and no goroutine at all.
 //  6. Liveness. A crashed holder's key becomes acquirable within the ttl
 //     (plus the backend's stated slack).
-//  7. Checked input. An empty key, a key over MaxKeyLen bytes, a ttl ≤ 0 or
-//     below the backend's minimum, a nil context: a clear error that
+//  7. Checked input. An empty key, a key over MaxKeyLen bytes, a ttl ≤ 0,
+//     below the backend's minimum or above its maximum, too many keys in one
+//     call, a nil context: a clear error that
 //     matches ErrInvalidArgument (and ErrInvalidKey or ErrInvalidTTL),
 //     never a panic or a hang. Use after Release returns ErrLost.
+//
+// # Limits
+//
+// Every backend states its limits (Limits, through Limited; LimitsOf reads
+// them, and DefaultLimits stand for a backend that states none), and every
+// entry point checks them before anything is sent: TryAcquire, Extend,
+// Claim, AcquireQueued, TryAcquireAny, Subscribe, and the helpers Acquire,
+// Claim, Do, Hold, Keep and HealthCheck. Input outside them is an error
+// that matches ErrInvalidArgument (ErrInvalidTTL, ErrInvalidKey), returned
+// at once: never retried, never converted with an overflow.
+//
+//   - key: 1 to MaxKeyLen (1024) bytes, any bytes.
+//   - ttl: above 0 and at least the backend's MinTTL (redislock and pglock
+//     10 ms; etcdlock rounds a shorter ttl up instead; memlock any), at most
+//     its MaxTTL (MaxTTL, 366 days; pglock 24.8 days, idle_session_timeout's
+//     2³¹−1 ms). Keep's renew interval must be below the ttl less the margin.
+//   - keys per TryAcquireAny or Subscribe call: 1 to MaxKeys (4096) on every
+//     built-in backend.
+//   - names the tools turn into keys (semaphore, election, timer):
+//     CheckName, 1 to MaxNameLen (512) bytes; owners: CheckOwner.
+//
+// Remaining ttls that a backend reads back from its server (hints of
+// ErrNotAcquired, Inspector's Remaining) are clamped to [0, MaxTTL]
+// (RemainingMillis), as anything another client wrote may be there.
 //
 // Errors are sentinels for errors.Is. An Extend has three outcomes: renewed
 // (nil), lost (ErrLost), and unknown (anything else, typically
@@ -84,8 +109,10 @@
 //
 // # Writing a backend
 //
-// Call Validate (or ValidateKeys) first in every operation, return
-// NotAcquired with the remaining ttl when the key is held, wrap driver
+// State your Limits (implement Limited on the Lock and on its handles), call
+// Validate (or ValidateKeys, ValidateSubscribe) with them first in every
+// operation, return NotAcquired (NotAcquiredAny for several keys) with the
+// remaining ttl when the key is held, wrap driver
 // errors with Unavailable, record through Telemetry().Backend(name), accept
 // []Option with BackendOption for your own settings, and run
 // lock/locktest.Run against a real server.

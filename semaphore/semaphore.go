@@ -27,6 +27,23 @@
 // ErrSizeMismatch and is logged at Warn. Between two checks, participants
 // with different sizes do not exclude each other beyond the slots they
 // share — fix the configuration.
+//
+// # Limits
+//
+// A name follows lock.CheckName (1 to lock.MaxNameLen bytes of UTF-8, no
+// control characters, no braces): every slot key then fits in
+// lock.MaxKeyLen. A size is 1 to MaxSize (4096). Both are checked by New.
+// The ttl of TryAcquire, Acquire and Do (lock.WithTTL) is checked against
+// the backend's limits (lock.LimitsOf). On a backend that takes fewer keys
+// per TryAcquireAny than the size (a third-party one; every built-in
+// backend takes MaxSize), an attempt tries the slots in batches of its
+// MaxKeys, and Acquire waits by backoff bounded by the slots' remaining ttl
+// instead of one subscription for every slot.
+//
+// Sizes and slot numbers read back from a backend (Observe, ObserveAll,
+// Occupancy, the size check) are untrusted: anything New could not have
+// made (a size outside 1…MaxSize, a slot outside 0…MaxSize-1, a number
+// that is not plain decimal) is ignored.
 package semaphore
 
 import (

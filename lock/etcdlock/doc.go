@@ -44,9 +44,10 @@
 //     waiters take ~100 ms per handoff). When the watch breaks (its member
 //     lost the leader, the connection dropped) every waiter is woken to
 //     try again and the watch is made again.
-//   - TryAcquireAny is one Txn too: its else branch nests a Txn for the
-//     next key (etcd ≥ 3.3), one level per key from a random start, so the
-//     first free key in that order is put and no other is touched.
+//   - TryAcquireAny is one Txn too (for up to 64 keys; see the limits): its
+//     else branch nests a Txn for the next key (etcd ≥ 3.3), one level per
+//     key from a random start, so the first free key in that order is put
+//     and no other is touched.
 //   - Inspect and List read the keys (List with one range read of the
 //     prefix) and their leases' remaining ttl (one request per lease).
 //   - Handles implement lock.LossNotifier: Lost is closed when a renewal
@@ -61,6 +62,22 @@
 // whole seconds and to the minimum (DefaultMinTTL, 2 s; WithMinTTL lowers
 // it to 1 s for servers with a short election timeout). Rounding is not an
 // error: only a ttl ≤ 0 (or above MaxTTL) is refused.
+//
+// Limits (lock.Limited; out of them, an error matching
+// lock.ErrInvalidArgument, before anything is sent):
+//
+//   - ttl: above 0 (rounded up to whole seconds and MinTTL) to MaxTTL
+//     (lock.MaxTTL, 366 days), at every entry point;
+//   - keys per TryAcquireAny or Subscribe: MaxKeys (lock.MaxKeys, 4096).
+//     etcd refuses a Txn of more than --max-txn-ops operations (128 by
+//     default) counted down its nested levels, two per key: TryAcquireAny
+//     sends Txns of at most 64 keys each, one after the other until one
+//     grants a key (each Txn puts at most one key, so the first free key in
+//     order is granted), and halves that batch for good when a server run
+//     with a smaller --max-txn-ops refuses it. Over many held keys it costs
+//     one round trip per 64 keys, and the hint asks about at most 16 of
+//     the holders' leases;
+//   - key: 1 to lock.MaxKeyLen bytes (under the prefix).
 //
 // ValidUntil still counts the ttl that was asked for, from the time the
 // acquire or extend request was sent, minus lock.DriftAllowance — not from

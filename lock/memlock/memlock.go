@@ -15,6 +15,11 @@
 //
 // Expired grants are dropped when their key is next touched or listed, so a
 // process that takes many distinct keys once keeps their entries until then.
+//
+// Limits: lock.DefaultLimits (any ttl above 0 up to lock.MaxTTL, 366 days;
+// up to lock.MaxKeys, 4096, keys per TryAcquireAny or Subscribe; keys of 1
+// to lock.MaxKeyLen bytes). Input out of them is an error matching
+// lock.ErrInvalidArgument.
 package memlock
 
 import (

@@ -43,6 +43,19 @@
 // moment the request was sent, before the server started its timer, minus
 // lock.DriftAllowance; ttls are whole milliseconds (MinTTL to MaxTTL).
 //
+// Limits (lock.Limited; out of them, an error matching
+// lock.ErrInvalidArgument, before anything is sent):
+//
+//   - ttl: MinTTL (10 ms) to MaxTTL (2³¹−1 ms, about 24.8 days: the largest
+//     idle_session_timeout), at every entry point (TryAcquire, Extend,
+//     AcquireQueued, TryAcquireAny, Claim, lock.Keep);
+//   - keys per TryAcquireAny or Subscribe: MaxKeys (lock.MaxKeys, 4096);
+//   - key: 1 to lock.MaxKeyLen bytes.
+//
+// A holder's application_name ("<token> <ttl ms> <since> <owner>") is read
+// back for hints and Inspect; any session holding the lock can set it, so
+// only a ttl of at most 18 digits is taken as one.
+//
 // Before PostgreSQL 14 there is no idle_session_timeout: the ttl is not
 // enforced by the server. A holder that is paused keeps its lock until its
 // session ends, which for a half-open connection is when the server's TCP

@@ -64,7 +64,23 @@
 //
 // ValidUntil is the time the acquire or extend request was sent, plus the
 // ttl, minus lock.DriftAllowance (1% + 2 ms). ttls are whole milliseconds
-// (rounded up); the minimum is MinTTL.
+// (rounded up).
+//
+// Limits (lock.Limited; out of them, an error matching
+// lock.ErrInvalidArgument, before anything is sent):
+//
+//   - ttl: MinTTL (10 ms) to MaxTTL (lock.MaxTTL, 366 days), at every entry
+//     point (TryAcquire, Extend, AcquireQueued, TryAcquireAny, lock.Claim,
+//     lock.Keep);
+//   - keys per TryAcquireAny or Subscribe: MaxKeys (lock.MaxKeys, 4096; the
+//     script's MGET unpacks them within Lua's limit of 8000 values); one
+//     script over 4096 held keys takes ~10 ms of server time;
+//   - key: 1 to lock.MaxKeyLen bytes.
+//
+// Values read back from Redis are not trusted: a remaining ttl is clamped
+// to [0, lock.MaxTTL], a fence counter that is not a number counts as
+// lost, a queue entry whose ttl Redis would refuse is dropped, and only the
+// Lock's own inbox channel carries handoffs (a key may start with "\x02").
 //
 // # What Redis can and cannot promise
 //
