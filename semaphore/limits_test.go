@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -167,4 +168,35 @@ func TestSizeAboveMaxKeys(t *testing.T) {
 	for _, p := range ps {
 		_ = p.Release(ctx)
 	}
+}
+
+// A ttl above the backend's maximum is refused at once by TryAcquire,
+// Acquire and Do (lock.WithTTL), on every backend: it used to reach
+// TryAcquireAny, where Redis answered ErrUnavailable and Acquire retried it
+// until its context ended.
+func TestHugeTTL(t *testing.T) {
+	backends.Each(t, backends.All(t), func(t *testing.T, b backends.Backend) {
+		l := b.New(t)
+		sem := newSem(t, l, uniqueName(t), 2)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		for _, ttl := range []time.Duration{lock.LimitsOf(l).MaxTTL + 1, math.MaxInt64} {
+			if _, err := sem.TryAcquire(ctx, ttl); !errors.Is(err, lock.ErrInvalidTTL) {
+				t.Errorf("TryAcquire(%v): %v, want ErrInvalidTTL", ttl, err)
+			}
+			if _, err := sem.Acquire(ctx, ttl); !errors.Is(err, lock.ErrInvalidTTL) {
+				t.Errorf("Acquire(%v): %v, want ErrInvalidTTL", ttl, err)
+			}
+			if s, err := semaphore.New(l, uniqueName(t), 2, lock.WithTTL(ttl)); err == nil {
+				if err := s.Do(ctx, func(context.Context) error { return nil }); !errors.Is(err, lock.ErrInvalidTTL) {
+					t.Errorf("Do with WithTTL(%v): %v, want ErrInvalidTTL", ttl, err)
+				}
+			} else if !errors.Is(err, lock.ErrInvalidTTL) {
+				t.Errorf("New with WithTTL(%v): %v, want ErrInvalidTTL", ttl, err)
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the refusals took until the context ended")
+		}
+	})
 }
