@@ -200,3 +200,25 @@ func TestHugeTTL(t *testing.T) {
 		}
 	})
 }
+
+// Observe takes only names New would: an empty or otherwise invalid name
+// is ErrInvalidArgument (it was an empty observation, so a tool reported
+// nothing for a name that cannot exist); a nil context too.
+func TestObserveChecksItsInput(t *testing.T) {
+	l := memlock.New()
+	for _, name := range []string{"", "a{b", "a\nb", strings.Repeat("n", lock.MaxNameLen+1)} {
+		if _, err := semaphore.Observe(t.Context(), l, name); !errors.Is(err, lock.ErrInvalidArgument) {
+			t.Errorf("Observe(%.20q): %v, want ErrInvalidArgument", name, err)
+		}
+	}
+	var nilCtx context.Context
+	if _, err := semaphore.Observe(nilCtx, l, "x"); !errors.Is(err, lock.ErrInvalidArgument) {
+		t.Errorf("Observe(nil ctx): %v", err)
+	}
+	if _, err := semaphore.ObserveAll(nilCtx, l, ""); !errors.Is(err, lock.ErrInvalidArgument) {
+		t.Errorf("ObserveAll(nil ctx): %v", err)
+	}
+	if _, err := semaphore.Observe(t.Context(), l, "x"); err != nil {
+		t.Errorf("Observe of a valid name: %v", err)
+	}
+}

@@ -61,8 +61,12 @@ func (o Observation) Slots(size int) []SlotState {
 // Observe reports the semaphore called name from the grants l lists, in
 // one List call. Unlike Occupancy it writes nothing: Occupancy declares
 // its own size first, which a tool that only watches must not do. It
-// needs a backend with lock.Inspector.
+// needs a backend with lock.Inspector. The name follows New's rule
+// (lock.CheckName): another is an error matching lock.ErrInvalidArgument.
 func Observe(ctx context.Context, l lock.Lock, name string) (Observation, error) {
+	if err := lock.CheckName("semaphore name", name); err != nil {
+		return Observation{}, err
+	}
 	all, err := observe(ctx, l, name+"}/")
 	if err != nil {
 		return Observation{}, err
@@ -87,6 +91,9 @@ func observe(ctx context.Context, l lock.Lock, prefix string) ([]Observation, er
 	in, ok := l.(lock.Inspector)
 	if !ok {
 		return nil, fmt.Errorf("%w: the backend %T cannot list its grants", lock.ErrInvalidArgument, l)
+	}
+	if err := lock.CheckContext(ctx); err != nil {
+		return nil, err
 	}
 	grants, err := in.List(ctx, "sem/{"+prefix)
 	if err != nil {
