@@ -266,8 +266,10 @@ func (l *Lock) tryChunks(ctx context.Context, keys []string, ttl time.Duration, 
 		cmps, then, els := l.txnFor(chunk, value, sp.id)
 		resp, err := l.client.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()
 		if errors.Is(err, rpctypes.ErrTooManyOps) && n > 1 {
-			// Refused whole, before anything was done: smaller batches.
-			l.txnKeys.CompareAndSwap(int32(n), int32(n/2))
+			// Refused whole, before anything was done: batches of at most
+			// half of this one, from now on.
+			for cur := l.txnKeys.Load(); cur > int32(n/2) && !l.txnKeys.CompareAndSwap(cur, int32(n/2)); cur = l.txnKeys.Load() {
+			}
 			continue
 		}
 		if err != nil {

@@ -94,20 +94,23 @@ func TestTxnBatchShrinksOnRefusal(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
-	l.txnKeys.Store(100) // more than the default --max-txn-ops (128) allows
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	keys := make([]string, 120)
-	for i := range keys {
-		keys[i] = "k" + strconv.Itoa(i)
-	}
-	h, err := l.TryAcquireAny(ctx, keys, time.Second)
-	if err != nil {
-		t.Fatalf("TryAcquireAny: %v", err)
-	}
-	defer h.Release(context.Background())
-	if n := l.txnKeys.Load(); n != 50 {
-		t.Fatalf("keys per Txn after a refusal: %d, want 50", n)
+	// A batch of the full size, and one of fewer keys than the size.
+	for _, c := range []struct{ batch, keys, want int32 }{{100, 120, 50}, {200, 100, 50}} {
+		l.txnKeys.Store(c.batch) // more than the default --max-txn-ops (128) allows
+		keys := make([]string, c.keys)
+		for i := range keys {
+			keys[i] = "k" + strconv.Itoa(i)
+		}
+		h, err := l.TryAcquireAny(ctx, keys, time.Second)
+		if err != nil {
+			t.Fatalf("TryAcquireAny: %v", err)
+		}
+		_ = h.Release(ctx)
+		if n := l.txnKeys.Load(); n != c.want {
+			t.Fatalf("keys per Txn after a refusal of %d keys (batch %d): %d, want %d", c.keys, c.batch, n, c.want)
+		}
 	}
 }
 
