@@ -222,3 +222,25 @@ func TestObserveChecksItsInput(t *testing.T) {
 		t.Errorf("Observe of a valid name: %v", err)
 	}
 }
+
+// A permit states its backend's limits: lock.Keep refuses a ttl below
+// redislock's minimum on it (the renewals would all be refused), as on a
+// plain handle.
+func TestPermitLimits(t *testing.T) {
+	b := backends.Redis(t)
+	sem := newSem(t, b.New(t), uniqueName(t), 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p, err := sem.TryAcquire(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release(context.Background())
+	lease, err := lock.Keep(ctx, p, time.Millisecond)
+	if !errors.Is(err, lock.ErrInvalidTTL) {
+		if lease != nil {
+			_ = lease.Release(ctx)
+		}
+		t.Fatalf("Keep(permit, 1ms) on Redis: %v, want ErrInvalidTTL", err)
+	}
+}

@@ -98,6 +98,10 @@ type Permit struct {
 // Slot is the permit's slot number, in [0, Size).
 func (p *Permit) Slot() int { return p.slot }
 
+// Limits implements lock.Limited with the limits of the permit's grant, so
+// that lock.Keep and lock.Hold check a ttl against the backend's.
+func (p *Permit) Limits() lock.Limits { return lock.LimitsOf(p.Handle) }
+
 // Release gives the slot back (see lock.Handle).
 func (p *Permit) Release(ctx context.Context) error {
 	err := p.Handle.Release(ctx)
