@@ -25,6 +25,18 @@ type Registry struct {
 	heap  deadlineHeap
 	dead  map[string]jobs.DeadJob
 	epoch uint64
+
+	// Completions of the last jobs.DoneWindow, for Done's idempotence:
+	// done answers a retried Done, doneQ[doneHead:] (oldest first) drops
+	// them.
+	done     map[jobs.Ref]struct{}
+	doneQ    []completion
+	doneHead int
+}
+
+type completion struct {
+	ref jobs.Ref
+	at  time.Time
 }
 
 type entry struct {
@@ -36,14 +48,14 @@ var _ jobs.Registry = (*Registry)(nil)
 
 // New returns an empty registry.
 func New() *Registry {
-	return &Registry{byID: map[string]*entry{}, dead: map[string]jobs.DeadJob{}}
+	return &Registry{byID: map[string]*entry{}, dead: map[string]jobs.DeadJob{}, done: map[jobs.Ref]struct{}{}}
 }
 
 // Track implements jobs.Registry: under the mutex, the job gets a fresh
 // epoch and a deadline lease from now on this process's clock, replacing an
 // entry of the same ID (which goes stale). The payload is copied.
 func (r *Registry) Track(ctx context.Context, job jobs.Job, lease time.Duration) (jobs.Job, error) {
-	if err := jobs.CheckLease(ctx, job.ID, lease); err != nil {
+	if err := jobs.CheckTrack(ctx, job, lease); err != nil {
 		return jobs.Job{}, err
 	}
 	r.mu.Lock()
@@ -105,17 +117,50 @@ func (r *Registry) remove(ctx context.Context, ref jobs.Ref) (*entry, error) {
 }
 
 // Done implements jobs.Registry: it removes the entry if its epoch matches
-// ref's, else returns jobs.ErrStale.
+// ref's and remembers the completion for jobs.DoneWindow (a map and a
+// queue by time, trimmed by every Done), so that a retried Done of it
+// returns nil; any other epoch is jobs.ErrStale.
 func (r *Registry) Done(ctx context.Context, ref jobs.Ref) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := jobs.CheckID(ctx, ref.ID); err != nil {
+		return err
+	}
+	now := time.Now()
+	r.forgetCompletions(now)
+	if _, ok := r.done[ref]; ok {
+		return nil
+	}
+	if _, err := r.remove(ctx, ref); err != nil {
+		return err
+	}
+	r.done[ref] = struct{}{}
+	r.doneQ = append(r.doneQ, completion{ref, now})
+	return nil
+}
+
+// forgetCompletions drops the completions older than jobs.DoneWindow.
+func (r *Registry) forgetCompletions(now time.Time) {
+	for r.doneHead < len(r.doneQ) && now.Sub(r.doneQ[r.doneHead].at) > jobs.DoneWindow {
+		delete(r.done, r.doneQ[r.doneHead].ref)
+		r.doneQ[r.doneHead] = completion{}
+		r.doneHead++
+	}
+	// Compact once the dropped half dominates: amortised O(1) per Done.
+	if r.doneHead > len(r.doneQ)/2 {
+		r.doneQ = append(r.doneQ[:0], r.doneQ[r.doneHead:]...)
+		r.doneHead = 0
+	}
+}
+
+// Remove implements jobs.Registry: it removes the entry if its epoch
+// matches (the recoverer, after a requeue), else returns jobs.ErrStale.
+func (r *Registry) Remove(ctx context.Context, ref jobs.Ref) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	_, err := r.remove(ctx, ref)
 	return err
 }
-
-// Remove implements jobs.Registry: as Done, for the recoverer after a
-// requeue; jobs.ErrStale when the epoch no longer matches.
-func (r *Registry) Remove(ctx context.Context, ref jobs.Ref) error { return r.Done(ctx, ref) }
 
 // Expired implements jobs.Registry: it walks only the due part of the
 // deadline heap (O(k log k) for k expired jobs, whatever the number
@@ -150,7 +195,7 @@ func (r *Registry) Expired(ctx context.Context, limit int) ([]jobs.Job, error) {
 // its deadline has passed, it gets a new epoch, Attempt+1, owner by, a
 // deadline lease from now and a history entry; else jobs.ErrStale.
 func (r *Registry) Reclaim(ctx context.Context, ref jobs.Ref, by string, lease time.Duration) (jobs.Job, error) {
-	if err := jobs.CheckLease(ctx, ref.ID, lease); err != nil {
+	if err := jobs.CheckReclaim(ctx, ref, by, lease); err != nil {
 		return jobs.Job{}, err
 	}
 	r.mu.Lock()
@@ -173,6 +218,9 @@ func (r *Registry) Reclaim(ctx context.Context, ref jobs.Ref, by string, lease t
 // dead set (replacing a dead job of the same ID), with reason and the time
 // of death, else returns jobs.ErrStale.
 func (r *Registry) Bury(ctx context.Context, ref jobs.Ref, reason string) error {
+	if err := jobs.CheckBury(ctx, ref, reason); err != nil {
+		return err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, err := r.remove(ctx, ref)
