@@ -48,6 +48,23 @@ func CheckLease(ctx context.Context, id string, lease time.Duration) error {
 	return nil
 }
 
+// CheckHeartbeat is the input check of Registry.Heartbeat: the context,
+// the lease, and every ref's ID (1 to lock.MaxKeyLen bytes).
+func CheckHeartbeat(ctx context.Context, refs []Ref, lease time.Duration) error {
+	if err := lock.CheckContext(ctx); err != nil {
+		return err
+	}
+	if err := leaseLimits.CheckTTL(lease); err != nil {
+		return fmt.Errorf("job lease: %w", err)
+	}
+	for i, ref := range refs {
+		if err := lock.CheckKey(ref.ID); err != nil {
+			return fmt.Errorf("job ID refs[%d]: %w", i, err)
+		}
+	}
+	return nil
+}
+
 // CheckTrack is the input check of Registry.Track: the context, the ID and
 // the lease (CheckLease); an Owner that is empty (none) or a valid identity
 // (lock.CheckOwner); an Attempt from 0 to MaxAttempt; and a History whose

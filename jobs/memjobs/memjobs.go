@@ -84,7 +84,7 @@ func (r *Registry) current(ref jobs.Ref) (*entry, bool) {
 // epoch matches gets a deadline lease from now; it returns the IDs of the
 // others (gone or of another epoch).
 func (r *Registry) Heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Duration) ([]string, error) {
-	if err := jobs.CheckLease(ctx, "heartbeat", lease); err != nil {
+	if err := jobs.CheckHeartbeat(ctx, refs, lease); err != nil {
 		return nil, err
 	}
 	r.mu.Lock()
@@ -163,32 +163,57 @@ func (r *Registry) Remove(ctx context.Context, ref jobs.Ref) error {
 }
 
 // Expired implements jobs.Registry: it walks only the due part of the
-// deadline heap (O(k log k) for k expired jobs, whatever the number
-// tracked) and returns up to limit (0: all), earliest deadline first.
+// deadline heap, and no more of it than limit (0: all) entries: O(k log k)
+// for the k jobs it returns, earliest deadline first, whatever the number
+// expired or tracked.
 func (r *Registry) Expired(ctx context.Context, limit int) ([]jobs.Job, error) {
 	if err := lock.CheckContext(ctx); err != nil {
 		return nil, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now := time.Now()
+	return r.due(time.Now(), limit), nil
+}
+
+// due lists up to limit (0: all) entries whose deadline is not after now,
+// earliest first: a best-first walk of the deadline heap from its root,
+// whose frontier holds the children of the entries taken. It visits
+// O(k) entries for k returned, whatever the number due or tracked.
+func (r *Registry) due(now time.Time, limit int) []jobs.Job {
 	var out []jobs.Job
-	// Walk the heap from the root, pruning subtrees that are not due.
-	var walk func(i int)
-	walk = func(i int) {
-		if i >= len(r.heap) || r.heap[i].job.Deadline.After(now) {
-			return
-		}
+	f := frontier{h: r.heap}
+	f.push(0, now)
+	for len(f.idx) > 0 && (limit <= 0 || len(out) < limit) {
+		i := heap.Pop(&f).(int)
 		out = append(out, r.heap[i].job)
-		walk(2*i + 1)
-		walk(2*i + 2)
+		f.push(2*i+1, now)
+		f.push(2*i+2, now)
 	}
-	walk(0)
-	sort.Slice(out, func(i, j int) bool { return out[i].Deadline.Before(out[j].Deadline) })
-	if limit > 0 && len(out) > limit {
-		out = out[:limit]
+	return out
+}
+
+// frontier is a min-heap of indices into a deadlineHeap.
+type frontier struct {
+	h   deadlineHeap
+	idx []int
+}
+
+// push adds entry i if it exists and is due at now.
+func (f *frontier) push(i int, now time.Time) {
+	if i < len(f.h) && !f.h[i].job.Deadline.After(now) {
+		heap.Push(f, i)
 	}
-	return out, nil
+}
+
+func (f *frontier) Len() int           { return len(f.idx) }
+func (f *frontier) Less(a, b int) bool { return f.h.Less(f.idx[a], f.idx[b]) }
+func (f *frontier) Swap(a, b int)      { f.idx[a], f.idx[b] = f.idx[b], f.idx[a] }
+func (f *frontier) Push(x any)         { f.idx = append(f.idx, x.(int)) }
+func (f *frontier) Pop() any {
+	n := len(f.idx) - 1
+	x := f.idx[n]
+	f.idx = f.idx[:n]
+	return x
 }
 
 // Reclaim implements jobs.Registry: if the entry is still of ref's epoch and

@@ -270,7 +270,7 @@ func (r *Registry) Track(ctx context.Context, job jobs.Job, lease time.Duration)
 // refs (one round trip, whatever their number), deadline on server time;
 // it returns the IDs whose row of that epoch is gone.
 func (r *Registry) Heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Duration) ([]string, error) {
-	if err := jobs.CheckLease(ctx, "heartbeat", lease); err != nil {
+	if err := jobs.CheckHeartbeat(ctx, refs, lease); err != nil {
 		return nil, err
 	}
 	if len(refs) == 0 {

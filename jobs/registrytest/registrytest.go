@@ -269,6 +269,14 @@ func badInput(t *testing.T, r jobs.Registry) {
 			return err
 		}(),
 		"reclaim lease": func() error { _, err := r.Reclaim(ctx, jobs.Ref{ID: "x", Epoch: 1}, "by", 0); return err }(),
+		"heartbeat of an empty ID": func() error {
+			_, err := r.Heartbeat(ctx, []jobs.Ref{{ID: "x", Epoch: 1}, {ID: "", Epoch: 1}}, time.Minute)
+			return err
+		}(),
+		"heartbeat of a long ID": func() error {
+			_, err := r.Heartbeat(ctx, []jobs.Ref{{ID: strings.Repeat("i", lock.MaxKeyLen+1), Epoch: 1}}, time.Minute)
+			return err
+		}(),
 	} {
 		if !errors.Is(err, lock.ErrInvalidArgument) {
 			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
