@@ -86,7 +86,8 @@ type Counts struct {
 // jobs/redisjobs and jobs/pgjobs implement it; jobs/registrytest is the
 // conformance suite every implementation runs. Deadlines are on the
 // registry's clock (the server's), never the caller's. Every method is one
-// round trip.
+// round trip. A listing's limit is any int: 0 or less lists all, and a
+// limit above what there is lists all there is.
 type Registry interface {
 	// Track records a started job with a fresh epoch and a deadline lease
 	// from now, replacing any entry of the same ID (which then goes stale).

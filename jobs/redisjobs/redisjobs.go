@@ -225,11 +225,24 @@ func (r *Registry) InFlight(ctx context.Context, limit int) ([]jobs.Job, error) 
 	return r.list(ctx, limit, "1")
 }
 
+// maxLimit is the largest limit passed to a script: Lua reads numbers as
+// doubles and hands large ones back to Redis as "9.2233720368548e+18",
+// which ZRANGE's LIMIT refuses. Any limit above it lists everything.
+const maxLimit = 1 << 30
+
+// scriptLimit is limit for a script: 1 to maxLimit, or 0 for all.
+func scriptLimit(limit int) int {
+	if limit <= 0 || limit > maxLimit {
+		return 0
+	}
+	return limit
+}
+
 func (r *Registry) list(ctx context.Context, limit int, all string) ([]jobs.Job, error) {
 	if err := lock.CheckContext(ctx); err != nil {
 		return nil, err
 	}
-	flat, err := r.bounds.Run(ctx, r.c, expiredScript, []string{r.deadlines()}, max(limit, 0), r.ns+"job:", all).StringSlice()
+	flat, err := r.bounds.Run(ctx, r.c, expiredScript, []string{r.deadlines()}, scriptLimit(limit), r.ns+"job:", all).StringSlice()
 	if err != nil {
 		return nil, unavailable("expired", err)
 	}
@@ -291,8 +304,9 @@ func (r *Registry) Dead(ctx context.Context, limit int) ([]jobs.DeadJob, error) 
 	if err := lock.CheckContext(ctx); err != nil {
 		return nil, err
 	}
-	if limit <= 0 {
-		limit = 1 << 30
+	limit = scriptLimit(limit)
+	if limit == 0 {
+		limit = maxLimit
 	}
 	flat, err := r.bounds.Run(ctx, r.c, deadScript, []string{r.deadset()}, limit, r.ns+"dead:").StringSlice()
 	if err != nil {

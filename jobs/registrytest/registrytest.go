@@ -40,6 +40,7 @@ func Run(t *testing.T, newRegistry func(t testing.TB) jobs.Registry) {
 		{"OpaqueIDs", opaqueIDs},
 		{"OwnersAndReasons", ownersAndReasons},
 		{"LeaseLimits", leaseLimits},
+		{"ListingLimits", listingLimits},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -570,5 +571,43 @@ func leaseLimits(t *testing.T, r jobs.Registry) {
 	}
 	if err := r.Done(ctx, j.Ref()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// listingLimits: any limit is a valid limit: 0 and below mean all, and a
+// huge one (math.MaxInt) is all there is, never an error from a
+// conversion.
+func listingLimits(t *testing.T, r jobs.Registry) {
+	ctx := ctxFor(t)
+	for _, id := range []string{"a", "b", "c"} {
+		track(t, r, id, 100*time.Millisecond)
+	}
+	waitExpired(t, r, 3)
+	c := track(t, r, "c", 100*time.Millisecond)
+	waitExpired(t, r, 3)
+	if _, err := r.Reclaim(ctx, c.Ref(), "recoverer", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	c2, err := r.InFlight(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range c2 {
+		if j.ID == "c" {
+			if err := r.Bury(ctx, j.Ref(), "test"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, limit := range []int{math.MaxInt, math.MaxInt32, 1 << 40, 0, -1, math.MinInt} {
+		if got, err := r.Expired(ctx, limit); err != nil || len(got) != 2 {
+			t.Errorf("Expired(%d): %d jobs, %v; want 2", limit, len(got), err)
+		}
+		if got, err := r.InFlight(ctx, limit); err != nil || len(got) != 2 {
+			t.Errorf("InFlight(%d): %d jobs, %v; want 2", limit, len(got), err)
+		}
+		if got, err := r.Dead(ctx, limit); err != nil || len(got) != 1 {
+			t.Errorf("Dead(%d): %d jobs, %v; want 1", limit, len(got), err)
+		}
 	}
 }
