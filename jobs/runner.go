@@ -61,11 +61,13 @@ func opt[T any](name string, f func(*settings, T) error, v T) lock.Option {
 // that no listing call does unbounded work on the server.
 const MaxScanBatch = 10000
 
-// interval checks a duration option: positive and at most lock.MaxTTL, so
-// that no conversion or sum of it overflows.
+// interval checks the period of a loop that makes a registry call each
+// time: at least a millisecond (the registries' resolution; below it the
+// loop would hammer the server) and at most lock.MaxTTL, so that no
+// conversion or sum of it overflows.
 func interval(what string, d time.Duration) error {
-	if d <= 0 || d > lock.MaxTTL {
-		return fmt.Errorf("%s %v is outside (0, %v]", what, d, lock.MaxTTL)
+	if d < time.Millisecond || d > lock.MaxTTL {
+		return fmt.Errorf("%s %v is outside [1ms, %v]", what, d, lock.MaxTTL)
 	}
 	return nil
 }
@@ -79,13 +81,13 @@ func WithLease(d time.Duration) lock.Option {
 }
 
 // WithHeartbeatEvery sets the period of the one batched heartbeat a process
-// sends for all its jobs; it must be below a third of the lease.
+// sends for all its jobs: at least 1 ms, and below a third of the lease.
 func WithHeartbeatEvery(d time.Duration) lock.Option {
 	return opt("WithHeartbeatEvery", func(s *settings, d time.Duration) error { s.heartbeat = d; return interval("heartbeat interval", d) }, d)
 }
 
 // WithScanEvery sets how often the recoverer looks for expired jobs
-// (positive, at most lock.MaxTTL).
+// (1 ms to lock.MaxTTL).
 func WithScanEvery(d time.Duration) lock.Option {
 	return opt("WithScanEvery", func(s *settings, d time.Duration) error { s.scan = d; return interval("scan interval", d) }, d)
 }

@@ -331,6 +331,8 @@ func TestConfigIsValidated(t *testing.T) {
 		"overflowing heartbeat": {jobs.WithLease(time.Hour), jobs.WithHeartbeatEvery(math.MaxInt64/2 + 1)},
 		"huge heartbeat":        {jobs.WithLease(lock.MaxTTL), jobs.WithHeartbeatEvery(math.MaxInt64)},
 		"huge scan":             {jobs.WithScanEvery(math.MaxInt64)},
+		"nanosecond scan":       {jobs.WithScanEvery(time.Nanosecond)},
+		"microsecond heartbeat": {jobs.WithLease(time.Second), jobs.WithHeartbeatEvery(time.Microsecond)},
 		"huge backoff cap":      {jobs.WithBackoff(time.Second, math.MaxInt64)},
 		"huge retries":          {jobs.WithMaxRetries(math.MaxInt)},
 		"huge batch":            {jobs.WithScanBatch(math.MaxInt)},
@@ -358,7 +360,7 @@ func TestConfigIsValidated(t *testing.T) {
 	}{
 		"max int64 lease":            {l, []lock.Option{jobs.WithLease(math.MaxInt64)}},
 		"lease above lock.MaxTTL":    {l, []lock.Option{jobs.WithLease(lock.MaxTTL + time.Millisecond)}},
-		"lease below a millisecond":  {l, []lock.Option{jobs.WithLease(time.Microsecond), jobs.WithHeartbeatEvery(time.Nanosecond)}},
+		"lease below a millisecond":  {l, []lock.Option{jobs.WithLease(time.Microsecond)}},
 		"lease above the lock's max": {short, []lock.Option{jobs.WithLease(2 * time.Minute)}},
 		"negative lease":             {l, []lock.Option{jobs.WithLease(-time.Second)}},
 	} {
