@@ -9,7 +9,10 @@
 //
 // Job IDs are bytea: an ID is opaque bytes (NUL and invalid UTF-8
 // included), which text cannot hold. Setup converts the id column of
-// tables made by earlier versions (text) in place, once.
+// tables made by earlier versions (text) in place, once, and adds
+// <table>_done: after an upgrade, run Setup once with a role that owns the
+// tables when the application's role does not (its operations fail until
+// then).
 //
 // Done is idempotent per epoch: it records the completion in <table>_done,
 // and a Done that finds its epoch's marker there returns nil. Each Done
