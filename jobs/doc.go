@@ -11,7 +11,17 @@
 // contexts are then cancelled. When a worker finishes it calls done, which
 // removes the entry only if its epoch still matches: the late completion of
 // a zombie (paused past its lease, its job since recovered) is rejected with
-// ErrStale.
+// ErrStale. Done is idempotent per epoch: a Done retried after its first
+// attempt took effect (a lost reply) returns nil, for DoneWindow.
+//
+// # Input
+//
+// Job IDs are opaque keys (1 to lock.MaxKeyLen bytes, any bytes, NUL
+// included); owners and the runner's identity are identities
+// (lock.CheckOwner); the election name follows lock.CheckName; leases are
+// 1 ms to lock.MaxTTL (and within the election lock's limits), and every
+// interval of NewRunner at most lock.MaxTTL. Bad input is refused where it
+// is passed with an error matching lock.ErrInvalidArgument that names it.
 //
 // One process at a time — the leader of a leader.Run election on the lock
 // you pass — scans every ScanEvery for expired entries through the

@@ -11,6 +11,14 @@ import (
 // stop working on the job: someone else owns it now.
 var ErrStale = errors.New("jobs: stale job: reclaimed, completed or re-tracked elsewhere")
 
+// DoneWindow is how long a registry remembers that an epoch of a job
+// completed, so that a retried Done of it (a client that retries after a
+// lost reply, a caller that retries after an unknown outcome) returns nil
+// rather than ErrStale. A registry keeps one small marker per completion
+// for at least DoneWindow and drops it within a bounded time after: the
+// markers grow with the completion rate, never with the history.
+const DoneWindow = 5 * time.Minute
+
 // ErrNotFound: no such job (in flight or dead).
 var ErrNotFound = errors.New("jobs: no such job")
 
@@ -78,16 +86,26 @@ type Counts struct {
 // jobs/redisjobs and jobs/pgjobs implement it; jobs/registrytest is the
 // conformance suite every implementation runs. Deadlines are on the
 // registry's clock (the server's), never the caller's. Every method is one
-// round trip.
+// round trip. A listing's limit is any int: 0 or less lists all, and a
+// limit above what there is lists all there is.
 type Registry interface {
 	// Track records a started job with a fresh epoch and a deadline lease
 	// from now, replacing any entry of the same ID (which then goes stale).
-	// It returns the job as recorded.
+	// It returns the job as recorded. Input is checked by CheckTrack: an ID
+	// is opaque bytes (1 to lock.MaxKeyLen, NUL included) and round-trips
+	// through every method; owners are identities (lock.CheckOwner) or
+	// empty; the lease is within 1 ms..lock.MaxTTL (lock.ErrInvalidTTL).
 	Track(ctx context.Context, job Job, lease time.Duration) (Job, error)
 	// Heartbeat extends the deadline of every listed job whose epoch still
 	// matches, to lease from now, and returns the IDs of the others.
 	Heartbeat(ctx context.Context, refs []Ref, lease time.Duration) (lost []string, err error)
-	// Done removes the job if its epoch matches, else returns ErrStale.
+	// Done removes the job if its epoch matches and returns nil. Done is
+	// idempotent per epoch: a Done of an epoch that already completed
+	// through Done returns nil too, for at least DoneWindow after the
+	// completion (a retry whose first attempt took effect), whatever
+	// happened to the ID since. A Done of any other epoch — reclaimed by a
+	// recoverer (a zombie's late completion), replaced by a new Track,
+	// removed, buried, or never tracked — returns ErrStale.
 	Done(ctx context.Context, ref Ref) error
 	// Expired lists up to limit jobs whose deadline has passed, earliest
 	// deadline first, through an index ordered by deadline: its cost grows
@@ -95,12 +113,15 @@ type Registry interface {
 	Expired(ctx context.Context, limit int) ([]Job, error)
 	// Reclaim takes an expired job over if its epoch still matches and its
 	// deadline has still passed: a new epoch, Attempt+1, owner by, a
-	// deadline lease from now, and a history entry. Else ErrStale.
+	// deadline lease from now, and a history entry. Else ErrStale. by is
+	// an identity (lock.CheckOwner; CheckReclaim).
 	Reclaim(ctx context.Context, ref Ref, by string, lease time.Duration) (Job, error)
 	// Remove drops the job if its epoch matches (after a requeue), else
-	// returns ErrStale.
+	// returns ErrStale (it leaves no completion marker: a Done of that
+	// epoch afterwards is ErrStale).
 	Remove(ctx context.Context, ref Ref) error
-	// Bury moves the job to the dead set if its epoch matches, else ErrStale.
+	// Bury moves the job to the dead set if its epoch matches, else
+	// ErrStale. The reason is checked by CheckBury.
 	Bury(ctx context.Context, ref Ref, reason string) error
 	// Dead lists up to limit dead jobs, the most recent first.
 	Dead(ctx context.Context, limit int) ([]DeadJob, error)

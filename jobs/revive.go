@@ -3,6 +3,8 @@ package jobs
 import (
 	"context"
 	"time"
+
+	"github.com/leasehold-go/leasehold/lock"
 )
 
 // reviveLease is the lease a revived job is tracked with: the smallest a
@@ -22,9 +24,14 @@ const reviveLease = time.Millisecond
 //
 // A crash between the two steps leaves the job both in flight and dead,
 // never lost; Revive again, or Purge, settles it. It returns ErrNotFound
-// when id is not in the dead set. An application that has its Requeue at
-// hand uses Runner.RetryDead instead, which requeues at once.
+// when id is not in the dead set, and an error matching
+// lock.ErrInvalidArgument when by is not an identity (lock.CheckOwner).
+// An application that has its Requeue at hand uses Runner.RetryDead
+// instead, which requeues at once.
 func Revive(ctx context.Context, reg Registry, id, by string) (Job, error) {
+	if err := lock.CheckOwner("by", by); err != nil {
+		return Job{}, err
+	}
 	d, err := reg.DeadJob(ctx, id)
 	if err != nil {
 		return Job{}, err

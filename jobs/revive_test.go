@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasehold-go/leasehold/jobs"
 	"github.com/leasehold-go/leasehold/jobs/memjobs"
+	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/memlock"
 )
 
@@ -75,4 +76,26 @@ func ExampleRevive() {
 	// Output:
 	// poison operator 0 <nil>
 	// 1 0
+}
+
+// Revive records by as the job's owner: it must be an identity, refused
+// before the dead job is touched.
+func TestReviveChecksBy(t *testing.T) {
+	ctx := t.Context()
+	reg := memjobs.New()
+	j, err := reg.Track(ctx, jobs.Job{ID: "d", Owner: "w"}, time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Bury(ctx, j.Ref(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	for _, by := range []string{"", "cli\x1eforged", "cli\nforged"} {
+		if _, err := jobs.Revive(ctx, reg, "d", by); !errors.Is(err, lock.ErrInvalidArgument) {
+			t.Errorf("Revive by %q: %v, want ErrInvalidArgument", by, err)
+		}
+	}
+	if c, err := reg.Counts(ctx); err != nil || c != (jobs.Counts{Dead: 1}) {
+		t.Fatalf("after refused revivals: %+v, %v; want the job still dead only", c, err)
+	}
 }

@@ -57,34 +57,47 @@ func opt[T any](name string, f func(*settings, T) error, v T) lock.Option {
 	return lock.BackendOption("jobs."+name, func(s *settings) error { return f(s, v) })
 }
 
-func positive(what string, d time.Duration) error {
-	if d <= 0 {
-		return fmt.Errorf("%s must be positive, got %v", what, d)
+// MaxScanBatch is the most expired jobs one scan reads (WithScanBatch), so
+// that no listing call does unbounded work on the server.
+const MaxScanBatch = 10000
+
+// interval checks the period of a loop that makes a registry call each
+// time: at least a millisecond (the registries' resolution; below it the
+// loop would hammer the server) and at most lock.MaxTTL, so that no
+// conversion or sum of it overflows.
+func interval(what string, d time.Duration) error {
+	if d < time.Millisecond || d > lock.MaxTTL {
+		return fmt.Errorf("%s %v is outside [1ms, %v]", what, d, lock.MaxTTL)
 	}
 	return nil
 }
 
-// WithLease sets how long a job stays owned without a heartbeat.
+// WithLease sets how long a job stays owned without a heartbeat: at least
+// a millisecond, at most lock.MaxTTL and the election lock's MaxTTL (it is
+// also the recovery election's lease); else NewRunner returns an error
+// matching lock.ErrInvalidTTL.
 func WithLease(d time.Duration) lock.Option {
-	return opt("WithLease", func(s *settings, d time.Duration) error { s.lease = d; return positive("lease", d) }, d)
+	return opt("WithLease", func(s *settings, d time.Duration) error { s.lease = d; return nil }, d)
 }
 
 // WithHeartbeatEvery sets the period of the one batched heartbeat a process
-// sends for all its jobs; it must be below a third of the lease.
+// sends for all its jobs: at least 1 ms, and below a third of the lease.
 func WithHeartbeatEvery(d time.Duration) lock.Option {
-	return opt("WithHeartbeatEvery", func(s *settings, d time.Duration) error { s.heartbeat = d; return positive("heartbeat interval", d) }, d)
+	return opt("WithHeartbeatEvery", func(s *settings, d time.Duration) error { s.heartbeat = d; return interval("heartbeat interval", d) }, d)
 }
 
-// WithScanEvery sets how often the recoverer looks for expired jobs.
+// WithScanEvery sets how often the recoverer looks for expired jobs
+// (1 ms to lock.MaxTTL).
 func WithScanEvery(d time.Duration) lock.Option {
-	return opt("WithScanEvery", func(s *settings, d time.Duration) error { s.scan = d; return positive("scan interval", d) }, d)
+	return opt("WithScanEvery", func(s *settings, d time.Duration) error { s.scan = d; return interval("scan interval", d) }, d)
 }
 
-// WithMaxRetries sets how many recoveries a job gets before the dead set.
+// WithMaxRetries sets how many recoveries a job gets before the dead set:
+// 0 to MaxAttempt.
 func WithMaxRetries(n int) lock.Option {
 	return opt("WithMaxRetries", func(s *settings, n int) error {
-		if n < 0 {
-			return fmt.Errorf("max retries must not be negative, got %d", n)
+		if n < 0 || n > MaxAttempt {
+			return fmt.Errorf("max retries %d is outside 0..%d", n, MaxAttempt)
 		}
 		s.maxRetries = n
 		return nil
@@ -92,22 +105,23 @@ func WithMaxRetries(n int) lock.Option {
 }
 
 // WithBackoff sets the requeue delay: full jitter over base·2^(attempt−1),
-// capped at cap.
+// capped at cap; 0 ≤ base ≤ cap ≤ lock.MaxTTL.
 func WithBackoff(base, cap time.Duration) lock.Option {
 	return opt("WithBackoff", func(s *settings, v [2]time.Duration) error {
-		if v[0] < 0 || v[1] < v[0] {
-			return fmt.Errorf("backoff base %v, cap %v", v[0], v[1])
+		if v[0] < 0 || v[1] < v[0] || v[1] > lock.MaxTTL {
+			return fmt.Errorf("backoff base %v, cap %v: want 0 ≤ base ≤ cap ≤ %v", v[0], v[1], lock.MaxTTL)
 		}
 		s.base, s.cap = v[0], v[1]
 		return nil
 	}, [2]time.Duration{base, cap})
 }
 
-// WithScanBatch sets how many expired jobs one scan handles at most.
+// WithScanBatch sets how many expired jobs one scan handles at most: 1 to
+// MaxScanBatch.
 func WithScanBatch(n int) lock.Option {
 	return opt("WithScanBatch", func(s *settings, n int) error {
-		if n < 1 {
-			return fmt.Errorf("scan batch must be positive, got %d", n)
+		if n < 1 || n > MaxScanBatch {
+			return fmt.Errorf("scan batch %d is outside 1..%d", n, MaxScanBatch)
 		}
 		s.batch = n
 		return nil
@@ -116,7 +130,7 @@ func WithScanBatch(n int) lock.Option {
 
 // WithElection names the leader election that gates recovery (default
 // "jobs-recovery"); runners of one registry must share it. NewRunner
-// rejects a name that is empty or makes too long a lock key.
+// checks it with lock.CheckName (the rule for election names).
 func WithElection(name string) lock.Option {
 	return opt("WithElection", func(s *settings, n string) error { s.election = n; return nil }, name)
 }
@@ -164,10 +178,18 @@ func NewRunner(reg Registry, l lock.Lock, requeue Requeue, opts ...lock.Option) 
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case reg == nil || l == nil || requeue == nil:
+	if reg == nil || l == nil || requeue == nil {
 		return nil, fmt.Errorf("%w: jobs.NewRunner: nil registry, lock or requeue function", lock.ErrInvalidArgument)
-	case s.heartbeat*3 >= s.lease:
+	}
+	// The lease is the registry's and the election's: within both limits.
+	if err := leaseLimits.CheckTTL(s.lease); err != nil {
+		return nil, fmt.Errorf("jobs.WithLease: %w", err)
+	}
+	if err := lock.LimitsOf(l).CheckTTL(s.lease); err != nil {
+		return nil, fmt.Errorf("jobs.WithLease (the election lock's limits): %w", err)
+	}
+	// lease ≤ lock.MaxTTL, so 3·heartbeat below it does not overflow.
+	if s.heartbeat >= s.lease || s.heartbeat*3 >= s.lease {
 		return nil, fmt.Errorf("%w: jobs: the heartbeat interval %v must be below a third of the lease %v", lock.ErrInvalidArgument, s.heartbeat, s.lease)
 	}
 	if err := checkElection(s.election); err != nil {
@@ -177,6 +199,10 @@ func NewRunner(reg Registry, l lock.Lock, requeue Requeue, opts ...lock.Option) 
 		inflight: map[string]*inflight{}, m: newMetrics(cfg)}
 	if o, ok := l.(interface{ Owner() string }); ok {
 		r.identity = o.Owner()
+	}
+	// The identity is recorded in the registry as owner and recoverer.
+	if err := lock.CheckOwner("runner identity (lock.WithOwner or the Lock's owner)", r.identity); err != nil {
+		return nil, err
 	}
 	return r, nil
 }
@@ -441,7 +467,11 @@ func (r *Runner) recoverOne(ctx context.Context, j Job) bool {
 // backoff is full jitter over base·2^(attempt−1), capped.
 func (r *Runner) backoff(attempt int) time.Duration {
 	d := r.s.base
-	for i := 1; i < attempt && d < r.s.cap; i++ {
+	for i := 1; i < attempt && d > 0 && d < r.s.cap; i++ {
+		if d > r.s.cap/2 {
+			d = r.s.cap // doubling would pass the cap (or overflow)
+			break
+		}
 		d *= 2
 	}
 	d = min(d, r.s.cap)

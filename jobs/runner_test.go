@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -326,19 +327,60 @@ func TestConfigIsValidated(t *testing.T) {
 		"zero batch":            {jobs.WithScanBatch(0)},
 		"empty election":        {jobs.WithElection("")},
 		"election key too long": {jobs.WithElection(strings.Repeat("e", lock.MaxKeyLen-len(leader.Key(""))+1))},
+		// 3 × heartbeat overflowed to a negative duration and passed.
+		"overflowing heartbeat": {jobs.WithLease(time.Hour), jobs.WithHeartbeatEvery(math.MaxInt64/2 + 1)},
+		"huge heartbeat":        {jobs.WithLease(lock.MaxTTL), jobs.WithHeartbeatEvery(math.MaxInt64)},
+		"huge scan":             {jobs.WithScanEvery(math.MaxInt64)},
+		"nanosecond scan":       {jobs.WithScanEvery(time.Nanosecond)},
+		"microsecond heartbeat": {jobs.WithLease(time.Second), jobs.WithHeartbeatEvery(time.Microsecond)},
+		"huge backoff cap":      {jobs.WithBackoff(time.Second, math.MaxInt64)},
+		"huge retries":          {jobs.WithMaxRetries(math.MaxInt)},
+		"huge batch":            {jobs.WithScanBatch(math.MaxInt)},
+		"NUL in election":       {jobs.WithElection("a\x00b")},
+		"brace in election":     {jobs.WithElection("{jobs}")},
+		"long election":         {jobs.WithElection(strings.Repeat("e", lock.MaxNameLen+1))},
 	} {
 		if _, err := jobs.NewRunner(reg, l, rq, opts...); !errors.Is(err, lock.ErrInvalidArgument) {
 			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
 		}
 	}
-	for _, name := range []string{"", strings.Repeat("e", lock.MaxKeyLen)} {
-		if _, err := jobs.NewRunner(reg, l, rq, jobs.WithElection(name)); !errors.Is(err, lock.ErrInvalidKey) {
-			t.Errorf("election %.10q…: %v, want ErrInvalidKey", name, err)
+	// The identity (the Lock's owner) is recorded as owner and recoverer:
+	// an identity that would corrupt a record is refused.
+	for _, id := range []string{"host\x1eover", "host\x1f", "host\nforged line"} {
+		if _, err := jobs.NewRunner(reg, owned{l, id}, rq); !errors.Is(err, lock.ErrInvalidArgument) || !strings.Contains(fmt.Sprint(err), "identity") {
+			t.Errorf("identity %q: %v, want ErrInvalidArgument naming the identity", id, err)
 		}
 	}
-	// The longest name whose election key is valid.
-	if _, err := jobs.NewRunner(reg, l, rq, jobs.WithElection(strings.Repeat("e", lock.MaxKeyLen-len(leader.Key(""))))); err != nil {
-		t.Errorf("an election name at the key limit: %v", err)
+	// Leases: within lock.MaxTTL and the election lock's limits, refused
+	// as ErrInvalidTTL.
+	short := limited{l, lock.Limits{MaxTTL: time.Minute}}
+	for name, tc := range map[string]struct {
+		l    lock.Lock
+		opts []lock.Option
+	}{
+		"max int64 lease":            {l, []lock.Option{jobs.WithLease(math.MaxInt64)}},
+		"lease above lock.MaxTTL":    {l, []lock.Option{jobs.WithLease(lock.MaxTTL + time.Millisecond)}},
+		"lease below a millisecond":  {l, []lock.Option{jobs.WithLease(time.Microsecond)}},
+		"lease above the lock's max": {short, []lock.Option{jobs.WithLease(2 * time.Minute)}},
+		"negative lease":             {l, []lock.Option{jobs.WithLease(-time.Second)}},
+	} {
+		if _, err := jobs.NewRunner(reg, tc.l, rq, tc.opts...); !errors.Is(err, lock.ErrInvalidTTL) || !strings.Contains(fmt.Sprint(err), "WithLease") {
+			t.Errorf("%s: %v, want ErrInvalidTTL naming WithLease", name, err)
+		}
+	}
+	for _, name := range []string{"", "a\x00b", strings.Repeat("e", lock.MaxNameLen+1)} {
+		if _, err := jobs.NewRunner(reg, l, rq, jobs.WithElection(name)); err == nil || !strings.Contains(err.Error(), "election name") {
+			t.Errorf("election %.10q…: %v, want an error naming the election name", name, err)
+		}
+	}
+	// The longest valid name; the longest lease.
+	if _, err := jobs.NewRunner(reg, l, rq, jobs.WithElection(strings.Repeat("e", lock.MaxNameLen))); err != nil {
+		t.Errorf("an election name at the limit: %v", err)
+	}
+	if _, err := jobs.NewRunner(reg, l, rq, jobs.WithLease(lock.MaxTTL), jobs.WithHeartbeatEvery(lock.MaxTTL/3-1),
+		jobs.WithScanEvery(lock.MaxTTL), jobs.WithBackoff(lock.MaxTTL, lock.MaxTTL), jobs.WithMaxRetries(jobs.MaxAttempt),
+		jobs.WithScanBatch(jobs.MaxScanBatch)); err != nil {
+		t.Errorf("the largest settings: %v", err)
 	}
 	if _, err := jobs.NewRunner(nil, l, rq); !errors.Is(err, lock.ErrInvalidArgument) {
 		t.Errorf("nil registry: %v", err)
@@ -348,6 +390,22 @@ func TestConfigIsValidated(t *testing.T) {
 		t.Errorf("a fast configuration: %v", err)
 	}
 }
+
+// limited is a Lock that states its limits.
+type limited struct {
+	lock.Lock
+	lim lock.Limits
+}
+
+func (l limited) Limits() lock.Limits { return l.lim }
+
+// owned is a Lock with the given owner identity.
+type owned struct {
+	lock.Lock
+	owner string
+}
+
+func (o owned) Owner() string { return o.owner }
 
 // stalledHeartbeats is a registry whose Heartbeat hangs until its context
 // ends, as on a server that stopped answering.

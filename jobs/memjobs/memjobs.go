@@ -25,6 +25,18 @@ type Registry struct {
 	heap  deadlineHeap
 	dead  map[string]jobs.DeadJob
 	epoch uint64
+
+	// Completions of the last jobs.DoneWindow, for Done's idempotence:
+	// done answers a retried Done, doneQ[doneHead:] (oldest first) drops
+	// them.
+	done     map[jobs.Ref]struct{}
+	doneQ    []completion
+	doneHead int
+}
+
+type completion struct {
+	ref jobs.Ref
+	at  time.Time
 }
 
 type entry struct {
@@ -36,14 +48,14 @@ var _ jobs.Registry = (*Registry)(nil)
 
 // New returns an empty registry.
 func New() *Registry {
-	return &Registry{byID: map[string]*entry{}, dead: map[string]jobs.DeadJob{}}
+	return &Registry{byID: map[string]*entry{}, dead: map[string]jobs.DeadJob{}, done: map[jobs.Ref]struct{}{}}
 }
 
 // Track implements jobs.Registry: under the mutex, the job gets a fresh
 // epoch and a deadline lease from now on this process's clock, replacing an
 // entry of the same ID (which goes stale). The payload is copied.
 func (r *Registry) Track(ctx context.Context, job jobs.Job, lease time.Duration) (jobs.Job, error) {
-	if err := jobs.CheckLease(ctx, job.ID, lease); err != nil {
+	if err := jobs.CheckTrack(ctx, job, lease); err != nil {
 		return jobs.Job{}, err
 	}
 	r.mu.Lock()
@@ -72,7 +84,7 @@ func (r *Registry) current(ref jobs.Ref) (*entry, bool) {
 // epoch matches gets a deadline lease from now; it returns the IDs of the
 // others (gone or of another epoch).
 func (r *Registry) Heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Duration) ([]string, error) {
-	if err := jobs.CheckLease(ctx, "heartbeat", lease); err != nil {
+	if err := jobs.CheckHeartbeat(ctx, refs, lease); err != nil {
 		return nil, err
 	}
 	r.mu.Lock()
@@ -105,52 +117,110 @@ func (r *Registry) remove(ctx context.Context, ref jobs.Ref) (*entry, error) {
 }
 
 // Done implements jobs.Registry: it removes the entry if its epoch matches
-// ref's, else returns jobs.ErrStale.
+// ref's and remembers the completion for jobs.DoneWindow (a map and a
+// queue by time, trimmed by every Done), so that a retried Done of it
+// returns nil; any other epoch is jobs.ErrStale.
 func (r *Registry) Done(ctx context.Context, ref jobs.Ref) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := jobs.CheckID(ctx, ref.ID); err != nil {
+		return err
+	}
+	now := time.Now()
+	r.forgetCompletions(now)
+	if _, ok := r.done[ref]; ok {
+		return nil
+	}
+	if _, err := r.remove(ctx, ref); err != nil {
+		return err
+	}
+	r.done[ref] = struct{}{}
+	r.doneQ = append(r.doneQ, completion{ref, now})
+	return nil
+}
+
+// forgetCompletions drops the completions older than jobs.DoneWindow.
+func (r *Registry) forgetCompletions(now time.Time) {
+	for r.doneHead < len(r.doneQ) && now.Sub(r.doneQ[r.doneHead].at) > jobs.DoneWindow {
+		delete(r.done, r.doneQ[r.doneHead].ref)
+		r.doneQ[r.doneHead] = completion{}
+		r.doneHead++
+	}
+	// Compact once the dropped half dominates: amortised O(1) per Done.
+	if r.doneHead > len(r.doneQ)/2 {
+		r.doneQ = append(r.doneQ[:0], r.doneQ[r.doneHead:]...)
+		r.doneHead = 0
+	}
+}
+
+// Remove implements jobs.Registry: it removes the entry if its epoch
+// matches (the recoverer, after a requeue), else returns jobs.ErrStale.
+func (r *Registry) Remove(ctx context.Context, ref jobs.Ref) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	_, err := r.remove(ctx, ref)
 	return err
 }
 
-// Remove implements jobs.Registry: as Done, for the recoverer after a
-// requeue; jobs.ErrStale when the epoch no longer matches.
-func (r *Registry) Remove(ctx context.Context, ref jobs.Ref) error { return r.Done(ctx, ref) }
-
 // Expired implements jobs.Registry: it walks only the due part of the
-// deadline heap (O(k log k) for k expired jobs, whatever the number
-// tracked) and returns up to limit (0: all), earliest deadline first.
+// deadline heap, and no more of it than limit (0: all) entries: O(k log k)
+// for the k jobs it returns, earliest deadline first, whatever the number
+// expired or tracked.
 func (r *Registry) Expired(ctx context.Context, limit int) ([]jobs.Job, error) {
 	if err := lock.CheckContext(ctx); err != nil {
 		return nil, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now := time.Now()
+	return r.due(time.Now(), limit), nil
+}
+
+// due lists up to limit (0: all) entries whose deadline is not after now,
+// earliest first: a best-first walk of the deadline heap from its root,
+// whose frontier holds the children of the entries taken. It visits
+// O(k) entries for k returned, whatever the number due or tracked.
+func (r *Registry) due(now time.Time, limit int) []jobs.Job {
 	var out []jobs.Job
-	// Walk the heap from the root, pruning subtrees that are not due.
-	var walk func(i int)
-	walk = func(i int) {
-		if i >= len(r.heap) || r.heap[i].job.Deadline.After(now) {
-			return
-		}
+	f := frontier{h: r.heap}
+	f.push(0, now)
+	for len(f.idx) > 0 && (limit <= 0 || len(out) < limit) {
+		i := heap.Pop(&f).(int)
 		out = append(out, r.heap[i].job)
-		walk(2*i + 1)
-		walk(2*i + 2)
+		f.push(2*i+1, now)
+		f.push(2*i+2, now)
 	}
-	walk(0)
-	sort.Slice(out, func(i, j int) bool { return out[i].Deadline.Before(out[j].Deadline) })
-	if limit > 0 && len(out) > limit {
-		out = out[:limit]
+	return out
+}
+
+// frontier is a min-heap of indices into a deadlineHeap.
+type frontier struct {
+	h   deadlineHeap
+	idx []int
+}
+
+// push adds entry i if it exists and is due at now.
+func (f *frontier) push(i int, now time.Time) {
+	if i < len(f.h) && !f.h[i].job.Deadline.After(now) {
+		heap.Push(f, i)
 	}
-	return out, nil
+}
+
+func (f *frontier) Len() int           { return len(f.idx) }
+func (f *frontier) Less(a, b int) bool { return f.h.Less(f.idx[a], f.idx[b]) }
+func (f *frontier) Swap(a, b int)      { f.idx[a], f.idx[b] = f.idx[b], f.idx[a] }
+func (f *frontier) Push(x any)         { f.idx = append(f.idx, x.(int)) }
+func (f *frontier) Pop() any {
+	n := len(f.idx) - 1
+	x := f.idx[n]
+	f.idx = f.idx[:n]
+	return x
 }
 
 // Reclaim implements jobs.Registry: if the entry is still of ref's epoch and
 // its deadline has passed, it gets a new epoch, Attempt+1, owner by, a
 // deadline lease from now and a history entry; else jobs.ErrStale.
 func (r *Registry) Reclaim(ctx context.Context, ref jobs.Ref, by string, lease time.Duration) (jobs.Job, error) {
-	if err := jobs.CheckLease(ctx, ref.ID, lease); err != nil {
+	if err := jobs.CheckReclaim(ctx, ref, by, lease); err != nil {
 		return jobs.Job{}, err
 	}
 	r.mu.Lock()
@@ -173,6 +243,9 @@ func (r *Registry) Reclaim(ctx context.Context, ref jobs.Ref, by string, lease t
 // dead set (replacing a dead job of the same ID), with reason and the time
 // of death, else returns jobs.ErrStale.
 func (r *Registry) Bury(ctx context.Context, ref jobs.Ref, reason string) error {
+	if err := jobs.CheckBury(ctx, ref, reason); err != nil {
+		return err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, err := r.remove(ctx, ref)

@@ -4,7 +4,21 @@
 //
 //	<table>        in-flight jobs; a b-tree index on deadline is the expiry index
 //	<table>_dead   the dead set, indexed by time of death
+//	<table>_done   completion markers (epoch, id, time), indexed by time
 //	<table>_epoch  the epoch sequence
+//
+// Job IDs are bytea: an ID is opaque bytes (NUL and invalid UTF-8
+// included), which text cannot hold. Setup converts the id column of
+// tables made by earlier versions (text) in place, once, and adds
+// <table>_done: after an upgrade, run Setup once with a role that owns the
+// tables when the application's role does not (its operations fail until
+// then).
+//
+// Done is idempotent per epoch: it records the completion in <table>_done,
+// and a Done that finds its epoch's marker there returns nil. Each Done
+// also deletes up to a few markers older than jobs.DoneWindow (oldest
+// first, skipping rows another Done is deleting): the markers stay about
+// as many as the completions of one window, and no statement walks them.
 //
 // Every operation is one statement (one round trip) on the server's clock
 // (now()). Expired is an index range scan, ORDER BY deadline LIMIT n: its
@@ -63,7 +77,7 @@ func New(pool *pgxpool.Pool, table string) (*Registry, error) {
 }
 
 type queries struct {
-	setup, track, heartbeat, remove, expired, inflight, reclaim, bury, dead, deadJob, purge, counts string
+	setup, track, done, heartbeat, remove, expired, inflight, reclaim, bury, dead, deadJob, purge, counts string
 }
 
 const cols = `id, payload, owner, attempt, epoch, deadline, history`
@@ -74,7 +88,7 @@ func newQueries(t string) queries {
 		setup: r.Replace(`
 CREATE SEQUENCE IF NOT EXISTS T__epoch;
 CREATE TABLE IF NOT EXISTS T_ (
-	id       text PRIMARY KEY,
+	id       bytea PRIMARY KEY,
 	payload  bytea NOT NULL,
 	owner    text NOT NULL,
 	attempt  int NOT NULL,
@@ -84,7 +98,7 @@ CREATE TABLE IF NOT EXISTS T_ (
 );
 CREATE INDEX IF NOT EXISTS T__deadline ON T_ (deadline);
 CREATE TABLE IF NOT EXISTS T__dead (
-	id       text PRIMARY KEY,
+	id       bytea PRIMARY KEY,
 	payload  bytea NOT NULL,
 	owner    text NOT NULL,
 	attempt  int NOT NULL,
@@ -94,14 +108,35 @@ CREATE TABLE IF NOT EXISTS T__dead (
 	died     timestamptz NOT NULL,
 	reason   text NOT NULL
 );
-CREATE INDEX IF NOT EXISTS T__dead_died ON T__dead (died);`),
+CREATE INDEX IF NOT EXISTS T__dead_died ON T__dead (died);
+CREATE TABLE IF NOT EXISTS T__done (
+	epoch bigint PRIMARY KEY,
+	id    bytea NOT NULL,
+	at    timestamptz NOT NULL
+);
+CREATE INDEX IF NOT EXISTS T__done_at ON T__done (at);
+DO $migrate$
+BEGIN
+	IF (SELECT atttypid FROM pg_attribute WHERE attrelid = 'T_'::regclass AND attname = 'id') = 'text'::regtype THEN
+		ALTER TABLE T_ ALTER COLUMN id TYPE bytea USING convert_to(id, 'UTF8');
+	END IF;
+	IF (SELECT atttypid FROM pg_attribute WHERE attrelid = 'T__dead'::regclass AND attname = 'id') = 'text'::regtype THEN
+		ALTER TABLE T__dead ALTER COLUMN id TYPE bytea USING convert_to(id, 'UTF8');
+	END IF;
+END
+$migrate$;`),
+		done: r.Replace(`WITH d AS (DELETE FROM T_ WHERE id = $1 AND epoch = $2 RETURNING id, epoch),
+	m AS (INSERT INTO T__done (epoch, id, at) SELECT epoch, id, now() FROM d ON CONFLICT (epoch) DO NOTHING),
+	gc AS (DELETE FROM T__done WHERE epoch IN (SELECT epoch FROM T__done
+		WHERE at < now() - $3::bigint * interval '1 millisecond' ORDER BY at LIMIT 16 FOR UPDATE SKIP LOCKED))
+SELECT EXISTS (SELECT FROM d) OR EXISTS (SELECT FROM T__done WHERE epoch = $2 AND id = $1)`),
 		track: r.Replace(`INSERT INTO T_ (` + cols + `)
 VALUES ($1, $2, $3, $4, nextval('T__epoch'), now() + $5::bigint * interval '1 millisecond', $6)
 ON CONFLICT (id) DO UPDATE SET payload = excluded.payload, owner = excluded.owner, attempt = excluded.attempt,
 	epoch = excluded.epoch, deadline = excluded.deadline, history = excluded.history
 RETURNING epoch, deadline`),
 		heartbeat: r.Replace(`UPDATE T_ AS j SET deadline = now() + $3::bigint * interval '1 millisecond'
-FROM unnest($1::text[], $2::bigint[]) AS r(id, epoch)
+FROM unnest($1::bytea[], $2::bigint[]) AS r(id, epoch)
 WHERE j.id = r.id AND j.epoch = r.epoch RETURNING j.id`),
 		remove:   r.Replace(`DELETE FROM T_ WHERE id = $1 AND epoch = $2`),
 		expired:  r.Replace(`SELECT ` + cols + ` FROM T_ WHERE deadline <= now() ORDER BY deadline LIMIT $1`),
@@ -182,27 +217,40 @@ func encodeHistory(h []jobs.Recovery) []byte {
 // scanJob reads the columns of cols (and more into extra).
 func scanJob(row pgx.Row, extra ...any) (jobs.Job, error) {
 	var j jobs.Job
+	var id []byte
 	var epoch int64
 	var hist []byte
-	if err := row.Scan(append([]any{&j.ID, &j.Payload, &j.Owner, &j.Attempt, &epoch, &j.Deadline, &hist}, extra...)...); err != nil {
+	if err := row.Scan(append([]any{&id, &j.Payload, &j.Owner, &j.Attempt, &epoch, &j.Deadline, &hist}, extra...)...); err != nil {
 		return jobs.Job{}, err
 	}
-	j.Epoch = uint64(epoch)
-	var hs []history
-	if err := json.Unmarshal(hist, &hs); err != nil {
-		return jobs.Job{}, fmt.Errorf("pgjobs: history of %q: %w", j.ID, err)
-	}
-	for _, h := range hs {
-		j.History = append(j.History, jobs.Recovery(h))
-	}
+	j.ID, j.Epoch, j.History = string(id), uint64(epoch), decodeHistory(hist)
 	return j, nil
+}
+
+// decodeHistory reads the history column. An entry that does not parse
+// (written by something else) is skipped, and a column that is not an
+// array reads as no history: one bad row never fails a listing, which
+// would stop the recovery of every job.
+func decodeHistory(b []byte) []jobs.Recovery {
+	var raw []json.RawMessage
+	if json.Unmarshal(b, &raw) != nil {
+		return nil
+	}
+	var out []jobs.Recovery
+	for _, m := range raw {
+		var h history
+		if json.Unmarshal(m, &h) == nil {
+			out = append(out, jobs.Recovery(h))
+		}
+	}
+	return out
 }
 
 // Track implements jobs.Registry: one INSERT … ON CONFLICT (one round trip),
 // deadline on server time (now()), epoch from the sequence; an entry of the
 // same ID is replaced (it goes stale).
 func (r *Registry) Track(ctx context.Context, job jobs.Job, lease time.Duration) (jobs.Job, error) {
-	if err := jobs.CheckLease(ctx, job.ID, lease); err != nil {
+	if err := jobs.CheckTrack(ctx, job, lease); err != nil {
 		return jobs.Job{}, err
 	}
 	if err := r.ensure(ctx); err != nil {
@@ -212,7 +260,7 @@ func (r *Registry) Track(ctx context.Context, job jobs.Job, lease time.Duration)
 		job.Payload = []byte{}
 	}
 	var epoch int64
-	err := r.pool.QueryRow(ctx, r.q.track, job.ID, job.Payload, job.Owner, job.Attempt, lease.Milliseconds(), encodeHistory(job.History)).
+	err := r.pool.QueryRow(ctx, r.q.track, []byte(job.ID), job.Payload, job.Owner, job.Attempt, lease.Milliseconds(), encodeHistory(job.History)).
 		Scan(&epoch, &job.Deadline)
 	if err != nil {
 		return jobs.Job{}, unavailable("track", err)
@@ -225,7 +273,7 @@ func (r *Registry) Track(ctx context.Context, job jobs.Job, lease time.Duration)
 // refs (one round trip, whatever their number), deadline on server time;
 // it returns the IDs whose row of that epoch is gone.
 func (r *Registry) Heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Duration) ([]string, error) {
-	if err := jobs.CheckLease(ctx, "heartbeat", lease); err != nil {
+	if err := jobs.CheckHeartbeat(ctx, refs, lease); err != nil {
 		return nil, err
 	}
 	if len(refs) == 0 {
@@ -234,22 +282,22 @@ func (r *Registry) Heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Du
 	if err := r.ensure(ctx); err != nil {
 		return nil, err
 	}
-	ids := make([]string, len(refs))
+	ids := make([][]byte, len(refs))
 	epochs := make([]int64, len(refs))
 	for i, ref := range refs {
-		ids[i], epochs[i] = ref.ID, int64(ref.Epoch)
+		ids[i], epochs[i] = []byte(ref.ID), int64(ref.Epoch)
 	}
 	rows, err := r.pool.Query(ctx, r.q.heartbeat, ids, epochs, lease.Milliseconds())
 	if err != nil {
 		return nil, unavailable("heartbeat", err)
 	}
-	alive, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	alive, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
 	if err != nil {
 		return nil, unavailable("heartbeat", err)
 	}
 	ok := make(map[string]bool, len(alive))
 	for _, id := range alive {
-		ok[id] = true
+		ok[string(id)] = true
 	}
 	var lost []string
 	for _, ref := range refs {
@@ -260,31 +308,44 @@ func (r *Registry) Heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Du
 	return lost, nil
 }
 
-func (r *Registry) remove(ctx context.Context, ref jobs.Ref, op string) error {
+// Done implements jobs.Registry: one statement deletes the row of ref's
+// epoch and records the completion in the markers table (dropping up to 16
+// markers older than jobs.DoneWindow); it returns nil when it deleted the
+// row or found the epoch's marker (a retried Done), else jobs.ErrStale.
+func (r *Registry) Done(ctx context.Context, ref jobs.Ref) error {
 	if err := jobs.CheckID(ctx, ref.ID); err != nil {
 		return err
 	}
 	if err := r.ensure(ctx); err != nil {
 		return err
 	}
-	tag, err := r.pool.Exec(ctx, r.q.remove, ref.ID, int64(ref.Epoch))
-	switch {
-	case err != nil:
-		return unavailable(op, err)
-	case tag.RowsAffected() == 0:
+	var completed bool
+	if err := r.pool.QueryRow(ctx, r.q.done, []byte(ref.ID), int64(ref.Epoch), jobs.DoneWindow.Milliseconds()).Scan(&completed); err != nil {
+		return unavailable("done", err)
+	}
+	if !completed {
 		return stale(ref)
 	}
 	return nil
 }
 
-// Done implements jobs.Registry: one DELETE of the row of ref's epoch, else
-// jobs.ErrStale.
-func (r *Registry) Done(ctx context.Context, ref jobs.Ref) error { return r.remove(ctx, ref, "done") }
-
-// Remove implements jobs.Registry: as Done (one epoch-checked DELETE), for
-// the recoverer after a requeue.
+// Remove implements jobs.Registry: one DELETE of the row of ref's epoch,
+// for the recoverer after a requeue; else jobs.ErrStale.
 func (r *Registry) Remove(ctx context.Context, ref jobs.Ref) error {
-	return r.remove(ctx, ref, "remove")
+	if err := jobs.CheckID(ctx, ref.ID); err != nil {
+		return err
+	}
+	if err := r.ensure(ctx); err != nil {
+		return err
+	}
+	tag, err := r.pool.Exec(ctx, r.q.remove, []byte(ref.ID), int64(ref.Epoch))
+	switch {
+	case err != nil:
+		return unavailable("remove", err)
+	case tag.RowsAffected() == 0:
+		return stale(ref)
+	}
+	return nil
 }
 
 // Expired implements jobs.Registry: one SELECT … WHERE deadline <= now()
@@ -330,13 +391,13 @@ func (r *Registry) list(ctx context.Context, query string, limit int) ([]jobs.Jo
 // whose deadline has passed (server time): a new epoch, Attempt+1, owner
 // by, a deadline and a history entry; else jobs.ErrStale.
 func (r *Registry) Reclaim(ctx context.Context, ref jobs.Ref, by string, lease time.Duration) (jobs.Job, error) {
-	if err := jobs.CheckLease(ctx, ref.ID, lease); err != nil {
+	if err := jobs.CheckReclaim(ctx, ref, by, lease); err != nil {
 		return jobs.Job{}, err
 	}
 	if err := r.ensure(ctx); err != nil {
 		return jobs.Job{}, err
 	}
-	j, err := scanJob(r.pool.QueryRow(ctx, r.q.reclaim, ref.ID, int64(ref.Epoch), by, lease.Milliseconds()))
+	j, err := scanJob(r.pool.QueryRow(ctx, r.q.reclaim, []byte(ref.ID), int64(ref.Epoch), by, lease.Milliseconds()))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return jobs.Job{}, stale(ref)
@@ -350,13 +411,13 @@ func (r *Registry) Reclaim(ctx context.Context, ref jobs.Ref, by string, lease t
 // INSERT) moves the row of ref's epoch to the dead table, time of death on
 // server time; else jobs.ErrStale.
 func (r *Registry) Bury(ctx context.Context, ref jobs.Ref, reason string) error {
-	if err := jobs.CheckID(ctx, ref.ID); err != nil {
+	if err := jobs.CheckBury(ctx, ref, reason); err != nil {
 		return err
 	}
 	if err := r.ensure(ctx); err != nil {
 		return err
 	}
-	tag, err := r.pool.Exec(ctx, r.q.bury, ref.ID, int64(ref.Epoch), reason)
+	tag, err := r.pool.Exec(ctx, r.q.bury, []byte(ref.ID), int64(ref.Epoch), reason)
 	switch {
 	case err != nil:
 		return unavailable("bury", err)
@@ -401,7 +462,7 @@ func (r *Registry) DeadJob(ctx context.Context, id string) (jobs.DeadJob, error)
 	if err := r.ensure(ctx); err != nil {
 		return jobs.DeadJob{}, err
 	}
-	d, err := scanDead(r.pool.QueryRow(ctx, r.q.deadJob, id))
+	d, err := scanDead(r.pool.QueryRow(ctx, r.q.deadJob, []byte(id)))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return jobs.DeadJob{}, fmt.Errorf("%w: dead job %q", jobs.ErrNotFound, id)
@@ -420,7 +481,7 @@ func (r *Registry) Purge(ctx context.Context, id string) error {
 	if err := r.ensure(ctx); err != nil {
 		return err
 	}
-	tag, err := r.pool.Exec(ctx, r.q.purge, id)
+	tag, err := r.pool.Exec(ctx, r.q.purge, []byte(id))
 	switch {
 	case err != nil:
 		return unavailable("purge", err)

@@ -3,8 +3,10 @@ package pgjobs_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -36,4 +38,137 @@ func TestConformance(t *testing.T) {
 		}
 		return r
 	})
+}
+
+// A history column written by something else (an operator, an older
+// version) never fails a listing: the entries that parse are read, the
+// others skipped. One such row used to fail Expired, and with it every
+// recovery scan.
+func TestCorruptHistoryIsTolerated(t *testing.T) {
+	pool := newPool(t)
+	r, table := newRegistry(t, pool, "corrupt")
+	ctx := t.Context()
+	for i, h := range []string{`{"not": "an array"}`, `[1, "x", {"at": "2023-11-14T22:13:20Z", "from": "old", "by": "new", "attempt": 1}, {"at": 5}]`, `"text"`, `null`} {
+		id := fmt.Sprintf("j%d", i)
+		if _, err := r.Track(ctx, jobs.Job{ID: id, Owner: "w"}, time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, "UPDATE "+table+" SET history = $1::jsonb WHERE id = $2", h, []byte(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var expired []jobs.Job
+	var err error
+	for len(expired) < 4 {
+		if expired, err = r.Expired(ctx, 10); err != nil {
+			t.Fatalf("Expired over corrupt histories: %v", err)
+		}
+		<-time.After(5 * time.Millisecond)
+	}
+	for _, j := range expired {
+		want := 0
+		if j.ID == "j1" {
+			want = 1
+		}
+		if len(j.History) != want {
+			t.Fatalf("%s: history %+v, want %d entries", j.ID, j.History, want)
+		}
+		if want == 1 && (j.History[0].From != "old" || j.History[0].At.Unix() != 1700000000) {
+			t.Fatalf("%s: history %+v", j.ID, j.History)
+		}
+		c, err := r.Reclaim(ctx, j.Ref(), "recoverer", time.Minute)
+		if err != nil {
+			t.Fatalf("Reclaim(%s): %v", j.ID, err)
+		}
+		if err := r.Done(ctx, c.Ref()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Tables made by an earlier version (id text) are converted by Setup, and
+// their rows keep working.
+func TestSetupConvertsTextIDs(t *testing.T) {
+	pool := newPool(t)
+	table := fmt.Sprintf("test_jobs_old_%d", tables.Add(1))
+	ctx := t.Context()
+	old := strings.NewReplacer("T_", table).Replace(`
+CREATE SEQUENCE T__epoch;
+CREATE TABLE T_ (id text PRIMARY KEY, payload bytea NOT NULL, owner text NOT NULL, attempt int NOT NULL,
+	epoch bigint NOT NULL, deadline timestamptz NOT NULL, history jsonb NOT NULL DEFAULT '[]');
+CREATE INDEX T__deadline ON T_ (deadline);
+CREATE TABLE T__dead (id text PRIMARY KEY, payload bytea NOT NULL, owner text NOT NULL, attempt int NOT NULL,
+	epoch bigint NOT NULL, deadline timestamptz NOT NULL, history jsonb NOT NULL, died timestamptz NOT NULL, reason text NOT NULL);
+CREATE INDEX T__dead_died ON T__dead (died);
+INSERT INTO T_ VALUES ('jöb', 'p', 'w', 0, nextval('T__epoch'), now() + interval '1 hour', '[]');`)
+	if _, err := pool.Exec(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	r, err := pgjobs.New(pool, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := r.InFlight(ctx, 0)
+	if err != nil || len(in) != 1 || in[0].ID != "jöb" || string(in[0].Payload) != "p" {
+		t.Fatalf("InFlight of an old table = %+v, %v", in, err)
+	}
+	if err := r.Done(ctx, in[0].Ref()); err != nil {
+		t.Fatal(err)
+	}
+	j, err := r.Track(ctx, jobs.Job{ID: "nul\x00", Owner: "w"}, time.Minute)
+	if err != nil {
+		t.Fatalf("Track of an ID with a NUL after the conversion: %v", err)
+	}
+	if err := r.Done(ctx, j.Ref()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Completion markers older than jobs.DoneWindow are deleted by later Done
+// calls, a few at a time: the markers table does not grow with the
+// history. A recent marker still answers a retried Done.
+func TestOldCompletionMarkersAreDropped(t *testing.T) {
+	pool := newPool(t)
+	r, table := newRegistry(t, pool, "markers")
+	ctx := t.Context()
+	if err := r.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const old = 40
+	if _, err := pool.Exec(ctx, "INSERT INTO "+table+"_done (epoch, id, at) SELECT -g, 'old', now() - interval '1 hour' FROM generate_series(1, $1) g", old); err != nil {
+		t.Fatal(err)
+	}
+	var refs []jobs.Ref
+	for i := range 4 {
+		j, err := r.Track(ctx, jobs.Job{ID: fmt.Sprint(i), Owner: "w"}, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Done(ctx, j.Ref()); err != nil {
+			t.Fatal(err)
+		}
+		refs = append(refs, j.Ref())
+	}
+	var left, recent int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FILTER (WHERE id = 'old'), count(*) FILTER (WHERE id <> 'old') FROM "+table+"_done").Scan(&left, &recent); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 || recent != 4 {
+		t.Fatalf("after 4 Done calls: %d of %d expired markers left, %d recent ones; want 0 and 4", left, old, recent)
+	}
+	for _, ref := range refs {
+		if err := r.Done(ctx, ref); err != nil {
+			t.Fatalf("retried Done: %v", err)
+		}
+	}
+}
+
+// newRegistry returns a registry in a table of its own, and the table.
+func newRegistry(t testing.TB, pool *pgxpool.Pool, prefix string) (*pgjobs.Registry, string) {
+	table := fmt.Sprintf("test_jobs_%s_%d", prefix, tables.Add(1))
+	r, err := pgjobs.New(pool, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, table
 }

@@ -5,13 +5,13 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local f = redis.call('HMGET', KEYS[1], 'epoch', 'deadline', 'owner', 'attempt', 'history', 'payload')
-if f[1] ~= ARGV[2] or tonumber(f[2]) > now then return {} end
+if f[1] ~= ARGV[2] or (tonumber(f[2]) or 0) > now then return {} end
 local epoch = redis.call('INCR', KEYS[3])
-local attempt = tonumber(f[4]) + 1
+local attempt = (tonumber(f[4]) or 0) + 1
 local deadline = now + tonumber(ARGV[4])
-local record = now .. ARGV[6] .. f[3] .. ARGV[6] .. ARGV[3] .. ARGV[6] .. attempt
-local history = f[5]
+local record = now .. ARGV[6] .. (f[3] or '') .. ARGV[6] .. ARGV[3] .. ARGV[6] .. attempt
+local history = f[5] or ''
 if history == '' then history = record else history = history .. ARGV[5] .. record end
 redis.call('HSET', KEYS[1], 'epoch', epoch, 'deadline', deadline, 'owner', ARGV[3], 'attempt', attempt, 'history', history)
 redis.call('ZADD', KEYS[2], deadline, ARGV[1])
-return {f[6], ARGV[3], tostring(attempt), tostring(epoch), tostring(deadline), history}
+return {f[6] or '', ARGV[3], tostring(attempt), tostring(epoch), tostring(deadline), history}

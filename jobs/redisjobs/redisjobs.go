@@ -8,6 +8,13 @@
 //	{ns}:epoch       the epoch counter
 //	{ns}:dead:<id>   hash: a dead job, with died and reason
 //	{ns}:deadset     sorted set of dead IDs by time of death
+//	{ns}:done:<epoch>:<id>  a completion marker, expiring after jobs.DoneWindow
+//
+// IDs are opaque bytes (NUL and separators included): they appear only as
+// the tail of a key and as index members, never inside an encoded field.
+// The history field separates records with \x1e and fields with \x1f;
+// the owners in it are identities (lock.CheckOwner: no control
+// characters), checked where they enter (Track, Reclaim).
 //
 // Every operation is one Lua script (one round trip), on the server's
 // clock (TIME). Expired reads the index with ZRANGEBYSCORE: O(log n + k)
@@ -24,11 +31,12 @@
 // # Client retries
 //
 // go-redis retries a command whose reply was lost (MaxRetries, 3 by
-// default). The scripts are safe to retry, but the outcome may be the
-// retry's: a Done that took effect is retried, finds the entry gone and
-// returns jobs.ErrStale — the job finished and is not run again, but the
-// worker is told it was reclaimed. Build the client with MaxRetries: -1
-// for exact outcomes (the chaos tests record such Done calls).
+// default). The scripts are safe to retry. Done is idempotent per epoch:
+// the completion leaves a marker key that expires after jobs.DoneWindow,
+// and a retried Done that finds the entry gone but the marker there
+// returns nil, as the first attempt did. Other outcomes may be the retry's
+// (a Remove or Bury that took effect is retried and reports
+// jobs.ErrStale, which the Runner ignores).
 package redisjobs
 
 import (
@@ -54,6 +62,8 @@ var (
 	heartbeatSrc string
 	//go:embed remove.lua
 	removeSrc string
+	//go:embed done.lua
+	doneSrc string
 	//go:embed expired.lua
 	expiredSrc string
 	//go:embed reclaim.lua
@@ -70,6 +80,7 @@ var (
 	trackScript     = redis.NewScript(trackSrc)
 	heartbeatScript = redis.NewScript(heartbeatSrc)
 	removeScript    = redis.NewScript(removeSrc)
+	doneScript      = redis.NewScript(doneSrc)
 	expiredScript   = redis.NewScript(expiredSrc)
 	reclaimScript   = redis.NewScript(reclaimSrc)
 	buryScript      = redis.NewScript(burySrc)
@@ -113,6 +124,13 @@ func (r *Registry) deadlines() string        { return r.ns + "deadlines" }
 func (r *Registry) epochs() string           { return r.ns + "epoch" }
 func (r *Registry) deadset() string          { return r.ns + "deadset" }
 
+// doneKey is the completion marker of one epoch of a job: the epoch's
+// digits end at the first colon, so that no two (epoch, id) pairs share a
+// key.
+func (r *Registry) doneKey(ref jobs.Ref) string {
+	return r.ns + "done:" + strconv.FormatUint(ref.Epoch, 10) + ":" + ref.ID
+}
+
 func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
 
 func unavailable(op string, err error) error { return lock.Unavailable("redisjobs: "+op, err) }
@@ -125,7 +143,7 @@ func stale(ref jobs.Ref) error {
 // server time (TIME); the epoch comes from the {ns}:epoch counter, and an
 // entry of the same ID is replaced (it goes stale).
 func (r *Registry) Track(ctx context.Context, job jobs.Job, lease time.Duration) (jobs.Job, error) {
-	if err := jobs.CheckLease(ctx, job.ID, lease); err != nil {
+	if err := jobs.CheckTrack(ctx, job, lease); err != nil {
 		return jobs.Job{}, err
 	}
 	res, err := r.bounds.Run(ctx, r.c, trackScript, []string{r.jobKey(job.ID), r.deadlines(), r.epochs()},
@@ -141,7 +159,7 @@ func (r *Registry) Track(ctx context.Context, job jobs.Job, lease time.Duration)
 // trip, whatever their number), deadline on server time; it returns the IDs
 // whose epoch no longer matches or whose entry is gone.
 func (r *Registry) Heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Duration) ([]string, error) {
-	if err := jobs.CheckLease(ctx, "heartbeat", lease); err != nil {
+	if err := jobs.CheckHeartbeat(ctx, refs, lease); err != nil {
 		return nil, err
 	}
 	if len(refs) == 0 {
@@ -162,11 +180,13 @@ func (r *Registry) Heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Du
 	return lost, nil
 }
 
-func (r *Registry) remove(ctx context.Context, ref jobs.Ref, op string) error {
+func (r *Registry) remove(ctx context.Context, ref jobs.Ref, op string, script *redis.Script, keys []string, args ...any) error {
 	if err := jobs.CheckID(ctx, ref.ID); err != nil {
 		return err
 	}
-	n, err := r.bounds.Run(ctx, r.c, removeScript, []string{r.jobKey(ref.ID), r.deadlines()}, ref.ID, strconv.FormatUint(ref.Epoch, 10)).Int64()
+	keys = append([]string{r.jobKey(ref.ID), r.deadlines()}, keys...)
+	args = append([]any{ref.ID, strconv.FormatUint(ref.Epoch, 10)}, args...)
+	n, err := r.bounds.Run(ctx, r.c, script, keys, args...).Int64()
 	switch {
 	case err != nil:
 		return unavailable(op, err)
@@ -177,14 +197,19 @@ func (r *Registry) remove(ctx context.Context, ref jobs.Ref, op string) error {
 }
 
 // Done implements jobs.Registry: one script removes the entry and its index
-// member if the epoch matches, else jobs.ErrStale (see Client retries in
-// the package doc).
-func (r *Registry) Done(ctx context.Context, ref jobs.Ref) error { return r.remove(ctx, ref, "done") }
+// member if the epoch matches and sets the epoch's completion marker (a
+// key that expires after jobs.DoneWindow: Redis drops it, nothing is
+// scanned); a Done that finds the marker returns nil (a retry whose first
+// attempt took effect, see Client retries in the package doc); else
+// jobs.ErrStale.
+func (r *Registry) Done(ctx context.Context, ref jobs.Ref) error {
+	return r.remove(ctx, ref, "done", doneScript, []string{r.doneKey(ref)}, jobs.DoneWindow.Milliseconds())
+}
 
-// Remove implements jobs.Registry: as Done (one script, epoch-checked), for
-// the recoverer after a requeue.
+// Remove implements jobs.Registry: one script removes the entry of ref's
+// epoch, for the recoverer after a requeue; else jobs.ErrStale.
 func (r *Registry) Remove(ctx context.Context, ref jobs.Ref) error {
-	return r.remove(ctx, ref, "remove")
+	return r.remove(ctx, ref, "remove", removeScript, nil)
 }
 
 // Expired implements jobs.Registry: one script, ZRANGEBYSCORE over the
@@ -200,11 +225,24 @@ func (r *Registry) InFlight(ctx context.Context, limit int) ([]jobs.Job, error) 
 	return r.list(ctx, limit, "1")
 }
 
+// maxLimit is the largest limit passed to a script: Lua reads numbers as
+// doubles and hands large ones back to Redis as "9.2233720368548e+18",
+// which ZRANGE's LIMIT refuses. Any limit above it lists everything.
+const maxLimit = 1 << 30
+
+// scriptLimit is limit for a script: 1 to maxLimit, or 0 for all.
+func scriptLimit(limit int) int {
+	if limit <= 0 || limit > maxLimit {
+		return 0
+	}
+	return limit
+}
+
 func (r *Registry) list(ctx context.Context, limit int, all string) ([]jobs.Job, error) {
 	if err := lock.CheckContext(ctx); err != nil {
 		return nil, err
 	}
-	flat, err := r.bounds.Run(ctx, r.c, expiredScript, []string{r.deadlines()}, max(limit, 0), r.ns+"job:", all).StringSlice()
+	flat, err := r.bounds.Run(ctx, r.c, expiredScript, []string{r.deadlines()}, scriptLimit(limit), r.ns+"job:", all).StringSlice()
 	if err != nil {
 		return nil, unavailable("expired", err)
 	}
@@ -228,7 +266,7 @@ func decodeJob(id string, f []string) jobs.Job {
 // the entry is of ref's epoch and expired, then gives it a new epoch,
 // Attempt+1, owner by, a deadline and a history record; else jobs.ErrStale.
 func (r *Registry) Reclaim(ctx context.Context, ref jobs.Ref, by string, lease time.Duration) (jobs.Job, error) {
-	if err := jobs.CheckLease(ctx, ref.ID, lease); err != nil {
+	if err := jobs.CheckReclaim(ctx, ref, by, lease); err != nil {
 		return jobs.Job{}, err
 	}
 	f, err := r.bounds.Run(ctx, r.c, reclaimScript, []string{r.jobKey(ref.ID), r.deadlines(), r.epochs()},
@@ -246,7 +284,7 @@ func (r *Registry) Reclaim(ctx context.Context, ref jobs.Ref, by string, lease t
 // to the dead set (hash and index, time of death on server time), else
 // jobs.ErrStale.
 func (r *Registry) Bury(ctx context.Context, ref jobs.Ref, reason string) error {
-	if err := jobs.CheckID(ctx, ref.ID); err != nil {
+	if err := jobs.CheckBury(ctx, ref, reason); err != nil {
 		return err
 	}
 	n, err := r.bounds.Run(ctx, r.c, buryScript, []string{r.jobKey(ref.ID), r.deadlines(), r.deadKey(ref.ID), r.deadset()},
@@ -266,8 +304,9 @@ func (r *Registry) Dead(ctx context.Context, limit int) ([]jobs.DeadJob, error) 
 	if err := lock.CheckContext(ctx); err != nil {
 		return nil, err
 	}
-	if limit <= 0 {
-		limit = 1 << 30
+	limit = scriptLimit(limit)
+	if limit == 0 {
+		limit = maxLimit
 	}
 	flat, err := r.bounds.Run(ctx, r.c, deadScript, []string{r.deadset()}, limit, r.ns+"dead:").StringSlice()
 	if err != nil {
@@ -345,12 +384,17 @@ func decodeHistory(s string) []jobs.Recovery {
 	}
 	var out []jobs.Recovery
 	for rec := range strings.SplitSeq(s, recordSep) {
+		// A record that does not parse (written by something else) is
+		// skipped, never shown with made-up fields.
 		f := strings.Split(rec, fieldSep)
 		if len(f) != 4 {
 			continue
 		}
-		at, _ := strconv.ParseInt(f[0], 10, 64)
-		attempt, _ := strconv.Atoi(f[3])
+		at, err1 := strconv.ParseInt(f[0], 10, 64)
+		attempt, err2 := strconv.Atoi(f[3])
+		if err1 != nil || err2 != nil {
+			continue
+		}
 		out = append(out, jobs.Recovery{At: time.UnixMilli(at), From: f[1], By: f[2], Attempt: attempt})
 	}
 	return out

@@ -13,7 +13,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,6 +36,11 @@ func Run(t *testing.T, newRegistry func(t testing.TB) jobs.Registry) {
 		{"Reclaim", reclaim},
 		{"DeadSet", deadSet},
 		{"BadInput", badInput},
+		{"DoneIsIdempotentPerEpoch", doneIdempotent},
+		{"OpaqueIDs", opaqueIDs},
+		{"OwnersAndReasons", ownersAndReasons},
+		{"LeaseLimits", leaseLimits},
+		{"ListingLimits", listingLimits},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -108,7 +115,9 @@ func trackAndDone(t *testing.T, r jobs.Registry) {
 	if err := r.Done(ctx, j.Ref()); err != nil {
 		t.Fatalf("Done: %v", err)
 	}
-	expectStale(t, r.Done(ctx, j.Ref()), "second Done")
+	if err := r.Done(ctx, j.Ref()); err != nil {
+		t.Fatalf("second Done of the completed epoch: %v, want nil", err)
+	}
 	if c, err := r.Counts(ctx); err != nil || c != (jobs.Counts{}) {
 		t.Fatalf("Counts after Done = %+v, %v", c, err)
 	}
@@ -261,9 +270,344 @@ func badInput(t *testing.T, r jobs.Registry) {
 			return err
 		}(),
 		"reclaim lease": func() error { _, err := r.Reclaim(ctx, jobs.Ref{ID: "x", Epoch: 1}, "by", 0); return err }(),
+		"heartbeat of an empty ID": func() error {
+			_, err := r.Heartbeat(ctx, []jobs.Ref{{ID: "x", Epoch: 1}, {ID: "", Epoch: 1}}, time.Minute)
+			return err
+		}(),
+		"heartbeat of a long ID": func() error {
+			_, err := r.Heartbeat(ctx, []jobs.Ref{{ID: strings.Repeat("i", lock.MaxKeyLen+1), Epoch: 1}}, time.Minute)
+			return err
+		}(),
 	} {
 		if !errors.Is(err, lock.ErrInvalidArgument) {
 			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
+		}
+	}
+}
+
+// doneIdempotent: a Done of an epoch that completed returns nil again (a
+// retry whose first attempt took effect), also after the ID was tracked
+// anew; a Done of an epoch that did not complete (reclaimed, replaced,
+// removed) is ErrStale.
+func doneIdempotent(t *testing.T, r jobs.Registry) {
+	ctx := ctxFor(t)
+	a := track(t, r, "a", time.Minute)
+	for i := range 3 {
+		if err := r.Done(ctx, a.Ref()); err != nil {
+			t.Fatalf("Done #%d of the same epoch: %v, want nil", i+1, err)
+		}
+	}
+	if in, err := r.InFlight(ctx, 0); err != nil || len(in) != 0 {
+		t.Fatalf("InFlight after Done: %+v, %v", in, err)
+	}
+	// The ID tracked again: the completed epoch still answers nil, and its
+	// retried Done leaves the new epoch alone.
+	a2 := track(t, r, "a", time.Minute)
+	if err := r.Done(ctx, a.Ref()); err != nil {
+		t.Fatalf("Done of the completed epoch after a new Track: %v, want nil", err)
+	}
+	if lost, err := r.Heartbeat(ctx, []jobs.Ref{a2.Ref()}, time.Minute); err != nil || len(lost) != 0 {
+		t.Fatalf("the new epoch after a retried Done of the old one: lost %v, %v", lost, err)
+	}
+	// Replaced without completing: stale.
+	a3 := track(t, r, "a", time.Minute)
+	expectStale(t, r.Done(ctx, a2.Ref()), "Done of an epoch replaced by a new Track")
+	if err := r.Done(ctx, a3.Ref()); err != nil {
+		t.Fatal(err)
+	}
+
+	// The zombie: its epoch was reclaimed, not completed.
+	z := track(t, r, "zombie", 100*time.Millisecond)
+	waitExpired(t, r, 1)
+	c, err := r.Reclaim(ctx, z.Ref(), "recoverer", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectStale(t, r.Done(ctx, z.Ref()), "Done of a reclaimed epoch")
+	if err := r.Done(ctx, c.Ref()); err != nil {
+		t.Fatalf("Done of the reclaimed job's new epoch: %v", err)
+	}
+	if err := r.Done(ctx, c.Ref()); err != nil {
+		t.Fatalf("Done retried after the new epoch completed: %v, want nil", err)
+	}
+	expectStale(t, r.Done(ctx, z.Ref()), "Done of a reclaimed epoch after the job completed")
+
+	// Removed by the recoverer (after a requeue): not a completion.
+	x := track(t, r, "requeued", time.Minute)
+	if err := r.Remove(ctx, x.Ref()); err != nil {
+		t.Fatal(err)
+	}
+	expectStale(t, r.Done(ctx, x.Ref()), "Done of a removed epoch")
+	expectStale(t, r.Done(ctx, jobs.Ref{ID: "never-tracked", Epoch: 1}), "Done of a job never tracked")
+	if cnt, err := r.Counts(ctx); err != nil || cnt != (jobs.Counts{}) {
+		t.Fatalf("Counts = %+v, %v", cnt, err)
+	}
+}
+
+// OddIDs are job IDs that are valid (1 to lock.MaxKeyLen bytes) but
+// contain what an encoding could trip on: NUL, record and field
+// separators, control characters, invalid UTF-8, braces, SQL patterns.
+var OddIDs = []string{
+	"nul\x00inside", "\x00", "sep\x1erecord\x1ffield", "line\nfeed\ttab\x1b[31mred",
+	"\xff\xfe not UTF-8", "{brace}:colon", `%_like\`, "12:34", "ünïcødé ✓",
+	strings.Repeat("l", lock.MaxKeyLen),
+}
+
+// opaqueIDs: an ID is opaque bytes, and every method hands it back
+// exactly: track, heartbeat, expired, reclaim, bury, dead, revive, purge,
+// done.
+func opaqueIDs(t *testing.T, r jobs.Registry) {
+	ctx := ctxFor(t)
+	byID := map[string]jobs.Job{}
+	var refs []jobs.Ref
+	for _, id := range OddIDs {
+		j := track(t, r, id, 300*time.Millisecond)
+		if j.ID != id {
+			t.Fatalf("Track(%.40q) returned ID %.40q", id, j.ID)
+		}
+		byID[id] = j
+		refs = append(refs, j.Ref())
+	}
+	in, err := r.InFlight(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkIDs(t, "InFlight", in, byID)
+	if lost, err := r.Heartbeat(ctx, refs, 300*time.Millisecond); err != nil || len(lost) != 0 {
+		t.Fatalf("Heartbeat: lost %q, %v", lost, err)
+	}
+	expired := waitExpired(t, r, len(OddIDs))
+	checkIDs(t, "Expired", expired, byID)
+	const reason = "reason with \x1e and \x1f,\nnew line"
+	for _, j := range expired {
+		if string(j.Payload) != "payload of "+j.ID {
+			t.Fatalf("payload of %.40q: %.40q", j.ID, j.Payload)
+		}
+		c, err := r.Reclaim(ctx, j.Ref(), "recoverer", time.Minute)
+		if err != nil || c.ID != j.ID {
+			t.Fatalf("Reclaim(%.40q) = %.40q, %v", j.ID, c.ID, err)
+		}
+		if len(c.History) != 1 || c.History[0].From != "worker-a" {
+			t.Fatalf("history of %.40q: %+v", j.ID, c.History)
+		}
+		if err := r.Bury(ctx, c.Ref(), reason); err != nil {
+			t.Fatalf("Bury(%.40q): %v", j.ID, err)
+		}
+	}
+	dead, err := r.Dead(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var deadJobs []jobs.Job
+	for _, d := range dead {
+		if d.Reason != reason || len(d.History) != 1 {
+			t.Fatalf("dead job %.40q: reason %q, history %+v", d.ID, d.Reason, d.History)
+		}
+		deadJobs = append(deadJobs, d.Job)
+	}
+	checkIDs(t, "Dead", deadJobs, byID)
+	for i, id := range OddIDs {
+		d, err := r.DeadJob(ctx, id)
+		if err != nil || d.ID != id || d.Reason != reason {
+			t.Fatalf("DeadJob(%.40q) = %.40q %q, %v", id, d.ID, d.Reason, err)
+		}
+		if i%2 == 0 {
+			if err := r.Purge(ctx, id); err != nil {
+				t.Fatalf("Purge(%.40q): %v", id, err)
+			}
+			continue
+		}
+		// Retried: tracked anew, completed (twice, as a retried Done).
+		j, err := jobs.Revive(ctx, r, id, "operator")
+		if err != nil || j.ID != id {
+			t.Fatalf("Revive(%.40q) = %.40q, %v", id, j.ID, err)
+		}
+		for range 2 {
+			if err := r.Done(ctx, j.Ref()); err != nil {
+				t.Fatalf("Done(%.40q): %v", id, err)
+			}
+		}
+	}
+	if cnt, err := r.Counts(ctx); err != nil || cnt != (jobs.Counts{}) {
+		t.Fatalf("Counts = %+v, %v", cnt, err)
+	}
+}
+
+// checkIDs fails unless got holds exactly the jobs of want, by ID and
+// epoch.
+func checkIDs(t testing.TB, what string, got []jobs.Job, want map[string]jobs.Job) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, j := range got {
+		w, ok := want[j.ID]
+		if !ok || seen[j.ID] {
+			t.Fatalf("%s: unexpected or repeated ID %.60q", what, j.ID)
+		}
+		if w.Epoch != j.Epoch && what != "Dead" {
+			t.Fatalf("%s: %.40q has epoch %d, want %d", what, j.ID, j.Epoch, w.Epoch)
+		}
+		seen[j.ID] = true
+	}
+	if len(seen) != len(want) {
+		t.Fatalf("%s: %d of the %d IDs", what, len(seen), len(want))
+	}
+}
+
+// ownersAndReasons: owners are identities (lock.CheckOwner), refused with
+// an error that names the argument; the ones accepted round-trip through
+// the history exactly, with the time of the recovery.
+func ownersAndReasons(t *testing.T, r jobs.Registry) {
+	ctx := ctxFor(t)
+	ref := jobs.Ref{ID: "j", Epoch: 1}
+	for _, tc := range []struct {
+		name, arg string
+		err       error
+	}{
+		{"record separator in Owner", "Owner", func() error {
+			_, err := r.Track(ctx, jobs.Job{ID: "j", Owner: "rec\x1eover"}, time.Minute)
+			return err
+		}()},
+		{"field separator in Owner", "Owner", func() error {
+			_, err := r.Track(ctx, jobs.Job{ID: "j", Owner: "rec\x1fover"}, time.Minute)
+			return err
+		}()},
+		{"invalid UTF-8 Owner", "Owner", func() error {
+			_, err := r.Track(ctx, jobs.Job{ID: "j", Owner: "\xff"}, time.Minute)
+			return err
+		}()},
+		{"separator in History", "History[0].From", func() error {
+			h := []jobs.Recovery{{At: time.Now(), From: "a\x1eb", By: "c", Attempt: 1}}
+			_, err := r.Track(ctx, jobs.Job{ID: "j", Owner: "w", Attempt: 1, History: h}, time.Minute)
+			return err
+		}()},
+		{"negative Attempt", "Attempt", func() error {
+			_, err := r.Track(ctx, jobs.Job{ID: "j", Owner: "w", Attempt: -1}, time.Minute)
+			return err
+		}()},
+		{"huge Attempt", "Attempt", func() error {
+			_, err := r.Track(ctx, jobs.Job{ID: "j", Owner: "w", Attempt: jobs.MaxAttempt + 1}, time.Minute)
+			return err
+		}()},
+		{"separator in by", "by", func() error { _, err := r.Reclaim(ctx, ref, "x\x1fy", time.Minute); return err }()},
+		{"empty by", "by", func() error { _, err := r.Reclaim(ctx, ref, "", time.Minute); return err }()},
+		{"NUL in reason", "reason", r.Bury(ctx, ref, "a\x00b")},
+		{"invalid UTF-8 reason", "reason", r.Bury(ctx, ref, "\xff")},
+		{"long reason", "reason", r.Bury(ctx, ref, strings.Repeat("r", jobs.MaxReasonLen+1))},
+	} {
+		if !errors.Is(tc.err, lock.ErrInvalidArgument) || !strings.Contains(tc.err.Error(), tc.arg) {
+			t.Errorf("%s: %v, want ErrInvalidArgument naming %s", tc.name, tc.err, tc.arg)
+		}
+	}
+	if in, err := r.InFlight(ctx, 0); err != nil || len(in) != 0 {
+		t.Fatalf("refused input left jobs in flight: %+v, %v", in, err)
+	}
+
+	owner, by := "worker α/7 (pid 42) {host}", "recoverer β"
+	start := time.Now()
+	j, err := r.Track(ctx, jobs.Job{ID: "j", Owner: owner}, 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitExpired(t, r, 1)
+	c, err := r.Reclaim(ctx, j.Ref(), by, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.History) != 1 {
+		t.Fatalf("history %+v", c.History)
+	}
+	h := c.History[0]
+	if h.From != owner || h.By != by || h.Attempt != 1 || h.At.Before(start.Add(-time.Minute)) || h.At.After(time.Now().Add(time.Minute)) {
+		t.Fatalf("history entry %+v, want From %q By %q Attempt 1 at about now", h, owner, by)
+	}
+	// Tracked again with that history (a requeued job restarted): kept.
+	again, err := r.Track(ctx, jobs.Job{ID: "j", Owner: owner, Attempt: c.Attempt, History: c.History}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := r.InFlight(ctx, 0)
+	if err != nil || len(in) != 1 || len(in[0].History) != 1 || in[0].History[0].From != owner || in[0].History[0].By != by {
+		t.Fatalf("InFlight after tracking with a history: %+v, %v", in, err)
+	}
+	if err := r.Done(ctx, again.Ref()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// leaseLimits: a lease is 1 ms to lock.MaxTTL in every method that takes
+// one (lock.ErrInvalidTTL otherwise, never an overflowed deadline), and
+// the longest converts without overflow.
+func leaseLimits(t *testing.T, r jobs.Registry) {
+	ctx := ctxFor(t)
+	ref := jobs.Ref{ID: "x", Epoch: 1}
+	for _, lease := range []time.Duration{math.MaxInt64, lock.MaxTTL + 1, time.Millisecond - 1, 0, -time.Second, math.MinInt64} {
+		for name, err := range map[string]error{
+			"Track":     func() error { _, err := r.Track(ctx, jobs.Job{ID: "x", Owner: "w"}, lease); return err }(),
+			"Heartbeat": func() error { _, err := r.Heartbeat(ctx, []jobs.Ref{ref}, lease); return err }(),
+			"Reclaim":   func() error { _, err := r.Reclaim(ctx, ref, "by", lease); return err }(),
+		} {
+			if !errors.Is(err, lock.ErrInvalidTTL) {
+				t.Errorf("%s with lease %v: %v, want ErrInvalidTTL", name, lease, err)
+			}
+		}
+	}
+	before := time.Now()
+	j, err := r.Track(ctx, jobs.Job{ID: "x", Owner: "w"}, lock.MaxTTL)
+	if err != nil {
+		t.Fatalf("Track with lease lock.MaxTTL: %v", err)
+	}
+	if d := j.Deadline.Sub(before); d < lock.MaxTTL-time.Minute || d > lock.MaxTTL+time.Minute {
+		t.Fatalf("deadline %v from now, want lock.MaxTTL", d)
+	}
+	if lost, err := r.Heartbeat(ctx, []jobs.Ref{j.Ref()}, lock.MaxTTL); err != nil || len(lost) != 0 {
+		t.Fatalf("Heartbeat with lease lock.MaxTTL: lost %v, %v", lost, err)
+	}
+	in, err := r.InFlight(ctx, 0)
+	if err != nil || len(in) != 1 || in[0].Deadline.Sub(before) < lock.MaxTTL-time.Minute {
+		t.Fatalf("InFlight after the longest heartbeat: %+v, %v", in, err)
+	}
+	if c, err := r.Counts(ctx); err != nil || c.Expired != 0 {
+		t.Fatalf("Counts = %+v, %v: a job of the longest lease must not be expired", c, err)
+	}
+	if err := r.Done(ctx, j.Ref()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// listingLimits: any limit is a valid limit: 0 and below mean all, and a
+// huge one (math.MaxInt) is all there is, never an error from a
+// conversion.
+func listingLimits(t *testing.T, r jobs.Registry) {
+	ctx := ctxFor(t)
+	for _, id := range []string{"a", "b", "c"} {
+		track(t, r, id, 100*time.Millisecond)
+	}
+	waitExpired(t, r, 3)
+	c := track(t, r, "c", 100*time.Millisecond)
+	waitExpired(t, r, 3)
+	if _, err := r.Reclaim(ctx, c.Ref(), "recoverer", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	c2, err := r.InFlight(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range c2 {
+		if j.ID == "c" {
+			if err := r.Bury(ctx, j.Ref(), "test"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, limit := range []int{math.MaxInt, math.MaxInt32, 1 << 40, 0, -1, math.MinInt} {
+		if got, err := r.Expired(ctx, limit); err != nil || len(got) != 2 {
+			t.Errorf("Expired(%d): %d jobs, %v; want 2", limit, len(got), err)
+		}
+		if got, err := r.InFlight(ctx, limit); err != nil || len(got) != 2 {
+			t.Errorf("InFlight(%d): %d jobs, %v; want 2", limit, len(got), err)
+		}
+		if got, err := r.Dead(ctx, limit); err != nil || len(got) != 1 {
+			t.Errorf("Dead(%d): %d jobs, %v; want 1", limit, len(got), err)
 		}
 	}
 }
