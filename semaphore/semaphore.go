@@ -35,7 +35,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -96,8 +95,8 @@ func New(l lock.Lock, name string, size int, opts ...lock.Option) (*Semaphore, e
 	if l == nil {
 		return nil, fmt.Errorf("%w: semaphore.New: nil Lock", lock.ErrInvalidArgument)
 	}
-	if name == "" || strings.ContainsAny(name, "{}") || len(name) > 200 {
-		return nil, fmt.Errorf("%w: semaphore name %q must be 1 to 200 bytes without braces", lock.ErrInvalidArgument, name)
+	if err := lock.CheckName("semaphore name", name); err != nil {
+		return nil, err
 	}
 	if size < 1 || size > MaxSize {
 		return nil, fmt.Errorf("%w: semaphore size %d must be in [1, %d]", lock.ErrInvalidArgument, size, MaxSize)
