@@ -3,13 +3,16 @@ package timers
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/memlock"
+	"github.com/leasehold-go/leasehold/semaphore"
 )
 
 // RetryOnError's backoff doubles up to lock.MaxTTL and no further: it
@@ -36,4 +39,27 @@ func TestRetryBackoffStopsDoubling(t *testing.T) {
 			t.Fatalf("attempts %v apart, want %v", gaps, want)
 		}
 	})
+}
+
+// Every name and key derived from the longest valid timer name is accepted
+// downstream: the semaphore name, its slot keys up to MaxConcurrency's
+// largest, and the claim key of any tick a time.Time of Unix nanoseconds
+// holds.
+func TestDerivedNamesWithinLimits(t *testing.T) {
+	name := strings.Repeat("n", MaxNameLen)
+	if err := checkName("timer name", name); err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.CheckName("semaphore name", namePrefix+name); err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{semaphore.SlotKey(namePrefix+name, 1023), claimKey(name, time.Unix(0, math.MinInt64)), claimKey(name, time.Unix(0, math.MaxInt64))}
+	for _, k := range keys {
+		if err := lock.CheckKey(k); err != nil {
+			t.Errorf("%d-byte key: %v", len(k), err)
+		}
+	}
+	if _, err := semaphore.New(memlock.New(), namePrefix+name, 1024); err != nil {
+		t.Fatal(err)
+	}
 }
