@@ -43,6 +43,17 @@
 // every 2 s (plus notifications). RenewEvery must be at most a third of the
 // lease.
 //
+// # Bad input
+//
+// Run refuses, before it campaigns, with an error that matches
+// lock.ErrInvalidArgument and names the argument or the option: an
+// election name outside lock.CheckName's rule (1 to lock.MaxNameLen bytes
+// of UTF-8, no control characters, no braces; Observe and ObserveAll's
+// prefix follow the same rule); a lease outside the backend's limits
+// (lock.LimitsOf; lock.ErrInvalidTTL); a renew or retry interval below
+// MinInterval (1 ms: a busy loop) or above lock.MaxTTL; a renew interval
+// above a third of the lease.
+//
 // Observe reports the current leader (identity, term, since) without
 // campaigning; it needs a backend with lock.Inspector.
 package leader

@@ -20,6 +20,12 @@ const (
 	DefaultRetry      = 2 * time.Second
 )
 
+// MinInterval is the shortest renew and retry interval: shorter ones
+// would have a leader or a follower call the backend in a busy loop. The
+// lease is within the backend's limits (lock.LimitsOf) and at least three
+// renew intervals; every duration is at most lock.MaxTTL.
+const MinInterval = time.Millisecond
+
 // Term is one leadership: who, which term (the fencing token), since when.
 type Term struct {
 	Identity string
@@ -34,10 +40,12 @@ type settings struct {
 }
 
 // WithLease sets the lease: how long a crashed leader blocks the election.
+// It is a ttl: Run checks it against the backend's limits (an error that
+// matches lock.ErrInvalidTTL).
 func WithLease(d time.Duration) lock.Option {
 	return lock.BackendOption("leader.WithLease", func(s *settings) error {
-		if d <= 0 {
-			return fmt.Errorf("lease must be positive, got %v", d)
+		if err := lock.DefaultLimits.CheckTTL(d); err != nil {
+			return fmt.Errorf("lease: %w", err)
 		}
 		s.lease = d
 		return nil
@@ -48,8 +56,8 @@ func WithLease(d time.Duration) lock.Option {
 // third of the lease, so that two renewals can fail before it steps down.
 func WithRenewEvery(d time.Duration) lock.Option {
 	return lock.BackendOption("leader.WithRenewEvery", func(s *settings) error {
-		if d <= 0 {
-			return fmt.Errorf("renew interval must be positive, got %v", d)
+		if d < MinInterval || d > lock.MaxTTL {
+			return fmt.Errorf("renew interval %v must be in [%v, %v]", d, MinInterval, lock.MaxTTL)
 		}
 		s.renew = d
 		return nil
@@ -60,8 +68,8 @@ func WithRenewEvery(d time.Duration) lock.Option {
 // release notification arrives.
 func WithRetry(d time.Duration) lock.Option {
 	return lock.BackendOption("leader.WithRetry", func(s *settings) error {
-		if d <= 0 {
-			return fmt.Errorf("retry interval must be positive, got %v", d)
+		if d < MinInterval || d > lock.MaxTTL {
+			return fmt.Errorf("retry interval %v must be in [%v, %v]", d, MinInterval, lock.MaxTTL)
 		}
 		s.retry = d
 		return nil
@@ -100,11 +108,14 @@ func Run(ctx context.Context, l lock.Lock, name string, fn func(ctx context.Cont
 		return fmt.Errorf("%w: leader.Run: nil Lock or function", lock.ErrInvalidArgument)
 	case ctx == nil:
 		return fmt.Errorf("%w: leader.Run: nil context", lock.ErrInvalidArgument)
-	case s.renew*3 > s.lease:
-		return fmt.Errorf("%w: leader: renew every %v is more than a third of the lease %v", lock.ErrInvalidArgument, s.renew, s.lease)
+	case s.renew > s.lease/3: // renew*3 > lease, without overflow
+		return fmt.Errorf("%w: leader: WithRenewEvery(%v) is more than a third of the lease %v", lock.ErrInvalidArgument, s.renew, s.lease)
 	}
-	if err := lock.CheckKey(Key(name)); err != nil || name == "" {
-		return fmt.Errorf("%w: leader: election name %q", lock.ErrInvalidKey, name)
+	if err := lock.LimitsOf(l).CheckTTL(s.lease); err != nil {
+		return fmt.Errorf("leader: WithLease(%v): %w", s.lease, err)
+	}
+	if err := lock.CheckName("election name", name); err != nil {
+		return err
 	}
 	e := &election{l: l, key: Key(name), fn: fn, s: s, cfg: cfg, m: newMetrics(cfg, name)}
 	if o, ok := l.(interface{ Owner() string }); ok {
@@ -209,8 +220,8 @@ func Observe(ctx context.Context, l lock.Lock, name string) (t Term, ok bool, er
 	if !isInspector {
 		return Term{}, false, fmt.Errorf("%w: leader.Observe: %T cannot say who holds a key", lock.ErrInvalidArgument, l)
 	}
-	if name == "" || strings.ContainsRune(name, 0) {
-		return Term{}, false, fmt.Errorf("%w: leader: election name %q", lock.ErrInvalidKey, name)
+	if err := lock.CheckName("election name", name); err != nil {
+		return Term{}, false, err
 	}
 	g, ok, err := in.Inspect(ctx, Key(name))
 	if err != nil || !ok {
@@ -229,11 +240,17 @@ type Observed struct {
 
 // ObserveAll reports the current leader of every election whose name
 // starts with prefix and that has one, sorted by name, in one List call.
-// It needs a backend with lock.Inspector.
+// It needs a backend with lock.Inspector. A prefix other than "" (every
+// election) follows the rule of election names.
 func ObserveAll(ctx context.Context, l lock.Lock, prefix string) ([]Observed, error) {
 	in, isInspector := l.(lock.Inspector)
 	if !isInspector {
 		return nil, fmt.Errorf("%w: leader.ObserveAll: %T cannot list its grants", lock.ErrInvalidArgument, l)
+	}
+	if prefix != "" {
+		if err := lock.CheckName("election name prefix", prefix); err != nil {
+			return nil, err
+		}
 	}
 	grants, err := in.List(ctx, Key(prefix))
 	if err != nil {

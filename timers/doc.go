@@ -85,6 +85,34 @@
 // seconds). A backend with a minimum ttl (etcd: 2 s) rounds claims up,
 // which is harmless: each tick has its own claim key.
 //
+// # Bad input
+//
+// Add refuses, with an error that matches lock.ErrInvalidArgument and
+// names the argument or the option:
+//
+//	input                                  rule
+//	-------------------------------------  ------------------------------------------------------------
+//	timer name                             lock.CheckName's rule, at most MaxNameLen (506) bytes, so
+//	                                       that the semaphore name "timer/<name>" is a valid name and
+//	                                       every claim and slot key is within lock.MaxKeyLen
+//	Every interval, "@every D"             at least MinInterval (1 ms): a tick's claim key holds its
+//	                                       instant in milliseconds
+//	cron spec                              robfig/cron's standard syntax, with a tick to come ("0 0
+//	                                       30 2 *" has none); "TZ=... @every D" is refused (the
+//	                                       parser's @every is not aligned across hosts)
+//	MaxRunTime, WithShutdownTimeout        positive, at most lock.MaxTTL
+//	RetryOnError(n, backoff)               n in [0, MaxRetries], backoff in [0, lock.MaxTTL]; the wait
+//	                                       doubles up to lock.MaxTTL
+//	MisfireThreshold                       positive, at most half the backend's maximum ttl
+//	LeaseTTL                               at least MinInterval, within the backend's limits
+//	                                       (lock.LimitsOf): lock.ErrInvalidTTL
+//
+// A tick's claim lives for the interval plus the misfire threshold, raised
+// to the backend's minimum ttl and cut to its maximum. A schedule that runs
+// out of ticks while it runs (none after the last that a time.Time holds)
+// never spins: the timer stops, logs an error, and Status reports it in
+// Stopped; the other timers go on.
+//
 // Status reports, per timer, the next tick, this host's last run (start,
 // duration, outcome, runner identity) and its counts of runs, failures,
 // skips and ticks run elsewhere; the same go to the metrics

@@ -82,7 +82,7 @@ func ExampleNew() {
 	fmt.Println(bad.Add(timers.Every("reports", time.Minute, func(context.Context) error { return nil })))
 	// Output:
 	// <nil>
-	// lock: invalid argument: timers.WithShutdownTimeout: shutdown timeout 0s must be positive
+	// lock: invalid argument: timers.WithShutdownTimeout: shutdown timeout 0s must be positive and at most 8784h0m0s
 }
 
 func ExampleEvery() {
@@ -101,7 +101,7 @@ func ExampleEvery() {
 		fmt.Println(st.Name, "next tick at", st.Next.UTC().Format("15:04:05.000"))
 	}
 	// Output:
-	// lock: invalid argument: timer "broken": interval must be positive, got 0s
+	// lock: invalid argument: timer "broken": interval 0s is below the minimum 1ms (a tick's claim is keyed by the millisecond)
 	// poll next tick at 12:00:15.000
 	// poll-spread next tick at 12:00:17.206
 	// rebuild next tick at 13:00:00.000

@@ -44,13 +44,18 @@ type Run struct {
 // a tick claim or a run in progress, sorted by name, in two List calls
 // (the claims under "timer/<prefix>", the slots under
 // "sem/{timer/<prefix>"). It writes nothing. It needs a backend with
-// lock.Inspector.
+// lock.Inspector. A prefix other than "" follows the rule of timer names.
 func Observe(ctx context.Context, l lock.Lock, prefix string) ([]Observed, error) {
 	in, ok := l.(lock.Inspector)
 	if !ok {
 		return nil, fmt.Errorf("%w: timers.Observe: the backend %T cannot list its grants", lock.ErrInvalidArgument, l)
 	}
-	claims, err := in.List(ctx, "timer/"+prefix)
+	if prefix != "" {
+		if err := checkName("timer name prefix", prefix); err != nil {
+			return nil, err
+		}
+	}
+	claims, err := in.List(ctx, namePrefix+prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -72,12 +77,12 @@ func Observe(ctx context.Context, l lock.Lock, prefix string) ([]Observed, error
 			o.LastTick, o.ClaimedBy, o.ClaimToken = at, g.Owner, g.Token
 		}
 	}
-	sems, err := semaphore.ObserveAll(ctx, l, "timer/"+prefix)
+	sems, err := semaphore.ObserveAll(ctx, l, namePrefix+prefix)
 	if err != nil {
 		return nil, err
 	}
 	for _, s := range sems {
-		name, ok := strings.CutPrefix(s.Name, "timer/")
+		name, ok := strings.CutPrefix(s.Name, namePrefix)
 		if !ok || len(s.Held) == 0 {
 			continue
 		}
@@ -96,7 +101,7 @@ func Observe(ctx context.Context, l lock.Lock, prefix string) ([]Observed, error
 
 // parseClaimKey reads claimKey's "timer/<name>/tick/<unix ms>".
 func parseClaimKey(key string) (name string, at time.Time, ok bool) {
-	rest, found := strings.CutPrefix(key, "timer/")
+	rest, found := strings.CutPrefix(key, namePrefix)
 	i := strings.LastIndex(rest, "/tick/")
 	if !found || i < 0 {
 		return "", time.Time{}, false

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -56,11 +55,12 @@ func WithClock(now func() time.Time) lock.Option {
 }
 
 // WithShutdownTimeout bounds how long Run waits for running functions after
-// its context ends; then their contexts are cancelled (default 30 s).
+// its context ends; then their contexts are cancelled (default 30 s, at
+// most lock.MaxTTL).
 func WithShutdownTimeout(d time.Duration) lock.Option {
 	return lock.BackendOption("timers.WithShutdownTimeout", func(s *settings) error {
-		if d <= 0 {
-			return fmt.Errorf("shutdown timeout %v must be positive", d)
+		if d <= 0 || d > lock.MaxTTL {
+			return fmt.Errorf("shutdown timeout %v must be positive and at most %v", d, lock.MaxTTL)
 		}
 		s.shutdown = d
 		return nil
@@ -85,7 +85,9 @@ func New(l lock.Lock, opts ...lock.Option) *Scheduler {
 }
 
 // Add registers a timer. It reports every problem of the definition —
-// a bad interval or spec, a bad option, a duplicate name — before Run.
+// a bad name, interval or spec, a schedule with no tick to come, a bad
+// option or one outside the backend's limits (lock.LimitsOf), a duplicate
+// name — before Run.
 func (s *Scheduler) Add(t *Timer) error {
 	if s.err != nil {
 		return s.err
@@ -96,13 +98,22 @@ func (s *Scheduler) Add(t *Timer) error {
 	if t.err != nil {
 		return t.err
 	}
+	if t.schedule == nil {
+		return fmt.Errorf("%w: a Timer must be made by Every or Cron", lock.ErrInvalidArgument)
+	}
+	if err := checkName("timer name", t.name); err != nil {
+		return err
+	}
 	if t.fn == nil {
 		return fmt.Errorf("%w: timer %q: nil function", lock.ErrInvalidArgument, t.name)
 	}
-	if t.name == "" || strings.ContainsAny(t.name, "{}") || len(t.name) > 200 {
-		return fmt.Errorf("%w: timer name %q must be 1 to 200 bytes without braces", lock.ErrInvalidArgument, t.name)
+	if err := s.checkLimits(t); err != nil {
+		return err
 	}
-	sem, err := semaphore.New(s.l, "timer/"+t.name, t.maxConcurrency,
+	if now := s.set.clock(); !t.schedule.next(now).After(now) {
+		return fmt.Errorf("%w: timer %q: the schedule has no tick after %v", lock.ErrInvalidArgument, t.name, now.Round(0))
+	}
+	sem, err := semaphore.New(s.l, namePrefix+t.name, t.maxConcurrency,
 		lock.WithLogger(s.cfg.Logger), lock.WithMeterProvider(s.cfg.MeterProvider))
 	if err != nil {
 		return err
@@ -121,6 +132,21 @@ func (s *Scheduler) Add(t *Timer) error {
 	}
 	s.timers[t.name] = e
 	s.order = append(s.order, t.name)
+	return nil
+}
+
+// checkLimits checks t's options against the backend's limits.
+func (s *Scheduler) checkLimits(t *Timer) error {
+	lim := lock.LimitsOf(s.l)
+	if t.leaseTTL > 0 {
+		if err := lim.CheckTTL(t.leaseTTL); err != nil {
+			return fmt.Errorf("timer %q: LeaseTTL(%v): %w", t.name, t.leaseTTL, err)
+		}
+	}
+	if t.misfire > lim.MaxTTL/2 {
+		return fmt.Errorf("%w: timer %q: MisfireThreshold(%v) is above half this backend's maximum ttl %v (a tick's claim must outlive it)",
+			lock.ErrInvalidArgument, t.name, t.misfire, lim.MaxTTL)
+	}
 	return nil
 }
 
@@ -183,27 +209,47 @@ type entry struct {
 // misfire threshold, when no host can still reach the tick; on a backend
 // whose grants hold a connection (pglock) it holds none meanwhile.
 func claimKey(name string, at time.Time) string {
-	return "timer/" + name + "/tick/" + strconv.FormatInt(at.UnixMilli(), 10)
+	return namePrefix + name + "/tick/" + strconv.FormatInt(at.UnixMilli(), 10)
 }
 
 func (e *entry) loop(ctx, runCtx context.Context, runs *sync.WaitGroup) {
 	clock := e.s.set.clock
-	at := e.t.schedule.next(clock())
+	from := clock()
+	at := e.t.schedule.next(from)
 	for {
+		// Defensive: Add refused a schedule with no tick to come, but one
+		// can still run out (a tick a Time cannot hold). Looping on a tick
+		// that does not advance would spin, so the timer stops instead.
+		if !at.After(from) {
+			e.stop(ctx, from)
+			return
+		}
 		e.setNext(at)
 		if !sleepUntil(ctx, at, clock) {
 			return
 		}
 		now := clock()
-		next := e.t.schedule.next(at)
+		if next := e.t.schedule.next(at); !next.After(at) {
+			e.stop(ctx, at) // nothing to bound the claim of tick at
+			return
+		}
 		if late := now.Sub(at); late > e.t.misfireAt(at) {
 			e.skip(ctx, at, "misfire", fmt.Sprintf("reached %v late", late.Round(time.Millisecond)))
-			at = e.t.schedule.next(now)
+			from, at = now, e.t.schedule.next(now)
 			continue
 		}
 		e.tick(ctx, runCtx, runs, at)
-		at = next
+		from, at = at, e.t.schedule.next(at)
 	}
+}
+
+// stop ends a timer whose schedule has no tick after from: it logs an
+// error, Status reports it in Stopped, and the timer waits for Run's end.
+func (e *entry) stop(ctx context.Context, from time.Time) {
+	err := fmt.Errorf("timers: %q has no tick after %v: stopped", e.t.name, from)
+	e.record(func(st *Status) { st.Next, st.Stopped = time.Time{}, err })
+	e.s.cfg.Logger.Error("leasehold: timer stopped: its schedule has no next tick", "timer", e.t.name, "after", from)
+	<-ctx.Done()
 }
 
 // sleepUntil waits until clock reads at; false when ctx ended first.
@@ -225,7 +271,7 @@ func sleepUntil(ctx context.Context, at time.Time, clock func() time.Time) bool 
 
 // tick claims tick at, takes a slot and starts the run.
 func (e *entry) tick(ctx, runCtx context.Context, runs *sync.WaitGroup, at time.Time) {
-	claimTTL := e.t.interval(at) + e.t.misfireAt(at)
+	lim := lock.LimitsOf(e.s.l)
 	// The attempts end by the next tick, so that a backend that stalls (a
 	// pool with no free connection, a hung request) costs this tick only,
 	// not the timer's later ones. (A claim that comes back after the
@@ -233,7 +279,7 @@ func (e *entry) tick(ctx, runCtx context.Context, runs *sync.WaitGroup, at time.
 	// at the threshold, since a connection being opened is worth keeping.)
 	attempt, cancel := context.WithTimeout(ctx, e.t.schedule.next(at).Sub(e.s.set.clock()))
 	defer cancel()
-	claim, err := lock.Claim(attempt, e.s.l, claimKey(e.t.name, at), claimTTL)
+	claim, err := lock.Claim(attempt, e.s.l, claimKey(e.t.name, at), e.t.claimTTL(at, lim))
 	if err == nil || errors.Is(err, lock.ErrNotAcquired) {
 		e.reachable(at)
 	}
@@ -257,7 +303,7 @@ func (e *entry) tick(ctx, runCtx context.Context, runs *sync.WaitGroup, at time.
 		e.skip(ctx, at, "misfire", fmt.Sprintf("the claim came back %v late", late.Round(time.Millisecond)))
 		return
 	}
-	lease := e.t.leaseFor(at)
+	lease := e.t.leaseFor(at, lim)
 	permit, err := e.sem.TryAcquire(attempt, lease)
 	switch {
 	case errors.Is(err, lock.ErrNotAcquired):
@@ -297,7 +343,7 @@ func (e *entry) call(ctx context.Context) error {
 		if lock.Sleep(ctx, backoff) != nil {
 			return errors.Join(err, context.Cause(ctx))
 		}
-		backoff *= 2
+		backoff = min(backoff*2, lock.MaxTTL) // backoff <= lock.MaxTTL: no overflow
 	}
 }
 

@@ -35,6 +35,10 @@ type Status struct {
 	Failures  int64     // runs that returned an error, were cancelled or lost their slot
 	Skips     int64     // ticks this host reached but skipped (busy, misfire, unavailable)
 	Elsewhere int64     // ticks another host had already claimed
+	// Stopped says why the timer stopped scheduling, nil while it runs: a
+	// schedule that ran out of ticks (none after the last that a Time can
+	// hold), which is logged at Error. Next is zero then.
+	Stopped error
 }
 
 // RunInfo describes one run.
@@ -67,7 +71,7 @@ func (s *Scheduler) Status() []Status {
 		e.mu.Lock()
 		out[i] = e.status
 		out[i].Name = e.t.name
-		if out[i].Next.IsZero() {
+		if out[i].Next.IsZero() && out[i].Stopped == nil {
 			out[i].Next = e.t.schedule.next(e.s.set.clock())
 		}
 		e.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"strings"
 	"time"
 
@@ -37,7 +38,43 @@ type Timer struct {
 // Option configures a timer.
 type Option func(*Timer) error
 
-// schedule yields tick times. next returns the first tick strictly after t.
+// Limits of a timer's definition. Every duration an option takes is
+// checked against them by the option, and against the backend's
+// lock.Limits by Scheduler.Add; input outside them is refused with an
+// error that matches lock.ErrInvalidArgument (lock.ErrInvalidTTL for a
+// ttl) and names the option.
+const (
+	// MinInterval is the shortest interval of Every (and "@every"): a
+	// tick's claim key holds its instant in milliseconds, so two ticks
+	// closer than that would share one claim.
+	MinInterval = time.Millisecond
+	// MaxNameLen is the longest timer name, in bytes: lock.MaxNameLen less
+	// the "timer/" that makes the name of the timer's semaphore, which
+	// must itself be a valid name. Every key the scheduler derives from a
+	// valid name (claims and slots) is then within lock.MaxKeyLen.
+	MaxNameLen = lock.MaxNameLen - len(namePrefix)
+	// MaxRetries is the most retries RetryOnError takes.
+	MaxRetries = 100
+)
+
+// namePrefix makes a timer's semaphore name and the prefix of its claim keys.
+const namePrefix = "timer/"
+
+// checkName is the rule for timer names (what says which argument:
+// "timer name", or Observe's "timer name prefix"): lock.CheckName's, at
+// most MaxNameLen bytes.
+func checkName(what, name string) error {
+	if err := lock.CheckName(what, name); err != nil {
+		return err
+	}
+	if len(name) > MaxNameLen {
+		return fmt.Errorf("%w: %s %.64q is %d bytes, the limit is %d", lock.ErrInvalidArgument, what, name, len(name), MaxNameLen)
+	}
+	return nil
+}
+
+// schedule yields tick times. next returns the first tick strictly after
+// t, or the zero Time when there is none (none that a Time can hold).
 type schedule interface {
 	next(t time.Time) time.Time
 }
@@ -47,12 +84,16 @@ type schedule interface {
 type every struct{ interval, phase time.Duration }
 
 func (e every) next(t time.Time) time.Time {
-	ns := t.UnixNano() - int64(e.phase)
-	k := ns / int64(e.interval)
-	if ns < 0 && ns%int64(e.interval) != 0 {
+	iv, ph := int64(e.interval), int64(e.phase) // 0 <= phase < interval
+	ns := t.UnixNano() - ph
+	k := ns / iv
+	if ns < 0 && ns%iv != 0 {
 		k-- // floor for times before the epoch
 	}
-	return time.Unix(0, (k+1)*int64(e.interval)+int64(e.phase))
+	if k >= (math.MaxInt64-ph)/iv {
+		return time.Time{} // (k+1)*interval + phase would overflow
+	}
+	return time.Unix(0, (k+1)*iv+ph)
 }
 
 // cronSchedule ticks by a cron spec in a location, shifted by a phase.
@@ -62,19 +103,33 @@ type cronSchedule struct {
 	phase time.Duration
 }
 
+// cronSearch is how many of robfig/cron's five-year searches next makes
+// before it concludes that a spec has no tick (29 February lies up to
+// eight years apart; 30 February never comes).
+const cronSearch = 5
+
 func (c cronSchedule) next(t time.Time) time.Time {
-	return c.spec.Next(t.Add(-c.phase).In(c.loc)).Add(c.phase)
+	from := t.Add(-c.phase).In(c.loc)
+	for range cronSearch {
+		// The parser looks no more than five years ahead, so a zero
+		// result means there is no tick within four years after from.
+		if n := c.spec.Next(from); !n.IsZero() {
+			return n.Add(c.phase)
+		}
+		from = from.AddDate(4, 0, 0)
+	}
+	return time.Time{}
 }
 
 // Every defines a timer that fires every interval, at instants aligned to
 // the Unix epoch (plus the SpreadStart phase): every host computes the same
 // ticks.
 func Every(name string, interval time.Duration, fn func(ctx context.Context) error, opts ...Option) *Timer {
-	t := &Timer{name: name, fn: fn}
-	if interval <= 0 {
-		t.err = fmt.Errorf("%w: timer %q: interval must be positive, got %v", lock.ErrInvalidArgument, name, interval)
+	t := &Timer{name: name, fn: fn, err: checkName("timer name", name)}
+	if t.err == nil && interval < MinInterval {
+		t.err = fmt.Errorf("%w: timer %q: interval %v is below the minimum %v (a tick's claim is keyed by the millisecond)", lock.ErrInvalidArgument, name, interval, MinInterval)
 	}
-	t.schedule = every{interval: max(interval, 1)}
+	t.schedule = every{interval: max(interval, MinInterval)}
 	return t.apply(opts)
 }
 
@@ -89,18 +144,23 @@ func Every(name string, interval time.Duration, fn func(ctx context.Context) err
 // once a day whatever the zone does belongs outside 01:00–02:59 local
 // time, or in UTC. "@every D" is the same as Every(name, D, ...).
 func Cron(name, spec string, fn func(ctx context.Context) error, opts ...Option) *Timer {
-	t := &Timer{name: name, fn: fn, loc: time.UTC}
+	t := &Timer{name: name, fn: fn, loc: time.UTC, err: checkName("timer name", name)}
 	if d, ok := strings.CutPrefix(strings.TrimSpace(spec), "@every "); ok {
 		interval, err := time.ParseDuration(strings.TrimSpace(d))
 		if err != nil || interval <= 0 {
-			t.err = fmt.Errorf("%w: timer %q: invalid cron spec %q", lock.ErrInvalidArgument, name, spec)
+			t.withErr(fmt.Errorf("%w: timer %q: invalid cron spec %q", lock.ErrInvalidArgument, name, spec))
 			interval = time.Second
 		}
 		return Every(name, interval, fn, opts...).withErr(t.err)
 	}
 	s, err := cron.ParseStandard(spec)
+	if _, unaligned := s.(cron.ConstantDelaySchedule); err == nil && unaligned {
+		// "TZ=... @every D": the parser's own @every counts from whenever
+		// it is asked, so no two hosts would share a tick.
+		err = errors.New("@every takes no time zone")
+	}
 	if err != nil {
-		t.err = fmt.Errorf("%w: timer %q: invalid cron spec %q: %w", lock.ErrInvalidArgument, name, spec, err)
+		t.withErr(fmt.Errorf("%w: timer %q: invalid cron spec %q: %w", lock.ErrInvalidArgument, name, spec, err))
 		s = cron.Every(time.Hour)
 	}
 	t.schedule = cronSchedule{spec: s, loc: time.UTC}
@@ -118,11 +178,11 @@ func (t *Timer) apply(opts []Option) *Timer {
 	t.maxConcurrency = 1
 	for _, o := range opts {
 		if o == nil {
-			t.err = errors.Join(t.err, fmt.Errorf("%w: timer %q: nil option", lock.ErrInvalidArgument, t.name))
+			t.err = errors.Join(t.err, fmt.Errorf("%w: timer %.64q: nil option", lock.ErrInvalidArgument, t.name))
 			continue
 		}
 		if err := o(t); err != nil {
-			t.err = errors.Join(t.err, fmt.Errorf("%w: timer %q: %w", lock.ErrInvalidArgument, t.name, err))
+			t.err = errors.Join(t.err, fmt.Errorf("%w: timer %.64q: %w", lock.ErrInvalidArgument, t.name, err))
 		}
 	}
 	if c, ok := t.schedule.(cronSchedule); ok && t.loc != nil {
@@ -185,8 +245,8 @@ func MaxConcurrency(n int) Option {
 // kept alive up to it.
 func MaxRunTime(d time.Duration) Option {
 	return func(t *Timer) error {
-		if d <= 0 {
-			return fmt.Errorf("MaxRunTime(%v) must be positive", d)
+		if d <= 0 || d > lock.MaxTTL {
+			return fmt.Errorf("MaxRunTime(%v) must be positive and at most %v", d, lock.MaxTTL)
 		}
 		t.maxRunTime = d
 		return nil
@@ -199,11 +259,12 @@ func SpreadStart() Option { return func(t *Timer) error { t.spread = true; retur
 
 // RetryOnError retries fn up to n more times within the same tick, while
 // holding the slot and within MaxRunTime, waiting backoff, 2×backoff, ...
-// in between.
+// in between (the wait stops doubling at lock.MaxTTL). n is at most
+// MaxRetries and backoff at most lock.MaxTTL.
 func RetryOnError(n int, backoff time.Duration) Option {
 	return func(t *Timer) error {
-		if n < 0 || backoff < 0 {
-			return fmt.Errorf("RetryOnError(%d, %v) must not be negative", n, backoff)
+		if n < 0 || n > MaxRetries || backoff < 0 || backoff > lock.MaxTTL {
+			return fmt.Errorf("RetryOnError(%d, %v): n must be in [0, %d] and backoff in [0, %v]", n, backoff, MaxRetries, lock.MaxTTL)
 		}
 		t.retries, t.retryBackoff = n, backoff
 		return nil
@@ -213,11 +274,13 @@ func RetryOnError(n int, backoff time.Duration) Option {
 // MisfireThreshold: a host that reaches a tick later than d (paused, busy,
 // just started) skips it and counts a misfire (default: half the interval,
 // at most a minute). Ticks stay once-only as long as the hosts' clocks
-// differ by less than half the interval.
+// differ by less than half the interval. d is at most half the backend's
+// maximum ttl (lock.MaxTTL/2 at most; Add checks the backend's), since a
+// tick's claim must outlive the threshold.
 func MisfireThreshold(d time.Duration) Option {
 	return func(t *Timer) error {
-		if d <= 0 {
-			return fmt.Errorf("MisfireThreshold(%v) must be positive", d)
+		if d <= 0 || d > lock.MaxTTL/2 {
+			return fmt.Errorf("MisfireThreshold(%v) must be positive and at most %v", d, lock.MaxTTL/2)
 		}
 		t.misfire = d
 		return nil
@@ -240,11 +303,12 @@ func InLocation(loc *time.Location) Option {
 
 // LeaseTTL sets the ttl of a run's slot lease, renewed every third of it
 // while fn runs: how long the slot of a crashed runner stays blocked
-// (default: the interval, between 2 s and 30 s).
+// (default: the interval, between 2 s and 30 s). d is at least MinInterval
+// and within the backend's limits (lock.LimitsOf; Add checks them).
 func LeaseTTL(d time.Duration) Option {
 	return func(t *Timer) error {
-		if d <= 0 {
-			return fmt.Errorf("LeaseTTL(%v) must be positive", d)
+		if d < MinInterval || d > lock.MaxTTL {
+			return fmt.Errorf("%w: LeaseTTL(%v) must be in [%v, %v]", lock.ErrInvalidTTL, d, MinInterval, lock.MaxTTL)
 		}
 		t.leaseTTL = d
 		return nil
@@ -267,7 +331,8 @@ func RunWhenUnavailable(n int) Option {
 }
 
 // interval is the gap after tick at, which bounds the claim and the
-// misfire threshold.
+// misfire threshold. The scheduler calls it only for a tick that has a
+// next one.
 func (t *Timer) interval(at time.Time) time.Duration {
 	return t.schedule.next(at).Sub(at)
 }
@@ -279,9 +344,24 @@ func (t *Timer) misfireAt(at time.Time) time.Duration {
 	return min(t.interval(at)/2, time.Minute)
 }
 
-func (t *Timer) leaseFor(at time.Time) time.Duration {
+// claimTTL is how long tick at's claim lives: the interval plus the
+// misfire threshold, within the backend's limits (a tick far from the
+// next, such as 29 February's, keeps its claim for the backend's maximum
+// ttl, which Add made at least twice the threshold).
+func (t *Timer) claimTTL(at time.Time, lim lock.Limits) time.Duration {
+	iv, mf := t.interval(at), t.misfireAt(at)
+	d := lim.MaxTTL
+	if iv < lim.MaxTTL-mf {
+		d = iv + mf
+	}
+	return max(d, lim.MinTTL)
+}
+
+// leaseFor is the slot lease of tick at: LeaseTTL, else the interval
+// between 2 s and 30 s, within the backend's limits.
+func (t *Timer) leaseFor(at time.Time, lim lock.Limits) time.Duration {
 	if t.leaseTTL > 0 {
 		return t.leaseTTL
 	}
-	return min(max(t.interval(at), 2*time.Second), 30*time.Second)
+	return min(max(t.interval(at), 2*time.Second, lim.MinTTL), 30*time.Second, lim.MaxTTL)
 }
