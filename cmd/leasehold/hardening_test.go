@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/cookiejar"
 	"regexp"
 	"strings"
 	"sync"
@@ -147,23 +148,7 @@ func TestSecretsNeverPrinted(t *testing.T) {
 	// The dashboard on a backend whose connection fails at first use, with
 	// the password in the query, and a --jobs of the same kind.
 	u := "postgres://u@127.0.0.1:1/db?password=" + topSecret
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	var stderr syncBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- cli.Run(ctx, []string{"dashboard", "--addr", "127.0.0.1:0", "--backend", u, "--jobs", u, "--timeout", "2s", "--allow-actions"}, io.Discard, &stderr)
-	}()
-	addr := regexp.MustCompile(`http://127\.0\.0\.1:\d+/`)
-	var base string
-	for base == "" {
-		select {
-		case code := <-done:
-			t.Fatalf("the dashboard ended: exit %d, %s", code, stderr.String())
-		case <-time.After(10 * time.Millisecond):
-			base = addr.FindString(stderr.String())
-		}
-	}
+	base, stderr, stop := startDashboard(t, "--backend", u, "--jobs", u, "--timeout", "2s", "--allow-actions")
 	var pages strings.Builder
 	for _, path := range []string{"", "fragment"} {
 		resp, err := http.Get(base + path)
@@ -179,8 +164,7 @@ func TestSecretsNeverPrinted(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	cancel()
-	<-done
+	stop()
 	if !strings.Contains(pages.String(), "Locks") {
 		t.Fatalf("no page:\n%s", pages.String())
 	}
@@ -317,4 +301,64 @@ func openMem(t *testing.T, url string) lock.Lock {
 		t.Fatal(err)
 	}
 	return l
+}
+
+// startDashboard runs 'leasehold dashboard --addr 127.0.0.1:0 args...'
+// until stop, and returns the URL it printed.
+func startDashboard(t *testing.T, args ...string) (url string, stderr *syncBuffer, stop func()) {
+	ctx, cancel := context.WithCancel(t.Context())
+	stderr = &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- cli.Run(ctx, append([]string{"dashboard", "--addr", "127.0.0.1:0"}, args...), io.Discard, stderr)
+	}()
+	printed := regexp.MustCompile(`http://127\.0\.0\.1:\d+/\S*`)
+	for url == "" {
+		select {
+		case code := <-done:
+			cancel()
+			t.Fatalf("the dashboard ended: exit %d, %s", code, stderr.String())
+		case <-time.After(10 * time.Millisecond):
+			url = printed.FindString(stderr.String())
+		}
+	}
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return url, stderr, stop
+}
+
+// TestDashboardAccessToken: with --allow-remote the dashboard prints a
+// URL with a per-start token; without it a request is refused, with it the
+// browser gets a cookie and the page.
+func TestDashboardAccessToken(t *testing.T) {
+	u, _, _ := startDashboard(t, "--allow-remote", "--backend", memURL("token"))
+	base, token, ok := strings.Cut(u, "?token=")
+	if !ok || len(token) < 20 {
+		t.Fatalf("printed URL %q has no token", u)
+	}
+	resp, err := http.Get(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("without the token: %d, want 403", resp.StatusCode)
+	}
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar}
+	if resp, err = c.Get(u); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Request.URL.RawQuery != "" {
+		t.Fatalf("with the token: %d at %s", resp.StatusCode, resp.Request.URL)
+	}
+	if resp, err = c.Get(base + "fragment"); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("with the cookie: %d", resp.StatusCode)
+	}
 }

@@ -48,15 +48,7 @@ func (e *env) dashboard(ctx context.Context, addr string, allowActions, allowRem
 	if allowRemote {
 		o.Token = rand.Text() // per start, as Jupyter's
 	}
-	srv := &http.Server{
-		Handler:           dashboard.New(src, o),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      e.c.timeout + 10*time.Second, // a page waits up to --timeout for the backend
-		IdleTimeout:       60 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
-	}
+	srv := newServer(dashboard.New(src, o), e.c.timeout, o.Logger)
 	mode := "read-only"
 	if allowActions {
 		mode = "actions enabled"
@@ -82,4 +74,19 @@ func (e *env) dashboard(ctx context.Context, addr string, allowActions, allowRem
 		return err
 	}
 	return nil
+}
+
+// newServer is the dashboard's HTTP server: every phase of a request has a
+// time limit (a page waits up to timeout for the backend), so that slow or
+// idle clients cannot hold connections.
+func newServer(h http.Handler, timeout time.Duration, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      timeout + 10*time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
 }
