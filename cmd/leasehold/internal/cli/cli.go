@@ -35,7 +35,7 @@ Usage:
 
 Commands:
   locks [PREFIX]            grants of the keys that start with PREFIX: key, owner, token, remaining ttl
-  semaphore NAME [--size N] slot occupancy of a semaphore (size from its participants' declarations, or --size)
+  semaphore NAME [--size N] slot occupancy of a semaphore (size from its participants' declarations, or --size 1…4096)
   leader [NAME]             leader of election NAME (identity, term, since); without NAME, every election
   timers [PREFIX]           per timer: latest claimed tick and its host, runs in progress (cluster-wide view)
   jobs                      jobs in flight (owner, attempt, heartbeat age), expired and dead
@@ -45,20 +45,30 @@ Commands:
   dashboard [--addr A]      serve a live web page with the same information (read-only unless --allow-actions)
 
 Flags (every command):
-  --backend URL   mem://NAME, redis://host:port, rediss://…, postgres://…, etcd://host:port,host:port
-                  (default: $LEASEHOLD_BACKEND)
-  --json          print JSON instead of tables, for scripts
-  --timeout D     bound on the whole command (default 10s)
+  --backend URL   mem://NAME, redis://[:password@]host:port, rediss://…, redis+cluster://[:password@]host:port,…,
+                  postgres://…, etcd://[user:password@]host:port,host:port   (default: $LEASEHOLD_BACKEND)
+  --json          print JSON instead of tables, for scripts (errors too: {"error", "kind", "exit", "hint"} on stdout)
+  --timeout D     bound on the whole command (default 10s, at most 24h)
+  --limit N       rows per table, and jobs of each kind listed (default 100, at most 1000)
 Jobs flags:
   --jobs URL      the jobs registry, when not on the backend (etcd has none): redis://… or postgres://…
   --namespace NS  redisjobs namespace (default leasehold:jobs)
   --table T       pgjobs table (default leasehold_jobs)
   --lease D       the job lease of the application's runners, for heartbeat ages (default 15s)
+Dashboard flags:
+  --addr A          listen address (default 127.0.0.1:8080; it answers only to 127.0.0.1, localhost and [::1])
+  --allow-actions   enable retry and purge of dead jobs
+  --allow-remote    allow any listen address and Host; every request then needs the access token of the
+                    URL printed at start (…/?token=…)
+
+Keys, owners, IDs and reasons that have a non-printable character (a control character, invalid
+UTF-8) or start with a double quote are shown quoted, as Go's strconv.Quote does; KEY and ID arguments that
+start with a double quote are read that way: leasehold jobs retry '"job\x00one"'.
 
 Exit codes:
   0  success
-  1  the operation failed (backend unreachable or in error)
-  2  usage error, or a required confirmation flag (--force, --yes) is missing
+  1  the operation failed (backend unreachable or in error, or --timeout reached)
+  2  usage error (a bad flag, argument, URL or name), or a required confirmation flag (--force, --yes) is missing
   3  not found: key not held, no leader, no such dead job
 `
 
