@@ -362,3 +362,19 @@ func TestDashboardAccessToken(t *testing.T) {
 		t.Fatalf("with the cookie: %d", resp.StatusCode)
 	}
 }
+
+// TestErrorsQuoteControlCharacters: an error message that carries a
+// control character (from an argument or from the backend) reaches the
+// terminal quoted.
+func TestErrorsQuoteControlCharacters(t *testing.T) {
+	for _, args := range [][]string{
+		{"locks", "--\x1b[2J"},
+		{"\x1b]0;owned\x07"},
+		{"leader", "no-such\x1b[31m", "--backend", memURL("ctl")},
+	} {
+		_, errOut, code := run(t, args...)
+		if code != cli.ExitUsage || hasByte(errOut, 0x1b, 0x07) {
+			t.Errorf("%q: exit %d, %q", args, code, errOut)
+		}
+	}
+}

@@ -219,7 +219,9 @@ func (e *env) report(err error) int {
 		_ = e.printJSON(jsonError{Error: msg, Kind: kind, Exit: code, Hint: hint})
 		return code
 	}
-	fmt.Fprintf(e.stderr, "leasehold: %s\n", msg)
+	// An error may quote what the user or the backend passed: shown
+	// quoted when it has a character a terminal would act on.
+	fmt.Fprintf(e.stderr, "leasehold: %s\n", ops.Show(msg))
 	if hint != "" {
 		fmt.Fprintln(e.stderr, hint)
 	}
@@ -276,7 +278,7 @@ func parseCommand(args []string, getenv func(string) string) (*command, error) {
 		fs.BoolVar(&cmd.allowRemote, "allow-remote", false, "allow a non-loopback listen address")
 	case "locks", "leader", "timers":
 	default:
-		return nil, usagef("unknown command %s", ops.Show(cmd.name))
+		return nil, usagef("unknown command %.64q", cmd.name)
 	}
 	pos, err := parse(fs, args[1:])
 	if err != nil {

@@ -43,6 +43,7 @@ import (
 	"time"
 
 	"github.com/leasehold-go/leasehold/cmd/leasehold/internal/ops"
+	"github.com/leasehold-go/leasehold/lock"
 )
 
 //go:embed templates/*.html static/*
@@ -252,9 +253,8 @@ func (d *Dashboard) snapshot(ctx context.Context) view {
 	var locks []ops.Grant
 	locks, v.LocksErr = d.src.Locks(ctx, "")
 	v.Locks, v.LocksTotal, v.LocksMore = capped(locks, lim)
-	sems, err := d.src.Semaphores(ctx, "")
-	v.SemErr = err
-	sems, v.SemTotal, v.SemMore = capped(sems, lim)
+	sems, total, err := d.src.Semaphores(ctx, "", lim)
+	v.SemErr, v.SemTotal, v.SemMore = err, total, total-len(sems)
 	for _, s := range sems {
 		sv := semView{Semaphore: s}
 		sv.Slots, _, sv.More = capped(s.Slots, lim)
@@ -364,6 +364,9 @@ func (d *Dashboard) action(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.Is(err, ops.ErrNotFound):
 		http.Error(w, err.Error(), http.StatusNotFound)
+		return
+	case errors.Is(err, lock.ErrInvalidArgument):
+		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	case err != nil:
 		http.Error(w, err.Error(), http.StatusBadGateway)

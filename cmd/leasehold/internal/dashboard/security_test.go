@@ -334,3 +334,29 @@ func TestTablesCapped(t *testing.T) {
 		t.Fatalf("%d free slots listed", strings.Count(page, `class="free"`))
 	}
 }
+
+// TestBadJobIDIsBadRequest: an action on an ID no registry accepts is the
+// client's error (400), not the backend's (502).
+func TestBadJobIDIsBadRequest(t *testing.T) {
+	d := dashboard.New(memSource(t, "d"), dashboard.Options{AllowActions: true})
+	token := csrfOf(t, get(t, d, "/", nil).body)
+	r := do(t, d, "POST", "/jobs/retry", url.Values{"id": {strings.Repeat("x", 2000)}, "csrf": {token}}, nil)
+	if r.code != http.StatusBadRequest {
+		t.Fatalf("retry of a 2000-byte ID: %d %s, want 400", r.code, r.body)
+	}
+}
+
+// TestManySemaphoresBounded: the page lays out at most Limit semaphores,
+// and says how many more there are.
+func TestManySemaphoresBounded(t *testing.T) {
+	src := memSource(t)
+	for i := range 15 {
+		if _, err := src.Lock.TryAcquire(t.Context(), fmt.Sprintf("sem/{s%02d}/size/%d", i, semaphore.MaxSize), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	page := get(t, dashboard.New(src, dashboard.Options{Limit: 10}), "/", nil).body
+	if strings.Contains(page, ">s10<") || !strings.Contains(page, ">s09<") || !strings.Contains(page, "… and 5 more semaphores") {
+		t.Fatalf("semaphores not capped at 10:\n%.3000s", page)
+	}
+}

@@ -152,18 +152,19 @@ func (s *Source) Semaphore(ctx context.Context, name string, size int) (Semaphor
 	return semaphoreOf(o, size), nil
 }
 
-// Semaphores reports every semaphore with a grant whose name starts with
-// prefix.
-func (s *Source) Semaphores(ctx context.Context, prefix string) ([]Semaphore, error) {
+// Semaphores reports the first limit semaphores (by name) with a grant
+// whose name starts with prefix, and how many there are: only those listed
+// are laid out slot by slot (each up to semaphore.MaxSize slots).
+func (s *Source) Semaphores(ctx context.Context, prefix string, limit int) ([]Semaphore, int, error) {
 	all, err := semaphore.ObserveAll(ctx, s.Lock, prefix)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	out := make([]Semaphore, len(all))
-	for i, o := range all {
-		out[i] = semaphoreOf(o, 0)
+	out := make([]Semaphore, min(len(all), max(limit, 0)))
+	for i := range out {
+		out[i] = semaphoreOf(all[i], 0)
 	}
-	return out, nil
+	return out, len(all), nil
 }
 
 // Leader is an election's current leader.
