@@ -52,6 +52,8 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"jobs", "--lease", "-1s"}, "--lease"},
 		{[]string{"locks", strings.Repeat("p", 2000)}, "prefix"},
 		{[]string{"locks", "--size", "3"}, "flag provided but not defined"},
+		{[]string{"dashboard", "--addr", "nonsense"}, "not host:port"},
+		{[]string{"dashboard", "--addr", "127.0.0.1:"}, "not host:port"},
 	} {
 		args := append(c.args, "--backend", mem)
 		out, errOut, code := run(t, args...)

@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"time"
 
@@ -326,6 +327,9 @@ func (cmd *command) args(pos []string) ([]string, error) {
 	var err error
 	switch cmd.name {
 	case "dashboard":
+		if _, port, err := net.SplitHostPort(cmd.addr); err != nil || port == "" {
+			return nil, usagef("--addr %.64q is not host:port (for example 127.0.0.1:8080)", cmd.addr)
+		}
 		return pos, n(0, 0, "dashboard [--addr A] [--allow-actions] [--allow-remote] (no arguments)")
 	case "locks", "timers":
 		if err := n(0, 1, cmd.name+" [PREFIX]"); err != nil {
