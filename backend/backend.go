@@ -4,9 +4,14 @@
 //	mem://               a new in-process table (memlock)
 //	mem://NAME           the in-process table NAME, shared by every Open of it in this process
 //	redis://[:password@]host:port[/db]    rediss:// for TLS   (redislock)
-//	redis+cluster://host:port,host:port   Redis Cluster       (redislock)
+//	redis+cluster://[user:password@]host:port,host:port   Redis Cluster (redislock)
 //	postgres://user:pass@host:port/db?... postgresql:// too     (pglock)
-//	etcd://host:port,host:port            etcd endpoints      (etcdlock)
+//	etcd://[user:password@]host:port,host:port   etcd endpoints (etcdlock)
+//
+// Credentials in the URL are used, for every scheme that has them; a URL
+// part a scheme cannot use (a database path on a cluster or on etcd) is
+// refused with ErrInvalidArgument rather than ignored. Errors never
+// contain the URL's secrets: they show it as Redact does.
 //
 // Options of package lock (WithOwner, WithLogger, ...) are passed through.
 // The returned close function releases what Open made (clients, pools,
@@ -40,9 +45,17 @@ var (
 
 // Open returns the backend that rawURL names, and a function that closes it.
 func Open(ctx context.Context, rawURL string, opts ...lock.Option) (lock.Lock, func() error, error) {
+	l, closeFn, err := open(ctx, rawURL, opts)
+	return l, closeFn, RedactError(err, rawURL)
+}
+
+func open(ctx context.Context, rawURL string, opts []lock.Option) (lock.Lock, func() error, error) {
+	if !strings.Contains(rawURL, "://") {
+		return nil, nil, fmt.Errorf("%w: backend URL %s has no scheme (mem://, redis://, postgres://, etcd://, ...)", lock.ErrInvalidArgument, Redact(rawURL))
+	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: backend URL %q: %w", lock.ErrInvalidArgument, rawURL, err)
+		return nil, nil, fmt.Errorf("%w: backend URL %s: %w", lock.ErrInvalidArgument, Redact(rawURL), urlCause(err))
 	}
 	nop := func() error { return nil }
 	switch u.Scheme {
@@ -51,13 +64,16 @@ func Open(ctx context.Context, rawURL string, opts ...lock.Option) (lock.Lock, f
 	case "redis", "rediss":
 		o, err := redis.ParseURL(rawURL)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: %w", lock.ErrInvalidArgument, err)
+			return nil, nil, fmt.Errorf("%w: backend URL %s: %w", lock.ErrInvalidArgument, Redact(rawURL), urlCause(err))
 		}
 		o.ContextTimeoutEnabled = true // calls end with their context (see redislock)
 		return openRedis(ctx, redis.NewClient(o), opts)
 	case "redis+cluster":
-		addrs := strings.Split(u.Host, ",")
-		return openRedis(ctx, redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true}), opts)
+		o, err := clusterOptions(u)
+		if err != nil {
+			return nil, nil, err
+		}
+		return openRedis(ctx, redis.NewClusterClient(o), opts)
 	case "postgres", "postgresql":
 		l, err := pglock.NewFromDSN(ctx, rawURL, opts...)
 		if err != nil {
@@ -65,7 +81,11 @@ func Open(ctx context.Context, rawURL string, opts ...lock.Option) (lock.Lock, f
 		}
 		return l, l.Close, nil
 	case "etcd":
-		c, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(u.Host, ","), DialTimeout: 5 * time.Second})
+		cfg, err := etcdConfig(u)
+		if err != nil {
+			return nil, nil, err
+		}
+		c, err := clientv3.New(cfg)
 		if err != nil {
 			return nil, nil, lock.Unavailable("backend: etcd", err)
 		}
@@ -75,10 +95,83 @@ func Open(ctx context.Context, rawURL string, opts ...lock.Option) (lock.Lock, f
 			return nil, nil, err
 		}
 		return l, closeBoth(l, c), nil
-	case "":
-		return nil, nil, fmt.Errorf("%w: backend URL %q has no scheme (mem://, redis://, ...)", lock.ErrInvalidArgument, rawURL)
 	}
 	return nil, nil, fmt.Errorf("%w: backend URL scheme %q is not one of mem, redis, rediss, redis+cluster, postgres, etcd", lock.ErrInvalidArgument, u.Scheme)
+}
+
+// urlCause returns the cause of a URL parser's error, which quotes the
+// whole URL (its password included).
+func urlCause(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// hosts splits a URL's host list (host:port,host:port), refusing an empty
+// one.
+func hosts(u *url.URL) ([]string, error) {
+	var out []string
+	for h := range strings.SplitSeq(u.Host, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			out = append(out, h)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: backend URL %s names no host", lock.ErrInvalidArgument, Redact(u.String()))
+	}
+	return out, nil
+}
+
+// noExtras refuses the parts of a URL a scheme cannot use, rather than
+// ignoring them.
+func noExtras(u *url.URL, what string) error {
+	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("%w: backend URL %s: %s takes no database path, query or fragment", lock.ErrInvalidArgument, Redact(u.String()), what)
+	}
+	return nil
+}
+
+// clusterOptions returns the go-redis options of a redis+cluster:// URL
+// u: its hosts as the seed nodes, and its user and password (ACL user and
+// password, or only a password as with requirepass).
+func clusterOptions(u *url.URL) (*redis.ClusterOptions, error) {
+	if err := noExtras(u, "redis+cluster"); err != nil {
+		return nil, err
+	}
+	addrs, err := hosts(u)
+	if err != nil {
+		return nil, err
+	}
+	o := &redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true}
+	if u.User != nil {
+		o.Username = u.User.Username()
+		o.Password, _ = u.User.Password()
+	}
+	return o, nil
+}
+
+// etcdConfig returns the clientv3 configuration of an etcd:// URL: its
+// endpoints, and its user and password when it has them (etcd's
+// authentication; etcd refuses a user while its authentication is off).
+func etcdConfig(u *url.URL) (clientv3.Config, error) {
+	if err := noExtras(u, "etcd"); err != nil {
+		return clientv3.Config{}, err
+	}
+	eps, err := hosts(u)
+	if err != nil {
+		return clientv3.Config{}, err
+	}
+	cfg := clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second}
+	if u.User != nil {
+		cfg.Username = u.User.Username()
+		cfg.Password, _ = u.User.Password()
+		if cfg.Username == "" {
+			return clientv3.Config{}, fmt.Errorf("%w: backend URL %s: etcd authentication needs a user name (etcd://user:password@host:port)", lock.ErrInvalidArgument, Redact(u.String()))
+		}
+	}
+	return cfg, nil
 }
 
 func openMem(name string, opts []lock.Option) lock.Lock {

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/leasehold-go/leasehold/cmd/leasehold/internal/ops"
+	"github.com/leasehold-go/leasehold/semaphore"
 )
 
 // table writes aligned columns; rows are tab-separated.
@@ -21,15 +22,29 @@ func table(w io.Writer, header string, rows []string) {
 	_ = tw.Flush()
 }
 
+// row joins the columns of a table row; a string column is shown as
+// ops.Show does (quoted when it has a non-printable character: a tab, a
+// newline or an escape sequence would forge a row or drive the terminal).
 func row(cols ...any) string {
 	s := make([]string, len(cols))
 	for i, c := range cols {
-		s[i] = fmt.Sprint(c)
+		if str, ok := c.(string); ok {
+			s[i] = ops.Show(str)
+		} else {
+			s[i] = fmt.Sprint(c)
+		}
 		if s[i] == "" {
 			s[i] = "-"
 		}
 	}
 	return strings.Join(s, "\t")
+}
+
+// more prints the line that says how many rows a table left out.
+func (e *env) more(n int64, what string) {
+	if n > 0 {
+		fmt.Fprintf(e.stdout, "… and %d more %s (--limit %d shows at most %d; --json lists them)\n", n, what, e.c.limit, ops.MaxLimit)
+	}
 }
 
 func (e *env) locks(ctx context.Context, src *ops.Source, prefix string) error {
@@ -44,11 +59,13 @@ func (e *env) locks(ctx context.Context, src *ops.Source, prefix string) error {
 		fmt.Fprintf(e.stdout, "no grants under %q\n", prefix)
 		return nil
 	}
-	rows := make([]string, len(gs))
-	for i, g := range gs {
+	shown := gs[:min(len(gs), e.c.limit)]
+	rows := make([]string, len(shown))
+	for i, g := range shown {
 		rows[i] = row(g.Key, g.Owner, g.Token, ops.MS(g.RemainingMS), ops.Ago(g.Since, e.now()))
 	}
 	table(e.stdout, "KEY\tOWNER\tTOKEN\tREMAINING\tSINCE", rows)
+	e.more(int64(len(gs)-len(shown)), "grants")
 	return nil
 }
 
@@ -64,16 +81,20 @@ func (e *env) semaphore(ctx context.Context, src *ops.Source, name string, size 
 	if s.Size > 0 {
 		sz = strconv.Itoa(s.Size) + " slots"
 	}
-	fmt.Fprintf(e.stdout, "semaphore %s: %d held, %s", s.Name, s.Held, sz)
+	fmt.Fprintf(e.stdout, "semaphore %s: %d held, %s", ops.Show(s.Name), s.Held, sz)
 	if len(s.Declared) > 1 {
 		fmt.Fprintf(e.stdout, "; participants disagree on the size: %v", s.Declared)
+	}
+	if s.Ignored > 0 {
+		fmt.Fprintf(e.stdout, "; %d size or slot keys out of range [1, %d] ignored", s.Ignored, semaphore.MaxSize)
 	}
 	fmt.Fprintln(e.stdout)
 	if len(s.Slots) == 0 {
 		return nil
 	}
-	rows := make([]string, len(s.Slots))
-	for i, sl := range s.Slots {
+	shown := s.Slots[:min(len(s.Slots), e.c.limit)]
+	rows := make([]string, len(shown))
+	for i, sl := range shown {
 		if sl.Grant == nil {
 			rows[i] = row(sl.Slot, "free", "", "", "")
 			continue
@@ -81,6 +102,7 @@ func (e *env) semaphore(ctx context.Context, src *ops.Source, name string, size 
 		rows[i] = row(sl.Slot, sl.Grant.Owner, sl.Grant.Token, ops.MS(sl.Grant.RemainingMS), ops.Ago(sl.Grant.Since, e.now()))
 	}
 	table(e.stdout, "SLOT\tHOLDER\tTOKEN\tREMAINING\tSINCE", rows)
+	e.more(int64(len(s.Slots)-len(shown)), "slots")
 	return nil
 }
 
@@ -108,11 +130,13 @@ func (e *env) leader(ctx context.Context, src *ops.Source, pos []string) error {
 		fmt.Fprintln(e.stdout, "no elections have a leader")
 		return nil
 	}
-	rows := make([]string, len(ls))
-	for i, l := range ls {
+	shown := ls[:min(len(ls), e.c.limit)]
+	rows := make([]string, len(shown))
+	for i, l := range shown {
 		rows[i] = row(l.Name, l.Identity, l.Term, ops.Ago(l.Since, e.now()))
 	}
 	table(e.stdout, "ELECTION\tLEADER\tTERM\tSINCE", rows)
+	e.more(int64(len(ls)-len(shown)), "elections")
 	return nil
 }
 
@@ -129,13 +153,15 @@ func (e *env) timers(ctx context.Context, src *ops.Source, prefix string) error 
 		return nil
 	}
 	var rows, runs []string
-	for _, t := range ts {
+	shown := ts[:min(len(ts), e.c.limit)]
+	for _, t := range shown {
 		rows = append(rows, row(t.Name, ops.Ago(t.LastTick, e.now()), t.ClaimedBy, t.ClaimToken, len(t.Running)))
 		for _, r := range t.Running {
 			runs = append(runs, row(t.Name, r.Slot, r.Runner, r.Token, ops.Ago(r.Since, e.now()), ops.MS(r.RemainingMS)))
 		}
 	}
 	table(e.stdout, "TIMER\tLAST TICK\tCLAIMED BY\tCLAIM TOKEN\tRUNNING", rows)
+	e.more(int64(len(ts)-len(shown)), "timers")
 	if len(runs) > 0 {
 		fmt.Fprintln(e.stdout)
 		table(e.stdout, "TIMER\tSLOT\tRUNNER\tTOKEN\tSTARTED\tLEASE LEFT", runs)
@@ -144,11 +170,8 @@ func (e *env) timers(ctx context.Context, src *ops.Source, prefix string) error 
 	return nil
 }
 
-func (e *env) jobs(ctx context.Context, src *ops.Source, pos []string, yes bool) error {
+func (e *env) jobs(ctx context.Context, src *ops.Source, pos []string) error {
 	if len(pos) > 0 {
-		if len(pos) != 2 || (pos[0] != "retry" && pos[0] != "purge") {
-			return usagef("usage: leasehold jobs [retry ID | purge ID --yes]")
-		}
 		if src.Jobs == nil {
 			return src.JobsErr
 		}
@@ -161,22 +184,19 @@ func (e *env) jobs(ctx context.Context, src *ops.Source, pos []string, yes bool)
 			if e.c.json {
 				return e.printJSON(j)
 			}
-			fmt.Fprintf(e.stdout, "job %s is back in flight (attempt 0, expired): the application's recovery scan will requeue it\n", id)
+			fmt.Fprintf(e.stdout, "job %s is back in flight (attempt 0, expired): the application's recovery scan will requeue it\n", ops.Show(id))
 			return nil
-		}
-		if !yes {
-			return usagef("--yes is required to purge: it deletes dead job %q for good (or use 'leasehold jobs retry %s')", id, id)
 		}
 		if err := src.Purge(ctx, id); err != nil {
 			return err
 		}
 		if e.c.json {
-			return e.printJSON(map[string]string{"purged": id})
+			return e.printJSON(map[string]string{"purged": id, "purged_base64": ops.Base64(id)})
 		}
-		fmt.Fprintf(e.stdout, "job %s purged\n", id)
+		fmt.Fprintf(e.stdout, "job %s purged\n", ops.Show(id))
 		return nil
 	}
-	v, err := src.JobsState(ctx, 100)
+	v, err := src.JobsState(ctx, e.c.limit)
 	if err != nil {
 		return err
 	}
@@ -192,6 +212,7 @@ func (e *env) jobs(ctx context.Context, src *ops.Source, pos []string, yes bool)
 		fmt.Fprintln(e.stdout, "\nIN FLIGHT")
 		table(e.stdout, "ID\tOWNER\tATTEMPT\tHEARTBEAT AGE\tEXPIRES IN", rows)
 	}
+	e.more(v.InFlightMore, "jobs in flight")
 	if len(v.Expired) > 0 {
 		rows := make([]string, len(v.Expired))
 		for i, j := range v.Expired {
@@ -200,14 +221,16 @@ func (e *env) jobs(ctx context.Context, src *ops.Source, pos []string, yes bool)
 		fmt.Fprintln(e.stdout, "\nEXPIRED (awaiting the recovery scan)")
 		table(e.stdout, "ID\tOWNER\tATTEMPT\tEXPIRED FOR", rows)
 	}
+	e.more(v.ExpiredMore, "expired jobs")
 	if len(v.Dead) > 0 {
 		rows := make([]string, len(v.Dead))
 		for i, d := range v.Dead {
 			rows[i] = row(d.ID, d.Attempt, ops.Ago(&d.DiedAt, e.now()), d.Reason)
 		}
-		fmt.Fprintln(e.stdout, "\nDEAD (leasehold jobs retry ID | purge ID --yes)")
+		fmt.Fprintln(e.stdout, "\nDEAD (leasehold jobs retry ID | purge ID --yes; an ID shown quoted is passed quoted)")
 		table(e.stdout, "ID\tATTEMPT\tDIED\tREASON", rows)
 	}
+	e.more(v.DeadMore, "dead jobs")
 	return nil
 }
 
@@ -217,8 +240,8 @@ func (e *env) release(ctx context.Context, src *ops.Source, key string, force bo
 		return err
 	}
 	if !force {
-		return usagef("--force is required to release a key held by someone else: %q is held by %s (token %d, %s left); re-run with --force to remove the grant (the holder's resource must check fencing tokens)",
-			key, g.Owner, g.Token, ops.MS(g.RemainingMS))
+		return usagef("--force is required to release a key held by someone else: %s is held by %s (token %d, %s left); re-run with --force to remove the grant (the holder's resource must check fencing tokens)",
+			strconv.Quote(key), ops.Show(g.Owner), g.Token, ops.MS(g.RemainingMS))
 	}
 	if err := src.ForceRelease(ctx, key); err != nil {
 		return err
@@ -226,6 +249,6 @@ func (e *env) release(ctx context.Context, src *ops.Source, key string, force bo
 	if e.c.json {
 		return e.printJSON(map[string]any{"released": g})
 	}
-	fmt.Fprintf(e.stdout, "released %q (was held by %s, token %d)\n", key, g.Owner, g.Token)
+	fmt.Fprintf(e.stdout, "released %q (was held by %s, token %d)\n", key, ops.Show(g.Owner), g.Token)
 	return nil
 }

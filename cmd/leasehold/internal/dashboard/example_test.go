@@ -3,6 +3,8 @@ package dashboard_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"time"
@@ -17,9 +19,16 @@ func ExampleNew() {
 	defer src.Close()
 	_, _ = src.Lock.TryAcquire(ctx, "orders/42", time.Minute)
 	d := dashboard.New(src, dashboard.Options{}) // read-only
-	// Serve it with http.ListenAndServe("127.0.0.1:8080", d); here, one request:
-	w := httptest.NewRecorder()
-	d.ServeHTTP(w, httptest.NewRequest("GET", "/fragment", nil))
-	fmt.Println(w.Code, strings.Contains(w.Body.String(), "orders/42"))
+	// Serve it on a loopback listener (it answers requests for
+	// 127.0.0.1, localhost and [::1] on the listener's port only):
+	srv := httptest.NewServer(d)
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/fragment")
+	if err != nil {
+		panic(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	fmt.Println(resp.StatusCode, strings.Contains(string(body), "orders/42"))
 	// Output: 200 true
 }

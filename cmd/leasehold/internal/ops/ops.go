@@ -12,9 +12,11 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
@@ -49,6 +51,37 @@ type Source struct {
 	lease   time.Duration
 	Now     func() time.Time // time.Now unless a test sets it
 	closers []func() error
+
+	jobsURL    string // the registry's URL (Config.JobsURL, or Backend)
+	ownJobsURL bool   // the registry has a URL of its own (Config.JobsURL)
+}
+
+// JobsError is an error of the jobs registry, in opening it or in a call,
+// so that a message can point at the right URL: Flag is "--jobs" when the
+// registry has a URL of its own (Config.JobsURL), else "--backend"; URL is
+// that URL as backend.Redact shows it.
+type JobsError struct {
+	Flag, URL string
+	Err       error
+}
+
+func (e *JobsError) Error() string { return e.Err.Error() }
+func (e *JobsError) Unwrap() error { return e.Err }
+
+// jobsErr wraps an error of the registry in a JobsError.
+func (s *Source) jobsErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	var je *JobsError
+	if errors.As(err, &je) {
+		return err
+	}
+	flag := "--backend"
+	if s.ownJobsURL {
+		flag = "--jobs"
+	}
+	return &JobsError{Flag: flag, URL: backend.Redact(s.jobsURL), Err: backend.RedactError(err, s.jobsURL)}
 }
 
 // Open opens cfg's backend and jobs registry. A registry that cannot be
@@ -77,8 +110,9 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 		jobsURL = cfg.Backend
 	}
 	reg, closeReg, err := OpenRegistry(ctx, jobsURL, cfg.Namespace, cfg.Table)
+	s.jobsURL, s.ownJobsURL = jobsURL, cfg.JobsURL != ""
 	if err != nil {
-		s.JobsErr = err
+		s.JobsErr = s.jobsErr(err)
 	} else {
 		s.Jobs = reg
 		s.closers = append(s.closers, closeReg)
@@ -106,9 +140,17 @@ var (
 // shared by every OpenRegistry of it in this process). etcd has no
 // registry: ErrNoRegistry.
 func OpenRegistry(ctx context.Context, rawURL, namespace, table string) (jobs.Registry, func() error, error) {
+	r, closeFn, err := openRegistry(ctx, rawURL, namespace, table)
+	return r, closeFn, backend.RedactError(err, rawURL)
+}
+
+func openRegistry(ctx context.Context, rawURL, namespace, table string) (jobs.Registry, func() error, error) {
+	if !strings.Contains(rawURL, "://") {
+		return nil, nil, fmt.Errorf("%w: jobs URL %s has no scheme (redis://, postgres://, mem://)", lock.ErrInvalidArgument, backend.Redact(rawURL))
+	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: jobs URL %q: %w", lock.ErrInvalidArgument, rawURL, err)
+		return nil, nil, fmt.Errorf("%w: jobs URL %s: %w", lock.ErrInvalidArgument, backend.Redact(rawURL), cause(err))
 	}
 	switch u.Scheme {
 	case "mem":
@@ -124,8 +166,9 @@ func OpenRegistry(ctx context.Context, rawURL, namespace, table string) (jobs.Re
 	case "redis", "rediss":
 		o, err := redis.ParseURL(rawURL)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: %w", lock.ErrInvalidArgument, err)
+			return nil, nil, fmt.Errorf("%w: jobs URL %s: %w", lock.ErrInvalidArgument, backend.Redact(rawURL), cause(err))
 		}
+		o.ContextTimeoutEnabled = true // calls end with their context
 		c := redis.NewClient(o)
 		r, err := redisjobs.New(c, namespace)
 		if err != nil {
@@ -134,9 +177,13 @@ func OpenRegistry(ctx context.Context, rawURL, namespace, table string) (jobs.Re
 		}
 		return r, c.Close, nil
 	case "postgres", "postgresql":
-		pool, err := pgxpool.New(ctx, rawURL)
+		cfg, err := pgxpool.ParseConfig(rawURL)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: %w", lock.ErrInvalidArgument, err)
+			return nil, nil, fmt.Errorf("%w: jobs URL %s: %w", lock.ErrInvalidArgument, backend.Redact(rawURL), cause(err))
+		}
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			return nil, nil, lock.Unavailable("jobs registry: postgres", err)
 		}
 		r, err := pgjobs.New(pool, table)
 		if err != nil {
@@ -148,4 +195,21 @@ func OpenRegistry(ctx context.Context, rawURL, namespace, table string) (jobs.Re
 		return nil, nil, fmt.Errorf("%w: etcd has no jobs registry (use --jobs redis://… or postgres://…)", ErrNoRegistry)
 	}
 	return nil, nil, fmt.Errorf("%w: jobs URL scheme %q is not one of mem, redis, rediss, postgres", lock.ErrInvalidArgument, u.Scheme)
+}
+
+// cause returns the cause of a URL parser's error without the URL it
+// quotes (password included).
+func cause(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	var pe *pgconn.ParseConfigError
+	if errors.As(err, &pe) {
+		if c := pe.Unwrap(); c != nil {
+			return c
+		}
+		return errors.New("cannot parse it")
+	}
+	return err
 }

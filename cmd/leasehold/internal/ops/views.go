@@ -20,6 +20,7 @@ var ErrNotFound = errors.New("not found")
 // JSON; Since is omitted when the backend does not record it.
 type Grant struct {
 	Key         string     `json:"key"`
+	KeyBase64   string     `json:"key_base64,omitempty"` // the key's bytes when it is not valid UTF-8
 	Owner       string     `json:"owner"`
 	Token       uint64     `json:"token"`
 	RemainingMS int64      `json:"remaining_ms"`
@@ -27,7 +28,7 @@ type Grant struct {
 }
 
 func grantOf(g lock.Grant) Grant {
-	return Grant{Key: g.Key, Owner: g.Owner, Token: g.Token, RemainingMS: g.Remaining.Milliseconds(), Since: timePtr(g.Since)}
+	return Grant{Key: g.Key, KeyBase64: Base64(g.Key), Owner: g.Owner, Token: g.Token, RemainingMS: g.Remaining.Milliseconds(), Since: timePtr(g.Since)}
 }
 
 func timePtr(t time.Time) *time.Time {
@@ -71,34 +72,79 @@ type Slot struct {
 }
 
 // Semaphore is a semaphore's occupancy. Size is 0 when unknown (no
-// participant declared it recently and none was given).
+// participant declared it recently and none was given). Sizes and slot
+// numbers are read from keys any client can write: a declared size or a
+// slot outside 1…semaphore.MaxSize is not used, only counted in Ignored.
 type Semaphore struct {
 	Name     string `json:"name"`
 	Size     int    `json:"size"`
 	Declared []int  `json:"declared_sizes"`
 	Held     int    `json:"held"`
 	Slots    []Slot `json:"slots"`
+	Ignored  int    `json:"ignored_keys,omitempty"` // size markers and slots out of range
 }
 
-func semaphoreOf(o semaphore.Observation, size int) Semaphore {
-	if size <= 0 {
-		size = o.Size()
+// CheckSize reports whether size is a semaphore size an operator may
+// pass (1…semaphore.MaxSize); 0 stands for "the declared size".
+func CheckSize(size int) error {
+	if size < 0 || size > semaphore.MaxSize {
+		return fmt.Errorf("%w: semaphore size %d must be in [1, %d]", lock.ErrInvalidArgument, size, semaphore.MaxSize)
 	}
-	v := Semaphore{Name: o.Name, Size: size, Declared: append([]int{}, o.Sizes...), Held: len(o.Held), Slots: []Slot{}}
-	for _, st := range o.Slots(size) {
-		sl := Slot{Slot: st.Slot, Held: st.Held}
-		if st.Held {
-			g := grantOf(st.Grant)
-			sl.Grant = &g
+	return nil
+}
+
+// semaphoreOf is the view of o, with size slots (0: the size observed).
+// It never allocates by a size or slot number read from the backend
+// beyond semaphore.MaxSize.
+func semaphoreOf(o semaphore.Observation, size int) Semaphore {
+	v := Semaphore{Name: o.Name, Declared: []int{}, Slots: []Slot{}}
+	observed := 0
+	for _, n := range o.Sizes {
+		if n < 1 || n > semaphore.MaxSize {
+			v.Ignored++
+			continue
 		}
-		v.Slots = append(v.Slots, sl)
+		v.Declared = append(v.Declared, n)
+		observed = max(observed, n)
+	}
+	var held []semaphore.SlotState
+	for _, st := range o.Held {
+		if st.Slot < 0 || st.Slot >= semaphore.MaxSize {
+			v.Ignored++
+			continue
+		}
+		held = append(held, st)
+		observed = max(observed, st.Slot+1)
+	}
+	if size <= 0 || size > semaphore.MaxSize {
+		size = observed
+	}
+	v.Size, v.Held = size, len(held)
+	v.Slots = make([]Slot, size, size+len(held))
+	for i := range v.Slots {
+		v.Slots[i].Slot = i
+	}
+	for _, st := range held {
+		g := grantOf(st.Grant)
+		sl := Slot{Slot: st.Slot, Held: true, Grant: &g}
+		if st.Slot < size {
+			v.Slots[st.Slot] = sl
+		} else {
+			v.Slots = append(v.Slots, sl) // held above the given size
+		}
 	}
 	return v
 }
 
-// Semaphore reports the semaphore name; size ≤ 0 means the size the
+// Semaphore reports the semaphore name; size 0 means the size the
 // participants declared.
 func (s *Source) Semaphore(ctx context.Context, name string, size int) (Semaphore, error) {
+	if err := lock.CheckName("semaphore name", name); err != nil {
+		return Semaphore{}, err
+	}
+	if err := CheckSize(size); err != nil {
+		return Semaphore{}, err
+	}
 	o, err := semaphore.Observe(ctx, s.Lock, name)
 	if err != nil {
 		return Semaphore{}, err
@@ -106,18 +152,19 @@ func (s *Source) Semaphore(ctx context.Context, name string, size int) (Semaphor
 	return semaphoreOf(o, size), nil
 }
 
-// Semaphores reports every semaphore with a grant whose name starts with
-// prefix.
-func (s *Source) Semaphores(ctx context.Context, prefix string) ([]Semaphore, error) {
+// Semaphores reports the first limit semaphores (by name) with a grant
+// whose name starts with prefix, and how many there are: only those listed
+// are laid out slot by slot (each up to semaphore.MaxSize slots).
+func (s *Source) Semaphores(ctx context.Context, prefix string, limit int) ([]Semaphore, int, error) {
 	all, err := semaphore.ObserveAll(ctx, s.Lock, prefix)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	out := make([]Semaphore, len(all))
-	for i, o := range all {
-		out[i] = semaphoreOf(o, 0)
+	out := make([]Semaphore, min(len(all), max(limit, 0)))
+	for i := range out {
+		out[i] = semaphoreOf(all[i], 0)
 	}
-	return out, nil
+	return out, len(all), nil
 }
 
 // Leader is an election's current leader.
@@ -194,6 +241,7 @@ func (s *Source) Timers(ctx context.Context, prefix string) ([]Timer, error) {
 // (Config.Lease): the registry stores deadlines, not heartbeat times.
 type Job struct {
 	ID             string    `json:"id"`
+	IDBase64       string    `json:"id_base64,omitempty"` // the ID's bytes when it is not valid UTF-8
 	Owner          string    `json:"owner"`
 	Attempt        int       `json:"attempt"`
 	Deadline       time.Time `json:"deadline"`
@@ -203,11 +251,12 @@ type Job struct {
 
 // DeadJob is a job in the dead set.
 type DeadJob struct {
-	ID      string    `json:"id"`
-	Owner   string    `json:"owner"`
-	Attempt int       `json:"attempt"`
-	DiedAt  time.Time `json:"died_at"`
-	Reason  string    `json:"reason"`
+	ID       string    `json:"id"`
+	IDBase64 string    `json:"id_base64,omitempty"` // the ID's bytes when it is not valid UTF-8
+	Owner    string    `json:"owner"`
+	Attempt  int       `json:"attempt"`
+	DiedAt   time.Time `json:"died_at"`
+	Reason   string    `json:"reason"`
 }
 
 // Counts are a registry's counts.
@@ -217,48 +266,82 @@ type Counts struct {
 	Dead    int64 `json:"dead"`
 }
 
-// Jobs is the state of a jobs registry.
+// Jobs is the state of a jobs registry: the counts, and the first jobs
+// of each kind (a bounded number: the *More fields count the others).
+// Payloads are never listed.
 type Jobs struct {
-	Counts   Counts    `json:"counts"`
-	InFlight []Job     `json:"in_flight"` // unexpired
-	Expired  []Job     `json:"expired"`
-	Dead     []DeadJob `json:"dead"`
+	Counts       Counts    `json:"counts"`
+	InFlight     []Job     `json:"in_flight"` // unexpired
+	InFlightMore int64     `json:"in_flight_more"`
+	Expired      []Job     `json:"expired"`
+	ExpiredMore  int64     `json:"expired_more"`
+	Dead         []DeadJob `json:"dead"`
+	DeadMore     int64     `json:"dead_more"`
 }
 
-// JobsState reports up to limit jobs of each kind.
+// MaxLimit is the most jobs of each kind, and rows of a table, a view
+// lists.
+const MaxLimit = 1000
+
+// CheckLimit reports whether limit is within 1…MaxLimit.
+func CheckLimit(limit int) error {
+	if limit < 1 || limit > MaxLimit {
+		return fmt.Errorf("%w: limit %d must be in [1, %d]", lock.ErrInvalidArgument, limit, MaxLimit)
+	}
+	return nil
+}
+
+// JobsState reports the counts and up to limit jobs of each kind
+// (1…MaxLimit), in bounded queries: Expired(limit), Dead(limit), and
+// InFlight of at most 2×limit (the registry lists the jobs in flight by
+// deadline, expired ones first; when limit or more have expired, the
+// unexpired ones are counted only).
 func (s *Source) JobsState(ctx context.Context, limit int) (Jobs, error) {
 	if s.Jobs == nil {
 		return Jobs{}, s.JobsErr
 	}
-	c, err := s.Jobs.Counts(ctx)
-	if err != nil {
+	if err := CheckLimit(limit); err != nil {
 		return Jobs{}, err
 	}
-	in, err := s.Jobs.InFlight(ctx, limit+int(c.Expired))
+	c, err := s.Jobs.Counts(ctx)
 	if err != nil {
-		return Jobs{}, err
+		return Jobs{}, s.jobsErr(err)
+	}
+	expired, err := s.Jobs.Expired(ctx, limit)
+	if err != nil {
+		return Jobs{}, s.jobsErr(err)
+	}
+	var in []jobs.Job
+	if len(expired) < limit {
+		if in, err = s.Jobs.InFlight(ctx, limit+len(expired)); err != nil {
+			return Jobs{}, s.jobsErr(err)
+		}
 	}
 	dead, err := s.Jobs.Dead(ctx, limit)
 	if err != nil {
-		return Jobs{}, err
+		return Jobs{}, s.jobsErr(err)
 	}
 	now := s.Now()
 	v := Jobs{Counts: Counts(c), InFlight: []Job{}, Expired: []Job{}, Dead: []DeadJob{}}
-	for _, j := range in {
+	row := func(j jobs.Job) Job {
 		left := j.Deadline.Sub(now)
-		row := Job{ID: j.ID, Owner: j.Owner, Attempt: j.Attempt, Deadline: j.Deadline.UTC(),
+		return Job{ID: j.ID, IDBase64: Base64(j.ID), Owner: j.Owner, Attempt: j.Attempt, Deadline: j.Deadline.UTC(),
 			ExpiresInMS: left.Milliseconds(), HeartbeatAgeMS: max(s.lease-left, 0).Milliseconds()}
-		if left <= 0 {
-			if len(v.Expired) < limit {
-				v.Expired = append(v.Expired, row)
-			}
-		} else if len(v.InFlight) < limit {
-			v.InFlight = append(v.InFlight, row)
+	}
+	for _, j := range expired {
+		v.Expired = append(v.Expired, row(j))
+	}
+	for _, j := range in {
+		if j.Deadline.After(now) && len(v.InFlight) < limit {
+			v.InFlight = append(v.InFlight, row(j))
 		}
 	}
 	for _, d := range dead {
-		v.Dead = append(v.Dead, DeadJob{ID: d.ID, Owner: d.Owner, Attempt: d.Attempt, DiedAt: d.DiedAt.UTC(), Reason: d.Reason})
+		v.Dead = append(v.Dead, DeadJob{ID: d.ID, IDBase64: Base64(d.ID), Owner: d.Owner, Attempt: d.Attempt, DiedAt: d.DiedAt.UTC(), Reason: d.Reason})
 	}
+	v.InFlightMore = max(c.Tracked-c.Expired-int64(len(v.InFlight)), 0)
+	v.ExpiredMore = max(c.Expired-int64(len(v.Expired)), 0)
+	v.DeadMore = max(c.Dead-int64(len(v.Dead)), 0)
 	return v, nil
 }
 
@@ -273,9 +356,9 @@ func (s *Source) Retry(ctx context.Context, id string) (Job, error) {
 		return Job{}, fmt.Errorf("%w: no dead job %q (list them with: leasehold jobs)", ErrNotFound, id)
 	}
 	if err != nil {
-		return Job{}, err
+		return Job{}, s.jobsErr(err)
 	}
-	return Job{ID: j.ID, Owner: j.Owner, Attempt: j.Attempt, Deadline: j.Deadline.UTC()}, nil
+	return Job{ID: j.ID, IDBase64: Base64(j.ID), Owner: j.Owner, Attempt: j.Attempt, Deadline: j.Deadline.UTC()}, nil
 }
 
 // Purge deletes the dead job id for good.
@@ -287,7 +370,7 @@ func (s *Source) Purge(ctx context.Context, id string) error {
 	if errors.Is(err, jobs.ErrNotFound) {
 		return fmt.Errorf("%w: no dead job %q (list them with: leasehold jobs)", ErrNotFound, id)
 	}
-	return err
+	return s.jobsErr(err)
 }
 
 // Holder reports key's current grant, or ErrNotFound.
