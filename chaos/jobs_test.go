@@ -204,28 +204,17 @@ type doneCall struct {
 }
 
 // settled reports whether a Done of job id may have taken effect unseen:
-// it failed without an answer, or it said ErrStale while a fault cut its
-// worker's connection (the client retried a Done that had taken effect,
-// and the retry found the entry gone; see redisjobs, Client retries).
+// it failed without an answer. A Done that said ErrStale did not take
+// effect: Done is idempotent per epoch, so a retried Done whose first
+// attempt completed the job returns nil (redisjobs, Client retries), and
+// ErrStale means the job had been reclaimed, so it must complete through
+// a later attempt (or be dead).
 func (h *history) settled(id string) bool {
-	for _, c := range h.Jobs.Unsure {
-		if c.ID != id {
-			continue
-		}
-		if c.Result != "stale" || h.cutDuring(c.Worker, c.From, c.To) {
-			return true
-		}
-	}
-	return false
-}
-
-// cutDuring reports whether a fault cut worker's connection between from
-// and to.
-func (h *history) cutDuring(worker int, from, to time.Time) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, c := range h.Cuts {
-		if c.Worker == worker && !c.To.Before(from) && !c.From.After(to) {
+	lg := h.Jobs
+	lg.mu.Lock()
+	defer lg.mu.Unlock()
+	for _, c := range lg.Unsure {
+		if c.ID == id && c.Result != "stale" {
 			return true
 		}
 	}

@@ -68,6 +68,10 @@ func keep(ctx context.Context, cfg *Config, h Handle, ttl time.Duration) (*Lease
 	if every == 0 {
 		every = ttl / 3
 	}
+	if every < MinRenewInterval {
+		// A shorter period renews in a busy loop against the backend.
+		return nil, fmt.Errorf("%w: renew interval %v is below the minimum %v (a ttl of at least %v renews every ttl/3)", ErrInvalidArgument, every, MinRenewInterval, 3*MinRenewInterval)
+	}
 	if every >= ttl-cfg.Margin {
 		return nil, fmt.Errorf("%w: renew interval %v must be below the ttl %v (less the margin %v)", ErrInvalidArgument, every, ttl, cfg.Margin)
 	}

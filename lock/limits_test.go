@@ -147,6 +147,13 @@ func TestKeepLimits(t *testing.T) {
 		"interval > ttl": {lock.ErrInvalidArgument, func() (*lock.Lease, error) {
 			return lock.Keep(ctx, h, time.Minute, lock.WithRenewInterval(time.Hour))
 		}},
+		// A nanosecond period renewed in a busy loop against the backend.
+		"interval below MinRenewInterval": {lock.ErrInvalidArgument, func() (*lock.Lease, error) {
+			return lock.Keep(ctx, h, time.Minute, lock.WithRenewInterval(time.Nanosecond))
+		}},
+		"ttl/3 below MinRenewInterval": {lock.ErrInvalidArgument, func() (*lock.Lease, error) {
+			return lock.Keep(ctx, h, 2*time.Nanosecond)
+		}},
 		"interval ≥ ttl - margin": {lock.ErrInvalidArgument, func() (*lock.Lease, error) {
 			return lock.Keep(ctx, h, time.Minute, lock.WithRenewInterval(40*time.Second), lock.WithMargin(20*time.Second))
 		}},

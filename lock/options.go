@@ -16,6 +16,11 @@ const (
 	DefaultTTL        = 30 * time.Second       // Do's lease
 	DefaultMinBackoff = 5 * time.Millisecond   // first retry of Acquire without a Waiter
 	DefaultMaxBackoff = 500 * time.Millisecond // longest retry of Acquire without a hint
+
+	// MinRenewInterval is Keep's shortest renewal period: a shorter one
+	// (WithRenewInterval, or ttl/3 of a ttl under 3 ms) renews in a busy
+	// loop against the backend, and Keep refuses it.
+	MinRenewInterval = time.Millisecond
 )
 
 // Option configures a backend constructor or a helper (Acquire, Keep, Do,
@@ -160,8 +165,8 @@ func WithTTL(ttl time.Duration) Option {
 // ValidUntil, and the lease is lost after that.
 func WithRenewInterval(d time.Duration) Option {
 	return func(c *Config) {
-		if d <= 0 {
-			c.fail(fmt.Errorf("%w: renew interval must be positive, got %v", ErrInvalidArgument, d))
+		if d < MinRenewInterval {
+			c.fail(fmt.Errorf("%w: renew interval must be at least %v, got %v", ErrInvalidArgument, MinRenewInterval, d))
 			return
 		}
 		c.RenewInterval = d
