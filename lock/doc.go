@@ -43,7 +43,8 @@
 //   - ttl: above 0 and at least the backend's MinTTL (redislock and pglock
 //     10 ms; etcdlock rounds a shorter ttl up instead; memlock any), at most
 //     its MaxTTL (MaxTTL, 366 days; pglock 24.8 days, idle_session_timeout's
-//     2³¹−1 ms). Keep's renew interval must be below the ttl less the margin.
+//     2³¹−1 ms). Keep's renew interval must be at least MinRenewInterval
+//     (1 ms) and below the ttl less the margin.
 //   - keys per TryAcquireAny or Subscribe call: 1 to MaxKeys (4096) on every
 //     built-in backend.
 //   - names the tools turn into keys (semaphore, election, timer):
