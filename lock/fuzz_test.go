@@ -46,6 +46,8 @@ func fuzzHelpers(t *testing.T, key string, ttl time.Duration, name string, size 
 	l := memlock.New()
 	keyOK := lock.CheckKey(key) == nil
 	ttlOK := lock.DefaultLimits.CheckTTL(ttl) == nil
+	// Do and Keep renew every ttl/3, at least lock.MinRenewInterval apart.
+	keepOK := ttlOK && ttl/3 >= lock.MinRenewInterval
 	// check: valid input succeeds, refused input is ErrInvalidArgument.
 	check := func(what string, valid bool, err error) {
 		t.Helper()
@@ -85,12 +87,12 @@ func fuzzHelpers(t *testing.T, key string, ttl time.Duration, name string, size 
 
 	err = lock.Do(ctx, l, key, func(context.Context) error { return nil }, lock.WithTTL(ttl), quiet)
 	if !errors.Is(err, lock.ErrLost) { // a ttl of nanoseconds may lapse during fn
-		check("Do", keyOK && ttlOK, err)
+		check("Do", keyOK && keepOK, err)
 	}
 
 	if held, err := l.TryAcquire(ctx, "keep", time.Minute); err == nil {
 		lease, err := lock.Keep(ctx, held, ttl, quiet)
-		check("Keep", ttlOK, err)
+		check("Keep", keepOK, err)
 		if lease != nil {
 			_ = lease.Release(ctx)
 		} else {

@@ -46,8 +46,8 @@ func TestUntrustedKeys(t *testing.T) {
 		if n := o.Size(); n != 3 {
 			t.Fatalf("observed size %d (sizes %v, held %d), want 3: forged keys count", n, o.Sizes, len(o.Held))
 		}
-		if len(o.Sizes) != 1 || len(o.Held) != 1 || o.Held[0].Slot != p.Slot() {
-			t.Fatalf("observed %+v, want size 3 and slot %d held", o, p.Slot())
+		if len(o.Sizes) != 1 || len(o.Held) != 1 || o.Held[0].Slot != p.Slot() || o.Ignored != 11 {
+			t.Fatalf("observed %+v, want size 3, slot %d held and the 11 forged keys ignored", o, p.Slot())
 		}
 		if slots := o.Slots(o.Size()); len(slots) != 3 {
 			t.Fatalf("Slots(%d) has %d entries", o.Size(), len(slots))

@@ -22,6 +22,11 @@ type Observation struct {
 	Sizes []int
 	// Held lists the held slots by slot number; Held is true in each.
 	Held []SlotState
+	// Ignored counts the keys of this semaphore ("sem/{name}/size/…" or
+	// "…/slot/…") whose number New could not have made: not a canonical
+	// decimal, a size outside [1, MaxSize] or a slot outside [0, MaxSize).
+	// Any client can write such keys; they are left out of Sizes and Held.
+	Ignored int
 }
 
 // Size is the semaphore's size as far as it can be observed: the largest
@@ -103,7 +108,7 @@ func observe(ctx context.Context, l lock.Lock, prefix string) ([]Observation, er
 	var names []string
 	for _, g := range grants {
 		name, kind, n, ok := parseKey(g.Key)
-		if !ok {
+		if name == "" {
 			continue
 		}
 		o := byName[name]
@@ -112,9 +117,12 @@ func observe(ctx context.Context, l lock.Lock, prefix string) ([]Observation, er
 			byName[name] = o
 			names = append(names, name)
 		}
-		if kind == "size" {
+		switch {
+		case !ok:
+			o.Ignored++
+		case kind == "size":
 			o.Sizes = append(o.Sizes, n)
-		} else {
+		default:
 			o.Held = append(o.Held, SlotState{Slot: n, Held: true, Grant: g})
 		}
 	}
@@ -133,7 +141,9 @@ func observe(ctx context.Context, l lock.Lock, prefix string) ([]Observation, er
 // keys come from a backend, where any client may have written them: only
 // what New could have made is accepted (a decimal number without sign or
 // leading zeros, a size in [1, MaxSize], a slot in [0, MaxSize)), so that
-// no one can make an observer allocate for billions of slots.
+// no one can make an observer allocate for billions of slots. A key of a
+// semaphore's shape whose number is refused comes back with its name and
+// ok false (counted in Observation.Ignored); name is empty for any other.
 func parseKey(key string) (name, kind string, n int, ok bool) {
 	rest, found := strings.CutPrefix(key, "sem/{")
 	if !found {
@@ -148,11 +158,9 @@ func parseKey(key string) (name, kind string, n int, ok bool) {
 		return "", "", 0, false
 	}
 	n, err := strconv.Atoi(num)
-	if err != nil || strconv.Itoa(n) != num {
-		return "", "", 0, false
-	}
-	if (kind == "size" && (n < 1 || n > MaxSize)) || (kind == "slot" && (n < 0 || n >= MaxSize)) {
-		return "", "", 0, false
+	if err != nil || strconv.Itoa(n) != num ||
+		(kind == "size" && (n < 1 || n > MaxSize)) || (kind == "slot" && (n < 0 || n >= MaxSize)) {
+		return name, kind, 0, false
 	}
 	return name, kind, n, true
 }

@@ -97,7 +97,7 @@ func CheckSize(size int) error {
 // It never allocates by a size or slot number read from the backend
 // beyond semaphore.MaxSize.
 func semaphoreOf(o semaphore.Observation, size int) Semaphore {
-	v := Semaphore{Name: o.Name, Declared: []int{}, Slots: []Slot{}}
+	v := Semaphore{Name: o.Name, Declared: []int{}, Slots: []Slot{}, Ignored: o.Ignored}
 	observed := 0
 	for _, n := range o.Sizes {
 		if n < 1 || n > semaphore.MaxSize {
