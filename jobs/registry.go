@@ -28,7 +28,8 @@ type Job struct {
 	// flight (tracking an ID again replaces its entry).
 	ID string
 	// Payload is what the job needs to run again elsewhere, stored as is
-	// (the registry does not read it).
+	// (the registry does not read it). The operator listings (InFlight,
+	// Dead) leave it nil; Track, Expired, Reclaim and DeadJob carry it.
 	Payload []byte
 	// Owner is the identity of the worker (or recoverer) that holds it.
 	Owner string
@@ -87,7 +88,8 @@ type Counts struct {
 // conformance suite every implementation runs. Deadlines are on the
 // registry's clock (the server's), never the caller's. Every method is one
 // round trip. A listing's limit is any int: 0 or less lists all, and a
-// limit above what there is lists all there is.
+// limit above what there is lists all there is. The operator listings
+// (InFlight, Dead) carry no payloads: DeadJob returns one dead job whole.
 type Registry interface {
 	// Track records a started job with a fresh epoch and a deadline lease
 	// from now, replacing any entry of the same ID (which then goes stale).
@@ -109,7 +111,9 @@ type Registry interface {
 	Done(ctx context.Context, ref Ref) error
 	// Expired lists up to limit jobs whose deadline has passed, earliest
 	// deadline first, through an index ordered by deadline: its cost grows
-	// with the number of expired jobs, not the number tracked.
+	// with the number of expired jobs, not the number tracked. It lists
+	// them whole, payloads included: it is the recovery scan's, which
+	// requeues them (an operator's view lists InFlight, without them).
 	Expired(ctx context.Context, limit int) ([]Job, error)
 	// Reclaim takes an expired job over if its epoch still matches and its
 	// deadline has still passed: a new epoch, Attempt+1, owner by, a
@@ -123,14 +127,21 @@ type Registry interface {
 	// Bury moves the job to the dead set if its epoch matches, else
 	// ErrStale. The reason is checked by CheckBury.
 	Bury(ctx context.Context, ref Ref, reason string) error
-	// Dead lists up to limit dead jobs, the most recent first.
+	// Dead lists up to limit dead jobs, the most recent first. It is an
+	// operator listing: no payloads (Payload is nil, and the payloads
+	// stay on the server); DeadJob returns one dead job whole.
 	Dead(ctx context.Context, limit int) ([]DeadJob, error)
-	// DeadJob returns one dead job, or ErrNotFound.
+	// DeadJob returns one dead job whole, payload included, or
+	// ErrNotFound.
 	DeadJob(ctx context.Context, id string) (DeadJob, error)
 	// Purge deletes a dead job, or returns ErrNotFound.
 	Purge(ctx context.Context, id string) error
 	// Counts reports how many jobs are tracked, expired and dead.
 	Counts(ctx context.Context) (Counts, error)
-	// InFlight lists up to limit tracked jobs, ordered by deadline.
+	// InFlight lists up to limit tracked jobs, ordered by deadline
+	// (earliest first, so the expired ones come first). It is an operator
+	// listing: no payloads (Payload is nil, and the payloads stay on the
+	// server), whatever their size; Expired, for the recovery scan, lists
+	// them with theirs.
 	InFlight(ctx context.Context, limit int) ([]Job, error)
 }

@@ -9,6 +9,7 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -172,22 +173,24 @@ func (r *Registry) Expired(ctx context.Context, limit int) ([]jobs.Job, error) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.due(time.Now(), limit), nil
+	now := time.Now()
+	return r.first(limit, func(deadline time.Time) bool { return !deadline.After(now) }), nil
 }
 
-// due lists up to limit (0: all) entries whose deadline is not after now,
-// earliest first: a best-first walk of the deadline heap from its root,
-// whose frontier holds the children of the entries taken. It visits
-// O(k) entries for k returned, whatever the number due or tracked.
-func (r *Registry) due(now time.Time, limit int) []jobs.Job {
+// first lists up to limit (0: all) entries whose deadline is in (a prefix
+// of the deadline order), earliest first: a best-first walk of the deadline
+// heap from its root, whose frontier holds the children of the entries
+// taken. It visits O(k) entries for k returned, whatever the number
+// tracked.
+func (r *Registry) first(limit int, in func(deadline time.Time) bool) []jobs.Job {
 	var out []jobs.Job
-	f := frontier{h: r.heap}
-	f.push(0, now)
+	f := frontier{h: r.heap, in: in}
+	f.push(0)
 	for len(f.idx) > 0 && (limit <= 0 || len(out) < limit) {
 		i := heap.Pop(&f).(int)
 		out = append(out, r.heap[i].job)
-		f.push(2*i+1, now)
-		f.push(2*i+2, now)
+		f.push(2*i + 1)
+		f.push(2*i + 2)
 	}
 	return out
 }
@@ -195,12 +198,13 @@ func (r *Registry) due(now time.Time, limit int) []jobs.Job {
 // frontier is a min-heap of indices into a deadlineHeap.
 type frontier struct {
 	h   deadlineHeap
+	in  func(deadline time.Time) bool
 	idx []int
 }
 
-// push adds entry i if it exists and is due at now.
-func (f *frontier) push(i int, now time.Time) {
-	if i < len(f.h) && !f.h[i].job.Deadline.After(now) {
+// push adds entry i if it exists and its deadline is in.
+func (f *frontier) push(i int) {
+	if i < len(f.h) && f.in(f.h[i].job.Deadline) {
 		heap.Push(f, i)
 	}
 }
@@ -257,7 +261,8 @@ func (r *Registry) Bury(ctx context.Context, ref jobs.Ref, reason string) error 
 }
 
 // Dead implements jobs.Registry: up to limit (0: all) dead jobs, the most
-// recent death first (ties by ID). It sorts the whole dead set.
+// recent death first (ties by ID), without their payloads. It sorts the
+// whole dead set.
 func (r *Registry) Dead(ctx context.Context, limit int) ([]jobs.DeadJob, error) {
 	if err := lock.CheckContext(ctx); err != nil {
 		return nil, err
@@ -266,6 +271,7 @@ func (r *Registry) Dead(ctx context.Context, limit int) ([]jobs.DeadJob, error) 
 	defer r.mu.Unlock()
 	out := make([]jobs.DeadJob, 0, len(r.dead))
 	for _, d := range r.dead {
+		d.Job = listed(d.Job)
 		out = append(out, d)
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -322,22 +328,27 @@ func (r *Registry) Counts(ctx context.Context) (jobs.Counts, error) {
 }
 
 // InFlight implements jobs.Registry: up to limit (0: all) tracked jobs,
-// earliest deadline first. It sorts every entry.
+// earliest deadline first, without their payloads: a walk of the deadline
+// heap, O(k log k) for the k it returns.
 func (r *Registry) InFlight(ctx context.Context, limit int) ([]jobs.Job, error) {
 	if err := lock.CheckContext(ctx); err != nil {
 		return nil, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]jobs.Job, 0, len(r.byID))
-	for _, e := range r.byID {
-		out = append(out, e.job)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Deadline.Before(out[j].Deadline) })
-	if limit > 0 && len(out) > limit {
-		out = out[:limit]
+	out := r.first(limit, func(time.Time) bool { return true })
+	for i := range out {
+		out[i] = listed(out[i])
 	}
 	return out, nil
+}
+
+// listed is j as an operator listing shows it: without its payload, and
+// with a history of its own.
+func listed(j jobs.Job) jobs.Job {
+	j.Payload = nil
+	j.History = slices.Clone(j.History)
+	return j
 }
 
 // deadlineHeap orders entries by deadline.

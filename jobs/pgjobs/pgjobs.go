@@ -23,7 +23,9 @@
 // Every operation is one statement (one round trip) on the server's clock
 // (now()). Expired is an index range scan, ORDER BY deadline LIMIT n: its
 // cost grows with the number expired, not the number tracked. A heartbeat
-// for any number of jobs is one UPDATE … FROM unnest($ids, $epochs).
+// for any number of jobs is one UPDATE … FROM unnest($ids, $epochs). The
+// operator listings (InFlight, Dead) select every column but the payload,
+// which never leaves the server for them.
 //
 // The registry is as durable as the database: use a primary with
 // synchronous_commit on (the default) for it.
@@ -35,6 +37,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -80,7 +83,12 @@ type queries struct {
 	setup, track, done, heartbeat, remove, expired, inflight, reclaim, bury, dead, deadJob, purge, counts string
 }
 
-const cols = `id, payload, owner, attempt, epoch, deadline, history`
+const (
+	cols = `id, payload, owner, attempt, epoch, deadline, history`
+	// listed are the columns of the operator listings (InFlight, Dead):
+	// all but the payload, which stays on the server.
+	listed = `id, owner, attempt, epoch, deadline, history`
+)
 
 func newQueries(t string) queries {
 	r := strings.NewReplacer("T_", t)
@@ -140,7 +148,7 @@ FROM unnest($1::bytea[], $2::bigint[]) AS r(id, epoch)
 WHERE j.id = r.id AND j.epoch = r.epoch RETURNING j.id`),
 		remove:   r.Replace(`DELETE FROM T_ WHERE id = $1 AND epoch = $2`),
 		expired:  r.Replace(`SELECT ` + cols + ` FROM T_ WHERE deadline <= now() ORDER BY deadline LIMIT $1`),
-		inflight: r.Replace(`SELECT ` + cols + ` FROM T_ ORDER BY deadline LIMIT $1`),
+		inflight: r.Replace(`SELECT ` + listed + ` FROM T_ ORDER BY deadline LIMIT $1`),
 		reclaim: r.Replace(`UPDATE T_ SET epoch = nextval('T__epoch'), attempt = attempt + 1, owner = $3,
 	deadline = now() + $4::bigint * interval '1 millisecond',
 	history = history || jsonb_build_array(jsonb_build_object('at', now(), 'from', owner, 'by', $3::text, 'attempt', attempt + 1))
@@ -150,7 +158,7 @@ RETURNING ` + cols),
 INSERT INTO T__dead (` + cols + `, died, reason) SELECT ` + cols + `, now(), $3 FROM d
 ON CONFLICT (id) DO UPDATE SET payload = excluded.payload, owner = excluded.owner, attempt = excluded.attempt,
 	epoch = excluded.epoch, deadline = excluded.deadline, history = excluded.history, died = excluded.died, reason = excluded.reason`),
-		dead:    r.Replace(`SELECT ` + cols + `, died, reason FROM T__dead ORDER BY died DESC, id LIMIT $1`),
+		dead:    r.Replace(`SELECT ` + listed + `, died, reason FROM T__dead ORDER BY died DESC, id LIMIT $1`),
 		deadJob: r.Replace(`SELECT ` + cols + `, died, reason FROM T__dead WHERE id = $1`),
 		purge:   r.Replace(`DELETE FROM T__dead WHERE id = $1`),
 		counts: r.Replace(`SELECT (SELECT count(*) FROM T_), (SELECT count(*) FROM T_ WHERE deadline <= now()),
@@ -214,13 +222,18 @@ func encodeHistory(h []jobs.Recovery) []byte {
 	return b
 }
 
-// scanJob reads the columns of cols (and more into extra).
-func scanJob(row pgx.Row, extra ...any) (jobs.Job, error) {
+// scanJob reads the columns of cols, or (whole false) of listed, a job
+// without its payload; and more into extra.
+func scanJob(row pgx.Row, whole bool, extra ...any) (jobs.Job, error) {
 	var j jobs.Job
 	var id []byte
 	var epoch int64
 	var hist []byte
-	if err := row.Scan(append([]any{&id, &j.Payload, &j.Owner, &j.Attempt, &epoch, &j.Deadline, &hist}, extra...)...); err != nil {
+	dest := []any{&id, &j.Payload, &j.Owner, &j.Attempt, &epoch, &j.Deadline, &hist}
+	if !whole {
+		dest = slices.Delete(dest, 1, 2) // the payload
+	}
+	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return jobs.Job{}, err
 	}
 	j.ID, j.Epoch, j.History = string(id), uint64(epoch), decodeHistory(hist)
@@ -352,13 +365,14 @@ func (r *Registry) Remove(ctx context.Context, ref jobs.Ref) error {
 // ORDER BY deadline LIMIT, a range scan of the deadline index: its cost
 // grows with the expired count, not the tracked count (0: all).
 func (r *Registry) Expired(ctx context.Context, limit int) ([]jobs.Job, error) {
-	return r.list(ctx, r.q.expired, limit)
+	return r.list(ctx, r.q.expired, limit, true)
 }
 
 // InFlight implements jobs.Registry: one SELECT of the tracked jobs in
-// deadline order, up to limit (0: all).
+// deadline order, up to limit (0: all), of every column but the payload:
+// the payloads never leave the server.
 func (r *Registry) InFlight(ctx context.Context, limit int) ([]jobs.Job, error) {
-	return r.list(ctx, r.q.inflight, limit)
+	return r.list(ctx, r.q.inflight, limit, false)
 }
 
 // limitArg turns a limit of 0 (all) into SQL's LIMIT NULL.
@@ -369,7 +383,9 @@ func limitArg(limit int) any {
 	return limit
 }
 
-func (r *Registry) list(ctx context.Context, query string, limit int) ([]jobs.Job, error) {
+// list runs a listing query of jobs whole (the columns of cols) or not
+// (of listed).
+func (r *Registry) list(ctx context.Context, query string, limit int, whole bool) ([]jobs.Job, error) {
 	if err := lock.CheckContext(ctx); err != nil {
 		return nil, err
 	}
@@ -380,7 +396,7 @@ func (r *Registry) list(ctx context.Context, query string, limit int) ([]jobs.Jo
 	if err != nil {
 		return nil, unavailable("list", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (jobs.Job, error) { return scanJob(row) })
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (jobs.Job, error) { return scanJob(row, whole) })
 	if err != nil {
 		return nil, unavailable("list", err)
 	}
@@ -397,7 +413,7 @@ func (r *Registry) Reclaim(ctx context.Context, ref jobs.Ref, by string, lease t
 	if err := r.ensure(ctx); err != nil {
 		return jobs.Job{}, err
 	}
-	j, err := scanJob(r.pool.QueryRow(ctx, r.q.reclaim, []byte(ref.ID), int64(ref.Epoch), by, lease.Milliseconds()))
+	j, err := scanJob(r.pool.QueryRow(ctx, r.q.reclaim, []byte(ref.ID), int64(ref.Epoch), by, lease.Milliseconds()), true)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return jobs.Job{}, stale(ref)
@@ -427,15 +443,18 @@ func (r *Registry) Bury(ctx context.Context, ref jobs.Ref, reason string) error 
 	return nil
 }
 
-func scanDead(row pgx.Row) (jobs.DeadJob, error) {
+// scanDead reads a dead job: the columns of scanJob, then died and reason.
+func scanDead(row pgx.Row, whole bool) (jobs.DeadJob, error) {
 	var d jobs.DeadJob
-	j, err := scanJob(row, &d.DiedAt, &d.Reason)
+	j, err := scanJob(row, whole, &d.DiedAt, &d.Reason)
 	d.Job = j
 	return d, err
 }
 
 // Dead implements jobs.Registry: one SELECT of the dead table by its index
-// on the time of death, the most recent first, up to limit (0: all).
+// on the time of death, the most recent first, up to limit (0: all), of
+// every column but the payload: the payloads never leave the server
+// (DeadJob reads one).
 func (r *Registry) Dead(ctx context.Context, limit int) ([]jobs.DeadJob, error) {
 	if err := lock.CheckContext(ctx); err != nil {
 		return nil, err
@@ -447,7 +466,7 @@ func (r *Registry) Dead(ctx context.Context, limit int) ([]jobs.DeadJob, error) 
 	if err != nil {
 		return nil, unavailable("dead", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (jobs.DeadJob, error) { return scanDead(row) })
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (jobs.DeadJob, error) { return scanDead(row, false) })
 	if err != nil {
 		return nil, unavailable("dead", err)
 	}
@@ -462,7 +481,7 @@ func (r *Registry) DeadJob(ctx context.Context, id string) (jobs.DeadJob, error)
 	if err := r.ensure(ctx); err != nil {
 		return jobs.DeadJob{}, err
 	}
-	d, err := scanDead(r.pool.QueryRow(ctx, r.q.deadJob, []byte(id)))
+	d, err := scanDead(r.pool.QueryRow(ctx, r.q.deadJob, []byte(id)), true)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return jobs.DeadJob{}, fmt.Errorf("%w: dead job %q", jobs.ErrNotFound, id)

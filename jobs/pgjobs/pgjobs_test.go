@@ -109,10 +109,18 @@ INSERT INTO T_ VALUES ('jöb', 'p', 'w', 0, nextval('T__epoch'), now() + interva
 		t.Fatal(err)
 	}
 	in, err := r.InFlight(ctx, 0)
-	if err != nil || len(in) != 1 || in[0].ID != "jöb" || string(in[0].Payload) != "p" {
+	if err != nil || len(in) != 1 || in[0].ID != "jöb" || in[0].Owner != "w" {
 		t.Fatalf("InFlight of an old table = %+v, %v", in, err)
 	}
-	if err := r.Done(ctx, in[0].Ref()); err != nil {
+	// The row keeps its payload (InFlight, an operator listing, shows
+	// none: DeadJob does).
+	if err := r.Bury(ctx, in[0].Ref(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := r.DeadJob(ctx, "jöb"); err != nil || string(d.Payload) != "p" {
+		t.Fatalf("DeadJob of a converted row = %+v, %v", d, err)
+	}
+	if err := r.Purge(ctx, "jöb"); err != nil {
 		t.Fatal(err)
 	}
 	j, err := r.Track(ctx, jobs.Job{ID: "nul\x00", Owner: "w"}, time.Minute)

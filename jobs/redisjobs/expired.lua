@@ -2,12 +2,19 @@
 -- the deadlines index: O(log n + expired). The jobs' hashes share the
 -- index's hash tag, so they live on the same Cluster node.
 -- KEYS[1]: deadlines zset. ARGV[1]: limit (0: all), ARGV[2]: job key prefix,
--- ARGV[3]: 1 to list every job instead (InFlight).
+-- ARGV[3]: 1 to list every job instead, without payloads (InFlight: an
+-- operator listing, whose payloads never leave the server).
 -- Returns a flat list: id, payload, owner, attempt, epoch, deadline, history, ...
+-- (InFlight: id, owner, attempt, epoch, deadline, history, ...).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local max = now
-if ARGV[3] == '1' then max = '+inf' end
+local fields = {'payload', 'owner', 'attempt', 'epoch', 'deadline', 'history'}
+if ARGV[3] == '1' then
+  max = '+inf'
+  fields = {'owner', 'attempt', 'epoch', 'deadline', 'history'}
+end
+local epoch = #fields - 2
 local ids
 if tonumber(ARGV[1]) > 0 then
   ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', max, 'LIMIT', 0, tonumber(ARGV[1]))
@@ -16,10 +23,10 @@ else
 end
 local out = {}
 for _, id in ipairs(ids) do
-  local f = redis.call('HMGET', ARGV[2] .. id, 'payload', 'owner', 'attempt', 'epoch', 'deadline', 'history')
-  if f[4] then
+  local f = redis.call('HMGET', ARGV[2] .. id, unpack(fields))
+  if f[epoch] then
     out[#out + 1] = id
-    for k = 1, 6 do out[#out + 1] = f[k] or '' end
+    for k = 1, #fields do out[#out + 1] = f[k] or '' end
   end
 end
 return out

@@ -18,7 +18,9 @@
 //
 // Every operation is one Lua script (one round trip), on the server's
 // clock (TIME). Expired reads the index with ZRANGEBYSCORE: O(log n + k)
-// for k expired jobs, whatever the number n tracked. A heartbeat for any
+// for k expired jobs, whatever the number n tracked. The operator listings
+// (InFlight, Dead) read every field of a job but its payload, which never
+// leaves the server for them. A heartbeat for any
 // number of jobs is one script. The scripts that list jobs (Expired,
 // InFlight, Dead) read job hashes they do not declare: those share the
 // index's hash tag, so they are on the node that runs the script, which
@@ -214,15 +216,17 @@ func (r *Registry) Remove(ctx context.Context, ref jobs.Ref) error {
 
 // Expired implements jobs.Registry: one script, ZRANGEBYSCORE over the
 // deadline index up to server time: O(log n + k) for k expired of n
-// tracked; earliest deadline first, up to limit (0: all).
+// tracked; earliest deadline first, up to limit (0: all), payloads
+// included.
 func (r *Registry) Expired(ctx context.Context, limit int) ([]jobs.Job, error) {
-	return r.list(ctx, limit, "0")
+	return r.list(ctx, limit, false)
 }
 
 // InFlight implements jobs.Registry: one script over the whole deadline
-// index, earliest deadline first, up to limit (0: all).
+// index, earliest deadline first, up to limit (0: all). The script reads
+// no payload field: the payloads never leave the server.
 func (r *Registry) InFlight(ctx context.Context, limit int) ([]jobs.Job, error) {
-	return r.list(ctx, limit, "1")
+	return r.list(ctx, limit, true)
 }
 
 // maxLimit is the largest limit passed to a script: Lua reads numbers as
@@ -238,28 +242,42 @@ func scriptLimit(limit int) int {
 	return limit
 }
 
-func (r *Registry) list(ctx context.Context, limit int, all string) ([]jobs.Job, error) {
+// list runs the listing script: the expired jobs whole, or (inFlight)
+// every job without its payload.
+func (r *Registry) list(ctx context.Context, limit int, inFlight bool) ([]jobs.Job, error) {
 	if err := lock.CheckContext(ctx); err != nil {
 		return nil, err
 	}
+	op, all, stride, decode := "expired", "0", 7, decodeJob // id and the fields of decode
+	if inFlight {
+		op, all, stride, decode = "in flight", "1", 6, decodeListed
+	}
 	flat, err := r.bounds.Run(ctx, r.c, expiredScript, []string{r.deadlines()}, scriptLimit(limit), r.ns+"job:", all).StringSlice()
 	if err != nil {
-		return nil, unavailable("expired", err)
+		return nil, unavailable(op, err)
 	}
-	out := make([]jobs.Job, 0, len(flat)/7)
-	for i := 0; i+7 <= len(flat); i += 7 {
-		out = append(out, decodeJob(flat[i], flat[i+1:i+7]))
+	out := make([]jobs.Job, 0, len(flat)/stride)
+	for i := 0; i+stride <= len(flat); i += stride {
+		out = append(out, decode(flat[i], flat[i+1:i+stride]))
 	}
 	return out, nil
 }
 
 // decodeJob reads payload, owner, attempt, epoch, deadline, history.
 func decodeJob(id string, f []string) jobs.Job {
-	attempt, _ := strconv.Atoi(f[2])
-	epoch, _ := strconv.ParseUint(f[3], 10, 64)
-	deadline, _ := strconv.ParseInt(f[4], 10, 64)
-	return jobs.Job{ID: id, Payload: []byte(f[0]), Owner: f[1], Attempt: attempt, Epoch: epoch,
-		Deadline: time.UnixMilli(deadline), History: decodeHistory(f[5])}
+	j := decodeListed(id, f[1:])
+	j.Payload = []byte(f[0])
+	return j
+}
+
+// decodeListed reads owner, attempt, epoch, deadline, history: a job as
+// the operator listings give it, without its payload.
+func decodeListed(id string, f []string) jobs.Job {
+	attempt, _ := strconv.Atoi(f[1])
+	epoch, _ := strconv.ParseUint(f[2], 10, 64)
+	deadline, _ := strconv.ParseInt(f[3], 10, 64)
+	return jobs.Job{ID: id, Owner: f[0], Attempt: attempt, Epoch: epoch,
+		Deadline: time.UnixMilli(deadline), History: decodeHistory(f[4])}
 }
 
 // Reclaim implements jobs.Registry: one script checks, on server time, that
@@ -299,7 +317,8 @@ func (r *Registry) Bury(ctx context.Context, ref jobs.Ref, reason string) error 
 }
 
 // Dead implements jobs.Registry: one script reads the dead-set index, the
-// most recent death first, up to limit (0: all).
+// most recent death first, up to limit (0: all). The script reads no
+// payload field: the payloads never leave the server (DeadJob reads one).
 func (r *Registry) Dead(ctx context.Context, limit int) ([]jobs.DeadJob, error) {
 	if err := lock.CheckContext(ctx); err != nil {
 		return nil, err
@@ -312,10 +331,11 @@ func (r *Registry) Dead(ctx context.Context, limit int) ([]jobs.DeadJob, error) 
 	if err != nil {
 		return nil, unavailable("dead", err)
 	}
-	out := make([]jobs.DeadJob, 0, len(flat)/9)
-	for i := 0; i+9 <= len(flat); i += 9 {
-		died, _ := strconv.ParseInt(flat[i+7], 10, 64)
-		out = append(out, jobs.DeadJob{Job: decodeJob(flat[i], flat[i+1:i+7]), DiedAt: time.UnixMilli(died), Reason: flat[i+8]})
+	const stride = 8 // id, the fields of decodeListed, died, reason
+	out := make([]jobs.DeadJob, 0, len(flat)/stride)
+	for i := 0; i+stride <= len(flat); i += stride {
+		died, _ := strconv.ParseInt(flat[i+6], 10, 64)
+		out = append(out, jobs.DeadJob{Job: decodeListed(flat[i], flat[i+1:i+6]), DiedAt: time.UnixMilli(died), Reason: flat[i+7]})
 	}
 	return out, nil
 }

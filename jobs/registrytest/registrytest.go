@@ -41,6 +41,7 @@ func Run(t *testing.T, newRegistry func(t testing.TB) jobs.Registry) {
 		{"OwnersAndReasons", ownersAndReasons},
 		{"LeaseLimits", leaseLimits},
 		{"ListingLimits", listingLimits},
+		{"ListingsHaveNoPayloads", listingsWithoutPayloads},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -106,7 +107,7 @@ func trackAndDone(t *testing.T, r jobs.Registry) {
 		t.Fatalf("deadline %v after now, want about the 1 min lease", d)
 	}
 	in, err := r.InFlight(ctx, 10)
-	if err != nil || len(in) != 1 || in[0].ID != "a" || in[0].Epoch != j.Epoch || !bytes.Equal(in[0].Payload, payload) {
+	if err != nil || len(in) != 1 || in[0].ID != "a" || in[0].Epoch != j.Epoch || in[0].Payload != nil {
 		t.Fatalf("InFlight = %+v, %v", in, err)
 	}
 	if c, err := r.Counts(ctx); err != nil || c != (jobs.Counts{Tracked: 1}) {
@@ -238,10 +239,10 @@ func deadSet(t *testing.T, r jobs.Registry) {
 		t.Fatalf("Dead = %+v, %v", dead, err)
 	}
 	d := dead[0]
-	if d.ID != "poison" || d.Reason != "crashed its workers" || d.Attempt != 1 || len(d.History) != 1 || string(d.Payload) != "payload of poison" || d.DiedAt.IsZero() {
+	if d.ID != "poison" || d.Reason != "crashed its workers" || d.Attempt != 1 || len(d.History) != 1 || d.Payload != nil || d.DiedAt.IsZero() {
 		t.Fatalf("dead job %+v", d)
 	}
-	if one, err := r.DeadJob(ctx, "poison"); err != nil || one.Epoch != c.Epoch {
+	if one, err := r.DeadJob(ctx, "poison"); err != nil || one.Epoch != c.Epoch || string(one.Payload) != "payload of poison" {
 		t.Fatalf("DeadJob = %+v, %v", one, err)
 	}
 	if cnt, _ := r.Counts(ctx); cnt != (jobs.Counts{Dead: 1}) {
@@ -609,5 +610,64 @@ func listingLimits(t *testing.T, r jobs.Registry) {
 		if got, err := r.Dead(ctx, limit); err != nil || len(got) != 1 {
 			t.Errorf("Dead(%d): %d jobs, %v; want 1", limit, len(got), err)
 		}
+	}
+}
+
+// listingsWithoutPayloads: the operator listings (InFlight, Dead) carry
+// every field but the payload, which stays nil however large it is stored
+// (a view of many jobs must not move their payloads); Expired, which the
+// recovery scan requeues from, and DeadJob, one dead job, return it whole.
+func listingsWithoutPayloads(t *testing.T, r jobs.Registry) {
+	ctx := ctxFor(t)
+	payload := bytes.Repeat([]byte{0, 'p', 0xff}, 10<<10/3)
+	j, err := r.Track(ctx, jobs.Job{ID: "big", Payload: payload, Owner: "worker-a"}, 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Track(ctx, jobs.Job{ID: "small", Payload: []byte("x"), Owner: "worker-b", Attempt: 3}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	expired := waitExpired(t, r, 1)
+	if expired[0].ID != "big" || !bytes.Equal(expired[0].Payload, payload) {
+		t.Fatalf("Expired: %.40q with a payload of %d bytes, want big with its %d", expired[0].ID, len(expired[0].Payload), len(payload))
+	}
+	in, err := r.InFlight(ctx, 0)
+	if err != nil || len(in) != 2 {
+		t.Fatalf("InFlight = %d jobs, %v", len(in), err)
+	}
+	for _, got := range in {
+		if got.Payload != nil {
+			t.Fatalf("InFlight lists %.40q with a payload of %d bytes, want none", got.ID, len(got.Payload))
+		}
+	}
+	if in[0].ID != "big" || in[0].Epoch != j.Epoch || in[0].Owner != "worker-a" || in[1].ID != "small" || in[1].Owner != "worker-b" || in[1].Attempt != 3 {
+		t.Fatalf("InFlight lists %+v", in)
+	}
+	c, err := r.Reclaim(ctx, j.Ref(), "recoverer", time.Minute)
+	if err != nil || !bytes.Equal(c.Payload, payload) {
+		t.Fatalf("Reclaim: a payload of %d bytes, %v; want its %d", len(c.Payload), err, len(payload))
+	}
+	if err := r.Bury(ctx, c.Ref(), "dead with its payload"); err != nil {
+		t.Fatal(err)
+	}
+	dead, err := r.Dead(ctx, 0)
+	if err != nil || len(dead) != 1 {
+		t.Fatalf("Dead = %d jobs, %v", len(dead), err)
+	}
+	if d := dead[0]; d.ID != "big" || d.Payload != nil || d.Reason != "dead with its payload" || d.Attempt != 1 || len(d.History) != 1 || d.DiedAt.IsZero() {
+		t.Fatalf("Dead lists %.40q (%d payload bytes, reason %q, attempt %d, history %+v), want big without its payload", d.ID, len(d.Payload), d.Reason, d.Attempt, d.History)
+	}
+	one, err := r.DeadJob(ctx, "big")
+	if err != nil || !bytes.Equal(one.Payload, payload) || one.Reason != "dead with its payload" {
+		t.Fatalf("DeadJob: a payload of %d bytes, %v; want it whole (%d)", len(one.Payload), err, len(payload))
+	}
+	// Revive puts it back in flight with its payload, from DeadJob.
+	back, err := jobs.Revive(ctx, r, "big", "operator")
+	if err != nil || !bytes.Equal(back.Payload, payload) {
+		t.Fatalf("Revive: a payload of %d bytes, %v", len(back.Payload), err)
+	}
+	expired = waitExpired(t, r, 1)
+	if !bytes.Equal(expired[0].Payload, payload) {
+		t.Fatalf("revived job expired with a payload of %d bytes, want %d", len(expired[0].Payload), len(payload))
 	}
 }

@@ -292,10 +292,22 @@ func CheckLimit(limit int) error {
 }
 
 // JobsState reports the counts and up to limit jobs of each kind
-// (1…MaxLimit), in bounded queries: Expired(limit), Dead(limit), and
-// InFlight of at most 2×limit (the registry lists the jobs in flight by
-// deadline, expired ones first; when limit or more have expired, the
-// unexpired ones are counted only).
+// (1…MaxLimit) in three bounded calls, none of which moves a payload
+// (jobs.Registry: InFlight and Dead are operator listings, payload-free):
+// Counts, Dead(limit), and InFlight of limit jobs, plus the expired ones
+// when fewer than limit have expired (at most 2×limit−1 rows). InFlight
+// lists by deadline, the expired jobs first: when limit or more have
+// expired, the view lists limit of them and counts the unexpired ones
+// only. It never calls Expired, which lists payloads for the recovery
+// scan.
+//
+// A listed job counts as expired by its own deadline against s.Now, the
+// clock its ExpiresInMS is measured on, rather than by position (the
+// first Counts.Expired rows): the counts and the listing are two calls,
+// and a job done, reclaimed or expiring between them would shift the
+// split, so that a row could be labelled expired while it shows time
+// left, or the reverse. By deadline each row's label agrees with its own
+// numbers; only the *More counts come from Counts.
 func (s *Source) JobsState(ctx context.Context, limit int) (Jobs, error) {
 	if s.Jobs == nil {
 		return Jobs{}, s.JobsErr
@@ -307,15 +319,13 @@ func (s *Source) JobsState(ctx context.Context, limit int) (Jobs, error) {
 	if err != nil {
 		return Jobs{}, s.jobsErr(err)
 	}
-	expired, err := s.Jobs.Expired(ctx, limit)
+	n := limit
+	if c.Expired < int64(limit) {
+		n += int(max(c.Expired, 0)) // room for limit unexpired jobs after them
+	}
+	in, err := s.Jobs.InFlight(ctx, n)
 	if err != nil {
 		return Jobs{}, s.jobsErr(err)
-	}
-	var in []jobs.Job
-	if len(expired) < limit {
-		if in, err = s.Jobs.InFlight(ctx, limit+len(expired)); err != nil {
-			return Jobs{}, s.jobsErr(err)
-		}
 	}
 	dead, err := s.Jobs.Dead(ctx, limit)
 	if err != nil {
@@ -328,12 +338,14 @@ func (s *Source) JobsState(ctx context.Context, limit int) (Jobs, error) {
 		return Job{ID: j.ID, IDBase64: Base64(j.ID), Owner: j.Owner, Attempt: j.Attempt, Deadline: j.Deadline.UTC(),
 			ExpiresInMS: left.Milliseconds(), HeartbeatAgeMS: max(s.lease-left, 0).Milliseconds()}
 	}
-	for _, j := range expired {
-		v.Expired = append(v.Expired, row(j))
-	}
 	for _, j := range in {
-		if j.Deadline.After(now) && len(v.InFlight) < limit {
-			v.InFlight = append(v.InFlight, row(j))
+		switch {
+		case j.Deadline.After(now):
+			if len(v.InFlight) < limit {
+				v.InFlight = append(v.InFlight, row(j))
+			}
+		case len(v.Expired) < limit:
+			v.Expired = append(v.Expired, row(j))
 		}
 	}
 	for _, d := range dead {
