@@ -123,45 +123,35 @@ func CheckKey(key string) error {
 // braces (they would change a key's Redis Cluster hash tag). The error
 // matches ErrInvalidArgument and names what and the name, quoted.
 func CheckName(what, name string) error {
-	bad := ""
-	switch {
-	case name == "":
-		bad = "is empty"
-	case len(name) > MaxNameLen:
-		bad = fmt.Sprintf("is %d bytes, the limit is %d", len(name), MaxNameLen)
-	case !utf8.ValidString(name):
-		bad = "is not valid UTF-8"
-	case strings.ContainsFunc(name, unicode.IsControl):
-		bad = "contains a control character"
-	case strings.ContainsAny(name, "{}"):
-		bad = "contains a brace"
+	if strings.ContainsAny(name, "{}") {
+		return fmt.Errorf("%w: %s %.64q contains a brace", ErrInvalidArgument, what, name)
 	}
-	if bad != "" {
-		return fmt.Errorf("%w: %s %.64q %s", ErrInvalidArgument, what, name, bad)
-	}
-	return nil
+	return checkText(what, name, MaxNameLen)
 }
 
 // CheckOwner is the rule for owner identities (WithOwner, a registry's
 // worker identity): 1 to MaxKeyLen bytes of valid UTF-8 without control
 // characters, so that an owner never corrupts a record it is stored in
 // or the line it is printed on.
-func CheckOwner(what, owner string) error {
+func CheckOwner(what, owner string) error { return checkText(what, owner, MaxKeyLen) }
+
+// checkText requires 1 to max bytes of valid UTF-8 without control
+// characters.
+func checkText(what, s string, max int) error {
 	bad := ""
 	switch {
-	case owner == "":
+	case s == "":
 		bad = "is empty"
-	case len(owner) > MaxKeyLen:
-		bad = fmt.Sprintf("is %d bytes, the limit is %d", len(owner), MaxKeyLen)
-	case !utf8.ValidString(owner):
+	case len(s) > max:
+		bad = fmt.Sprintf("is %d bytes, the limit is %d", len(s), max)
+	case !utf8.ValidString(s):
 		bad = "is not valid UTF-8"
-	case strings.ContainsFunc(owner, unicode.IsControl):
+	case strings.ContainsFunc(s, unicode.IsControl):
 		bad = "contains a control character"
+	default:
+		return nil
 	}
-	if bad != "" {
-		return fmt.Errorf("%w: %s %.64q %s", ErrInvalidArgument, what, owner, bad)
-	}
-	return nil
+	return fmt.Errorf("%w: %s %.64q %s", ErrInvalidArgument, what, s, bad)
 }
 
 // CheckContext rejects a nil context and reports a context that is already
