@@ -1,6 +1,6 @@
 // Package chaos holds the fault-injection tier of leasehold's tests: seeded
 // nemesis runs per backend that cut, delay and reset the clients'
-// connections (through internal/faultproxy), restart the server and stall
+// connections (through internal/testkit/faultproxy), restart the server and stall
 // holders past their ttl, while workers contend for a key and write to a
 // fenced resource; afterwards a checker goes through the recorded history.
 //

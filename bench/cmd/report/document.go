@@ -76,7 +76,7 @@ func document(rs results, m machineInfo, rounds, contended int, short bool) stri
 	}
 	d.p("| load average (1, 5, 15 min) | %s |", m.load)
 	d.p("")
-	d.p("All servers run on loopback on the same machine, started by `internal/testenv` (Redis without persistence; PostgreSQL with its defaults; one etcd member); every library in a table talks to the same server in the same run, with the same client settings (go-redis defaults, one `redis.Client` per instance; one pgx connection or pool per instance; clientv3 defaults). **Noise:** the machine has 2 cores and other jobs were running on it, so single figures move by 10–30 %% from run to run; latency figures are medians over %d rounds, each round running every library in turn, so that load from elsewhere hits them alike. Compare within a table, not with other machines.", rounds)
+	d.p("All servers run on loopback on the same machine, started by `internal/testkit/testenv` (Redis without persistence; PostgreSQL with its defaults; one etcd member); every library in a table talks to the same server in the same run, with the same client settings (go-redis defaults, one `redis.Client` per instance; one pgx connection or pool per instance; clientv3 defaults). **Noise:** the machine has 2 cores and other jobs were running on it, so single figures move by 10–30 %% from run to run; latency figures are medians over %d rounds, each round running every library in turn, so that load from elsewhere hits them alike. Compare within a table, not with other machines.", rounds)
 	d.p("")
 	d.targets()
 	d.uncontended(rounds)
