@@ -15,7 +15,7 @@
 // (DefaultMinTTL, 2 s; WithMinTTL lowers it to 1 s for servers with a
 // short election timeout). Rounding is not an error. ValidUntil still
 // counts the ttl that was asked for, from the time the request was sent,
-// minus lock.DriftAllowance, and never more than the lease. A crashed
+// minus the drift allowance, and never more than the lease. A crashed
 // holder's key is free when its lease expires: the rounded ttl after its
 // last renewal, plus up to 500 ms.
 //
