@@ -34,8 +34,10 @@
 //   - A failover (Sentinel, Cluster) or a restart without AOF persistence
 //     can lose grants: a second owner is granted while the first still
 //     believes it holds the key, until its next Extend reports lock.ErrLost
-//     (and lock.Keep cancels its context). Tokens still order the two, so
-//     a resource that checks them refuses the first owner's late writes.
+//     (and lock.Keep cancels its context). Tokens still order the two
+//     (unless the new primary's clock is behind by more than the time since
+//     the first grant), so a resource that checks them refuses the first
+//     owner's late writes.
 //   - A server clock that jumps forward expires grants early; one that
 //     jumps backward delays expiry. Run Redis hosts with NTP slewing.
 //   - A paused client (GC, SIGSTOP) can outlive its ttl: fence your writes
