@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehold-go/leasehold/backend"
-	"github.com/leasehold-go/leasehold/internal/testenv"
+	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
 	"github.com/leasehold-go/leasehold/lock"
 )
 

@@ -17,8 +17,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
-	"github.com/leasehold-go/leasehold/internal/backends"
-	"github.com/leasehold-go/leasehold/internal/testenv"
+	"github.com/leasehold-go/leasehold/internal/testkit/backends"
+	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
 	"github.com/leasehold-go/leasehold/lock"
 )
 
@@ -57,7 +57,7 @@ type impl struct {
 }
 
 // impls lists every library on every backend, the servers started (or
-// found) by internal/testenv and shared by all of them.
+// found) by internal/testkit/testenv and shared by all of them.
 func impls(b *testing.B) []impl {
 	rs, ps, es := testenv.Redis(b), testenv.Postgres(b), testenv.Etcd(b)
 	leasehold := func(kind func(testing.TB) backends.Backend) func(*testing.B) lock.Lock {

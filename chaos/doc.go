@@ -1,8 +1,9 @@
 // Package chaos holds the fault-injection tier of leasehold's tests: seeded
 // nemesis runs per backend that cut, delay and reset the clients'
-// connections (through internal/faultproxy), restart the server and stall
-// holders past their ttl, while workers contend for a key and write to a
-// fenced resource; afterwards a checker goes through the recorded history.
+// connections (through internal/testkit/faultproxy), restart the server and
+// stall holders past their ttl, while workers contend for a key and write
+// to a fenced resource; afterwards a checker goes through the recorded
+// history.
 //
 // The workloads: the lock with a fenced resource; the semaphore (3 slots);
 // the leader with term-stamped writes; the timers (every worker runs the
@@ -11,8 +12,8 @@
 // jobs (a jobs.Runner per worker over the backend's registry — memjobs on
 // etcd —, workers that crash, and a completion ledger checked after a
 // bounded drain). A three-member etcd cluster run stops and starts members,
-// the leader first; TestPostgresHalfOpenHolder silences a PostgreSQL
-// holder's connection past its ttl.
+// the leader first; a PostgreSQL run silences a holder's connection past
+// its ttl. docs/guarantees.md lists each run and what it shows.
 //
 // It has no code outside its tests. `go test ./chaos/` runs a short seeded
 // slice; LEASEHOLD_CHAOS=1 runs the long tier (a minute per backend);

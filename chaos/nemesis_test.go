@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold-go/leasehold/internal/faultproxy"
+	"github.com/leasehold-go/leasehold/internal/testkit/faultproxy"
 	"github.com/leasehold-go/leasehold/jobs"
 	"github.com/leasehold-go/leasehold/leader"
 	"github.com/leasehold-go/leasehold/lock"

@@ -1,6 +1,7 @@
-// Package jobs recovers work that a crashed worker left "in progress" —
-// quickly, without a fixed 30-minute timeout, without scanning every job,
-// and without ever losing a job.
+// Package jobs recovers work that a crashed worker left "in progress": a
+// job whose worker stopped heartbeating is requeued within seconds, never
+// lost, and finding it costs in proportion to the jobs that expired, not to
+// the jobs tracked.
 //
 // # How it works
 //

@@ -9,7 +9,7 @@ import (
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
-	"github.com/leasehold-go/leasehold/internal/metrictest"
+	"github.com/leasehold-go/leasehold/internal/testkit/metrictest"
 	"github.com/leasehold-go/leasehold/jobs"
 	"github.com/leasehold-go/leasehold/jobs/memjobs"
 	"github.com/leasehold-go/leasehold/lock"

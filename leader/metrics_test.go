@@ -7,7 +7,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/leasehold-go/leasehold/internal/metrictest"
+	"github.com/leasehold-go/leasehold/internal/testkit/metrictest"
 	"github.com/leasehold-go/leasehold/leader"
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/memlock"

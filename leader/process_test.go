@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold-go/leasehold/internal/backends"
-	"github.com/leasehold-go/leasehold/internal/childproc"
+	"github.com/leasehold-go/leasehold/internal/testkit/backends"
+	"github.com/leasehold-go/leasehold/internal/testkit/childproc"
 	"github.com/leasehold-go/leasehold/leader"
 	"github.com/leasehold-go/leasehold/lock"
 )

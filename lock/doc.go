@@ -60,35 +60,30 @@
 //
 // # The helpers
 //
-// Acquire blocks until the key is granted. On a backend with release
-// notifications (Waiter) a waiter wakes when the holder releases, not on a
-// polling tick; the remaining ttl a failed attempt reports bounds its sleep,
-// so the key of a crashed holder is taken as soon as it expires. On a
-// backend that queues waiters (Queue: PostgreSQL's own lock queue, a queue
-// kept in Redis), it waits in that queue instead: about first come, first
-// served, and a release wakes the head of the queue, not every waiter.
+// Acquire blocks until the key is granted. It is woken by the holder's
+// release on a backend with release notifications (Waiter) or a queue of
+// waiters (Queue: served about first come, first served), not by a polling
+// tick; the remaining ttl a failed attempt reports bounds its sleep, so a
+// crashed holder's key is taken as soon as it expires.
 //
 // Keep renews a handle every ttl/3 and gives the holder a context that is
 // cancelled, with a cause matching ErrLost, the moment the grant can no
 // longer be trusted: a renewal reported the loss, ValidUntil passed without
-// a successful renewal, or the backend announced the loss itself
-// (LossNotifier). Renewal stops before Release releases.
+// a successful renewal, or the backend announced the loss (LossNotifier).
+// Renewal stops before Release releases.
 //
 // Do is Acquire + Keep + fn + Release; fn's context carries the token
 // (TokenFrom). HealthCheck probes a backend for readiness endpoints.
 //
-// # What no lease lock can promise, and what fencing adds
+// # What no lease can promise, and what fencing adds
 //
-// A lease is a promise bounded by time, and the holder's sense of time can
-// be wrong. A process that is paused (a GC pause, SIGSTOP, a VM migration,
-// swapping) after it checked ValidUntil may go on writing after its grant
-// expired and a successor was granted; a server whose clock jumps forward
-// expires grants early. Keep cancels the work's context as early as it can,
-// but nothing in the lock can stop a write that is already on its way.
-//
-// The protected resource must therefore check the fencing token itself:
-// remember the highest token it has accepted and refuse a write with a
-// lower one. Patterns:
+// A holder that is paused (GC, SIGSTOP, a VM migration) after it checked
+// ValidUntil may go on writing after its grant expired and a successor was
+// granted; a server whose clock jumps forward expires grants early. Keep
+// cancels the work's context as early as it can, but nothing in the lock
+// can stop a write already on its way. So the protected resource must
+// check the fencing token: remember the highest token it accepted and
+// refuse a lower one.
 //
 //   - SQL: UPDATE jobs SET ..., fence = $token WHERE id = $id AND fence <= $token;
 //     zero rows updated means the writer is stale.
@@ -96,9 +91,8 @@
 //     token, and writes the value and the new fence together.
 //   - In process: Fence (see its example).
 //
-// With fencing, a paused holder's late write is refused instead of silently
-// overwriting its successor's work; without it, the lock is an efficiency
-// device (it avoids duplicate work almost always), not a correctness one.
+// Without fencing, the lock avoids duplicate work almost always but does
+// not guarantee correctness.
 //
 // # Observability
 //

@@ -6,7 +6,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/leasehold-go/leasehold/internal/metrictest"
+	"github.com/leasehold-go/leasehold/internal/testkit/metrictest"
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/memlock"
 	"github.com/leasehold-go/leasehold/semaphore"

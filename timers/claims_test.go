@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold-go/leasehold/internal/backends"
-	"github.com/leasehold-go/leasehold/internal/testenv"
+	"github.com/leasehold-go/leasehold/internal/testkit/backends"
+	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
 	"github.com/leasehold-go/leasehold/lock/pglock"
 	"github.com/leasehold-go/leasehold/timers"
 )

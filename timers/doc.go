@@ -7,30 +7,12 @@
 //	err = s.Add(timers.Cron("cleanup", "30 3 * * *", cleanup, timers.InLocation(berlin)))
 //	err = s.Run(ctx)
 //
-// # How a tick runs
-//
-// Ticks have identities: Every ticks at the Unix epoch plus multiples of
-// the interval (plus the SpreadStart phase); Cron ticks where the spec says,
-// in its time zone. Every host computes the same instants whenever it
-// started. At a tick, a host
-//
-//  1. skips it if it got there later than the misfire threshold (counted);
-//  2. claims the tick (lock.Claim: a one-off grant, which on pglock holds
-//     no connection) on "timer/<name>/tick/<unix ms>" with a ttl of the
-//     interval plus the misfire threshold, never released, so the
-//     first host to claim runs it and every other host sees it taken
-//     (counted as Elsewhere); a claim whose reply comes back later than
-//     the misfire threshold (held up in the network, or retried by the
-//     client) is skipped as a misfire, since the tick's first claim may
-//     have expired before it was granted;
-//  3. takes one of MaxConcurrency slots (a semaphore, "timer/<name>"); when
-//     all are busy the tick is skipped and counted, never queued;
-//  4. runs fn holding the slot, renewing its lease (LeaseTTL), with
-//     MaxRunTime as fn's deadline and RetryOnError's retries inside the
-//     same tick, then releases the slot.
-//
-// So a tick costs three round trips on the host that runs it (claim, slot,
-// release) plus a renewal per LeaseTTL/3 of run time, and one on the others.
+// Each tick has an identity that every host computes alike (Every: the
+// Unix epoch plus multiples of the interval; Cron: the spec, in its time
+// zone). The first host to claim a tick (lock.Claim) runs it, holding one of
+// MaxConcurrency slots of a semaphore and renewing its lease (LeaseTTL);
+// the other hosts see the tick taken. How a tick runs, step by step, and
+// what it costs: docs/timers.md.
 //
 // # Semantics
 //
@@ -68,22 +50,10 @@
 // every tick of the timer: a resource can refuse the writes of a run of an
 // older tick.
 //
-// # On PostgreSQL
-//
-// A pglock grant is a server session holding an advisory lock, and it pins
-// one pooled connection while it lives. Tick claims and the semaphore's
-// size declarations are never released, so they are not grants: they go
-// through lock.Claim, which pglock keeps as rows of a table
-// (leasehold_claims) in one statement that holds no connection afterwards.
-// So a timer holds a connection only while it runs (its slot), a claim
-// outlives the process that made it (a host that reaches the tick later
-// sees it taken, as on Redis and etcd), and a tick opens no connection
-// (TestTickClaimsHoldNoConnection, TestClaimOutlivesItsClaimersShutdown).
-//
 // Clock skew matters only through the claim: keep the hosts' clocks within
 // a fraction of the shortest interval (NTP does it for intervals of
-// seconds). A backend with a minimum ttl (etcd: 2 s) rounds claims up,
-// which is harmless: each tick has its own claim key.
+// seconds). On pglock a claim holds no connection: a timer holds one only
+// while it runs.
 //
 // # Bad input
 //
@@ -107,14 +77,10 @@
 //	LeaseTTL                               at least MinInterval, within the backend's limits
 //	                                       (lock.LimitsOf): lock.ErrInvalidTTL
 //
-// A tick's claim lives for the interval plus the misfire threshold, raised
-// to the backend's minimum ttl and cut to its maximum. A schedule that runs
-// out of ticks while it runs (none after the last that a time.Time holds)
+// A schedule that runs out of ticks while it runs (none after the last that a time.Time holds)
 // never spins: the timer stops, logs an error, and Status reports it in
 // Stopped; the other timers go on.
 //
-// Status reports, per timer, the next tick, this host's last run (start,
-// duration, outcome, runner identity) and its counts of runs, failures,
-// skips and ticks run elsewhere; the same go to the metrics
-// leasehold.timer.runs, leasehold.timer.skips and leasehold.timer.run.duration.
+// Status reports, per timer, the next tick, this host's last run and its
+// counts of runs, failures and skips; the same go to metrics.
 package timers

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold-go/leasehold/internal/backends"
+	"github.com/leasehold-go/leasehold/internal/testkit/backends"
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/timers"
 )

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold-go/leasehold/internal/backends"
-	"github.com/leasehold-go/leasehold/internal/childproc"
-	"github.com/leasehold-go/leasehold/internal/testenv"
+	"github.com/leasehold-go/leasehold/internal/testkit/backends"
+	"github.com/leasehold-go/leasehold/internal/testkit/childproc"
+	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/semaphore"
 	"github.com/leasehold-go/leasehold/timers"

@@ -12,9 +12,9 @@ import (
 
 	"github.com/leasehold-go/leasehold/cmd/leasehold/internal/cli"
 	"github.com/leasehold-go/leasehold/cmd/leasehold/internal/ops"
-	"github.com/leasehold-go/leasehold/internal/backends"
-	"github.com/leasehold-go/leasehold/internal/childproc"
-	"github.com/leasehold-go/leasehold/internal/testenv"
+	"github.com/leasehold-go/leasehold/internal/testkit/backends"
+	"github.com/leasehold-go/leasehold/internal/testkit/childproc"
+	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
 	"github.com/leasehold-go/leasehold/jobs"
 	"github.com/leasehold-go/leasehold/leader"
 	"github.com/leasehold-go/leasehold/semaphore"

@@ -8,7 +8,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/leasehold-go/leasehold/internal/testenv"
+	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
 )
 
 // After a lease swap whose outcome is unknown, the next Extend reads which

@@ -45,6 +45,12 @@
 // and, when the backend has them, Waiter (no lost wake-up, handoff without
 // waiting for the ttl), MultiLock and Inspector.
 //
+// RunProcessFaults runs a holder in a child process (the test binary,
+// re-executed; its TestMain must call HolderMain) and kills it with SIGKILL
+// or stops it with SIGSTOP past its ttl, as a crashed or stalled host: the
+// key must come free within the ttl, the successor's token must be larger,
+// and the stopped holder's late write must be refused.
+//
 // The suite can fail: its own tests run it against deliberately broken
 // wrappers of memlock (a Release that ignores ownership, tokens that repeat,
 // a backend that grants twice, one that leaks a goroutine per failed

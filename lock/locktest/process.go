@@ -44,7 +44,7 @@ const (
 // the TestMain of a backend's test package; it returns at once unless the
 // process was started as a holder, in which case it runs the holder and
 // exits. newLock connects to the same server as the parent (through the
-// environment the parent passed, see internal/testenv).
+// environment the parent passed, see internal/testkit/testenv).
 //
 //	func TestMain(m *testing.M) {
 //		locktest.HolderMain(func() (lock.Lock, error) { return connect() })

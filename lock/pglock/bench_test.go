@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/leasehold-go/leasehold/internal/testenv"
+	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
 	"github.com/leasehold-go/leasehold/lock/locktest"
 )
 

@@ -213,7 +213,7 @@ func loadavg() string {
 	return strings.Join(f[:min(3, len(f))], " ")
 }
 
-// postgresBin finds postgres as internal/testenv does: on PATH, else the
+// postgresBin finds postgres as internal/testkit/testenv does: on PATH, else the
 // newest /usr/lib/postgresql/*/bin.
 func postgresBin() string {
 	if p, err := exec.LookPath("postgres"); err == nil {

@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold-go/leasehold/cmd/leasehold/internal/ops"
-	"github.com/leasehold-go/leasehold/internal/testenv"
+	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
 	"github.com/leasehold-go/leasehold/jobs"
 	"github.com/leasehold-go/leasehold/jobs/pgjobs"
 	"github.com/leasehold-go/leasehold/jobs/redisjobs"

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold-go/leasehold/internal/backends"
-	"github.com/leasehold-go/leasehold/internal/testenv"
+	"github.com/leasehold-go/leasehold/internal/testkit/backends"
+	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

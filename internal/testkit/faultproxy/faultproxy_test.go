@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold-go/leasehold/internal/faultproxy"
+	"github.com/leasehold-go/leasehold/internal/testkit/faultproxy"
 )
 
 // echo is a line echo server.

@@ -2,7 +2,7 @@
 // leader, timers, jobs) every built-in backend at once, so that a shared
 // test suite runs on each and no backend can silently miss a case. Each
 // Backend makes independent instances (one per simulated process) over one
-// real server found or started by internal/testenv, and can rebuild an
+// real server found or started by internal/testkit/testenv, and can rebuild an
 // instance in a child process from the environment (Env, FromEnv).
 package backends
 
@@ -19,7 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/leasehold-go/leasehold/internal/testenv"
+	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/etcdlock"
 	"github.com/leasehold-go/leasehold/lock/memlock"
