@@ -14,7 +14,7 @@ import (
 
 // ScopeName is the OpenTelemetry instrumentation scope of every leasehold
 // meter and tracer.
-const ScopeName = kit.ScopeName
+const ScopeName = "github.com/leasehold-go/leasehold"
 
 // Telemetry holds the OpenTelemetry instruments of the lock layer, for
 // the providers of one lock.Config (WithMeterProvider, WithTracerProvider).

@@ -71,6 +71,7 @@ var (
 	_ lock.Waiter    = (*Lock)(nil)
 	_ lock.MultiLock = (*Lock)(nil)
 	_ lock.Inspector = (*Lock)(nil)
+	_ lock.Owned     = (*Lock)(nil)
 )
 
 type settings struct {

@@ -64,6 +64,7 @@ var (
 	_ lock.Waiter    = (*Lock)(nil)
 	_ lock.MultiLock = (*Lock)(nil)
 	_ lock.Inspector = (*Lock)(nil)
+	_ lock.Owned     = (*Lock)(nil)
 )
 
 // New returns an empty Lock. It accepts the common options of package lock

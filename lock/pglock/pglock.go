@@ -96,6 +96,7 @@ var (
 	_ lock.MultiLock = (*Lock)(nil)
 	_ lock.Queue     = (*Lock)(nil)
 	_ lock.Inspector = (*Lock)(nil)
+	_ lock.Owned     = (*Lock)(nil)
 )
 
 type settings struct {

@@ -95,6 +95,7 @@ var (
 	_ lock.Queue     = (*Lock)(nil)
 	_ lock.MultiLock = (*Lock)(nil)
 	_ lock.Inspector = (*Lock)(nil)
+	_ lock.Owned     = (*Lock)(nil)
 )
 
 type settings struct{ prefix string }

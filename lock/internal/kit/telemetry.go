@@ -12,7 +12,8 @@ import (
 )
 
 // ScopeName is the OpenTelemetry instrumentation scope of every leasehold
-// meter and tracer.
+// meter and tracer: backendkit.ScopeName (lock's TestRenewalOutcomesAndAcquireSpan
+// checks that they agree).
 const ScopeName = "github.com/leasehold-go/leasehold"
 
 // Telemetry holds the instruments of the lock layer (their names are
