@@ -32,6 +32,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 	"github.com/leasehold-go/leasehold/lock/etcdlock"
 	"github.com/leasehold-go/leasehold/lock/memlock"
 	"github.com/leasehold-go/leasehold/lock/pglock"
@@ -87,7 +88,7 @@ func open(ctx context.Context, rawURL string, opts []lock.Option) (lock.Lock, fu
 		}
 		c, err := clientv3.New(cfg)
 		if err != nil {
-			return nil, nil, lock.Unavailable("backend: etcd", err)
+			return nil, nil, backendkit.Unavailable("backend: etcd", err)
 		}
 		l, err := etcdlock.New(c, opts...)
 		if err != nil {
@@ -191,7 +192,7 @@ func openMem(name string, opts []lock.Option) lock.Lock {
 func openRedis(ctx context.Context, c redis.UniversalClient, opts []lock.Option) (lock.Lock, func() error, error) {
 	if err := c.Ping(ctx).Err(); err != nil {
 		_ = c.Close()
-		return nil, nil, lock.Unavailable("backend: redis", err)
+		return nil, nil, backendkit.Unavailable("backend: redis", err)
 	}
 	l, err := redislock.New(c, opts...)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/leasehold-go/leasehold/jobs"
 	"github.com/leasehold-go/leasehold/leader"
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 	"github.com/leasehold-go/leasehold/semaphore"
 )
 
@@ -243,7 +244,7 @@ func runNemesis(t *testing.T, tg target, c config) {
 	}
 }
 
-func sleep(ctx context.Context, d time.Duration) { _ = lock.Sleep(ctx, d) }
+func sleep(ctx context.Context, d time.Duration) { _ = backendkit.Sleep(ctx, d) }
 
 // proxySet is a worker's proxies, one per member of the server; a fault
 // hits them all.
@@ -379,7 +380,7 @@ func (p *pausable) Extend(ctx context.Context, ttl time.Duration) error {
 	wait := time.Until(p.until)
 	p.mu.Unlock()
 	if wait > 0 {
-		if err := lock.Sleep(ctx, wait); err != nil {
+		if err := backendkit.Sleep(ctx, wait); err != nil {
 			return err
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasehold-go/leasehold/leader"
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
 // Defaults: a crashed worker's jobs are requeued about Lease + ScanEvery =
@@ -195,11 +196,8 @@ func NewRunner(reg Registry, l lock.Lock, requeue Requeue, opts ...lock.Option) 
 	if err := checkElection(s.election); err != nil {
 		return nil, err
 	}
-	r := &Runner{reg: reg, l: l, requeue: requeue, s: s, cfg: cfg, identity: cfg.Owner,
+	r := &Runner{reg: reg, l: l, requeue: requeue, s: s, cfg: cfg, identity: lock.OwnerOf(l, cfg.Owner),
 		inflight: map[string]*inflight{}, m: newMetrics(cfg)}
-	if o, ok := l.(interface{ Owner() string }); ok {
-		r.identity = o.Owner()
-	}
 	// The identity is recorded in the registry as owner and recoverer.
 	if err := lock.CheckOwner("runner identity (lock.WithOwner or the Lock's owner)", r.identity); err != nil {
 		return nil, err
@@ -224,7 +222,7 @@ func (r *Runner) Track(ctx context.Context, job Job) (context.Context, func(err 
 		return nil, nil, err
 	}
 	jctx, cancel := context.WithCancelCause(ctx)
-	f := &inflight{ref: tracked.Ref(), cancel: cancel, validUntil: lock.ValidUntil(sent, r.s.lease)}
+	f := &inflight{ref: tracked.Ref(), cancel: cancel, validUntil: backendkit.ValidUntil(sent, r.s.lease)}
 	r.mu.Lock()
 	if old, ok := r.inflight[job.ID]; ok {
 		old.cancel(fmt.Errorf("%w: tracked again", ErrStale))
@@ -329,7 +327,7 @@ func (r *Runner) heartbeat(ctx context.Context) {
 	for _, id := range lost {
 		gone[id] = true
 	}
-	validUntil := lock.ValidUntil(sent, r.s.lease)
+	validUntil := backendkit.ValidUntil(sent, r.s.lease)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, ref := range refs {
@@ -354,7 +352,7 @@ func (r *Runner) expireLocal() {
 	defer r.mu.Unlock()
 	for id, f := range r.inflight {
 		if !now.Before(f.validUntil) {
-			f.cancel(lock.Lost("the job's lease ended without a successful heartbeat"))
+			f.cancel(backendkit.Lost("the job's lease ended without a successful heartbeat"))
 			delete(r.inflight, id)
 			r.cfg.Logger.Warn("leasehold: job lost: no heartbeat within its lease", "job", id)
 		}
@@ -506,7 +504,7 @@ type metrics struct {
 }
 
 func newMetrics(cfg *lock.Config) *metrics {
-	m := cfg.Telemetry().Meter
+	m := backendkit.TelemetryOf(cfg).Meter
 	out := &metrics{}
 	out.tracked, _ = m.Int64UpDownCounter("leasehold.jobs.tracked", metric.WithDescription("Jobs in flight in this process."))
 	out.heartbeats, _ = m.Int64Counter("leasehold.jobs.heartbeats", metric.WithDescription("Batched heartbeats, by outcome."))

@@ -15,6 +15,7 @@ import (
 	"github.com/leasehold-go/leasehold/jobs/memjobs"
 	"github.com/leasehold-go/leasehold/leader"
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 	"github.com/leasehold-go/leasehold/lock/memlock"
 )
 
@@ -98,7 +99,7 @@ func TestCrashedWorkerIsRecoveredWithinLeasePlusScan(t *testing.T) {
 type cutOff struct{ jobs.Registry }
 
 func (cutOff) Heartbeat(context.Context, []jobs.Ref, time.Duration) ([]string, error) {
-	return nil, lock.Unavailable("heartbeat", errors.New("network unreachable"))
+	return nil, backendkit.Unavailable("heartbeat", errors.New("network unreachable"))
 }
 
 // A zombie: cut off from the registry, its job context is cancelled when
@@ -434,7 +435,7 @@ func TestJobEndsAtItsLeaseWhileHeartbeatsHang(t *testing.T) {
 			t.Fatal(err)
 		}
 		<-jctx.Done()
-		if d, want := time.Since(start), lease-lock.DriftAllowance(lease); d != want {
+		if d, want := time.Since(start), lease-backendkit.DriftAllowance(lease); d != want {
 			t.Fatalf("job context ended %v after Track, want at its lease end (less the drift allowance), %v", d, want)
 		}
 	})

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
 // MaxAttempt is the largest Attempt a job may be tracked with, and so the
@@ -26,7 +27,7 @@ var leaseLimits = lock.Limits{MinTTL: time.Millisecond, MaxTTL: lock.MaxTTL}
 // of 1 to lock.MaxKeyLen bytes. An ID is otherwise opaque (any bytes, NUL
 // and control characters included), as a lock key is.
 func CheckID(ctx context.Context, id string) error {
-	if err := lock.CheckContext(ctx); err != nil {
+	if err := backendkit.CheckContext(ctx); err != nil {
 		return err
 	}
 	if err := lock.CheckKey(id); err != nil {
@@ -51,7 +52,7 @@ func CheckLease(ctx context.Context, id string, lease time.Duration) error {
 // CheckHeartbeat is the input check of Registry.Heartbeat: the context,
 // the lease, and every ref's ID (1 to lock.MaxKeyLen bytes).
 func CheckHeartbeat(ctx context.Context, refs []Ref, lease time.Duration) error {
-	if err := lock.CheckContext(ctx); err != nil {
+	if err := backendkit.CheckContext(ctx); err != nil {
 		return err
 	}
 	if err := leaseLimits.CheckTTL(lease); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasehold-go/leasehold/leader"
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 	"github.com/leasehold-go/leasehold/lock/memlock"
 )
 
@@ -61,7 +62,7 @@ func (f *flaky) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 	down := f.down
 	f.mu.Unlock()
 	if down {
-		return nil, lock.Unavailable("acquire", errors.New("connection refused"))
+		return nil, backendkit.Unavailable("acquire", errors.New("connection refused"))
 	}
 	return f.Lock.TryAcquire(ctx, key, ttl)
 }
@@ -126,7 +127,7 @@ func (deaf) Subscribe(ctx context.Context, keys ...string) (lock.Subscription, e
 type deafSubscription struct{}
 
 func (deafSubscription) Wait(ctx context.Context, hint time.Duration) error {
-	return lock.Sleep(ctx, hint)
+	return backendkit.Sleep(ctx, hint)
 }
 func (deafSubscription) Close() error { return nil }
 

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
 // Defaults (as Kubernetes' client-go).
@@ -117,10 +118,7 @@ func Run(ctx context.Context, l lock.Lock, name string, fn func(ctx context.Cont
 	if err := lock.CheckName("election name", name); err != nil {
 		return err
 	}
-	e := &election{l: l, key: Key(name), fn: fn, s: s, cfg: cfg, m: newMetrics(cfg, name)}
-	if o, ok := l.(interface{ Owner() string }); ok {
-		e.identity = o.Owner()
-	}
+	e := &election{l: l, key: Key(name), identity: lock.OwnerOf(l, cfg.Owner), fn: fn, s: s, cfg: cfg, m: newMetrics(cfg, name)}
 	return e.run(ctx)
 }
 
@@ -140,7 +138,7 @@ func (e *election) run(ctx context.Context) error {
 	acq := *e.cfg
 	acq.MinBackoff, acq.MaxBackoff = min(e.s.retry/4, 100*time.Millisecond), e.s.retry
 	for {
-		h, err := lock.AcquireWith(ctx, &acq, e.l, []string{e.key}, func(ctx context.Context) (lock.Handle, error) {
+		h, err := backendkit.AcquireWith(ctx, &acq, e.l, []string{e.key}, func(ctx context.Context) (lock.Handle, error) {
 			h, err := e.l.TryAcquire(ctx, e.key, e.s.lease)
 			return h, e.capHint(err)
 		})
@@ -155,7 +153,7 @@ func (e *election) run(ctx context.Context) error {
 				return err
 			}
 			e.cfg.Logger.Warn("leasehold: leader campaign failed, retrying", "election", e.key, "err", err)
-			if lock.Sleep(ctx, e.s.retry) != nil {
+			if backendkit.Sleep(ctx, e.s.retry) != nil {
 				return nil
 			}
 			continue
@@ -164,20 +162,20 @@ func (e *election) run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if !errors.Is(cause, lock.ErrLost) && lock.Sleep(ctx, e.s.retry) != nil {
+		if !errors.Is(cause, lock.ErrLost) && backendkit.Sleep(ctx, e.s.retry) != nil {
 			return nil // fn ended its term: let a peer have a go first
 		}
 	}
 }
 
 // capHint shortens the remaining lease that a refused attempt reports to
-// nine tenths of the retry interval: lock.AcquireWith waits for a release
+// nine tenths of the retry interval: backendkit.AcquireWith waits for a release
 // notification until that hint (plus a jitter of at most 21 ms) has passed,
 // and a notification can be lost (a dropped pub/sub connection), so a
 // follower must not rely on it for longer than the retry interval.
 func (e *election) capHint(err error) error {
 	if limit := e.s.retry - e.s.retry/10; lock.RemainingTTL(err) > limit {
-		return lock.NotAcquired(e.key, limit)
+		return backendkit.NotAcquired(e.key, limit)
 	}
 	return err
 }
@@ -272,7 +270,7 @@ type metrics struct {
 }
 
 func newMetrics(cfg *lock.Config, name string) *metrics {
-	m := cfg.Telemetry().Meter
+	m := backendkit.TelemetryOf(cfg).Meter
 	el := attribute.String("leasehold.election", name)
 	out := &metrics{
 		attrs:   metric.WithAttributeSet(attribute.NewSet(el)),

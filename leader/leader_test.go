@@ -13,6 +13,7 @@ import (
 	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
 	"github.com/leasehold-go/leasehold/leader"
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 	"github.com/leasehold-go/leasehold/lock/memlock"
 )
 
@@ -44,7 +45,7 @@ type countingHandle struct {
 func (h *countingHandle) Extend(ctx context.Context, ttl time.Duration) error {
 	h.c.extends.Add(1)
 	if h.c.fail.Load() {
-		return lock.Unavailable("extend", errors.New("network down"))
+		return backendkit.Unavailable("extend", errors.New("network down"))
 	}
 	return h.Handle.Extend(ctx, ttl)
 }

@@ -10,7 +10,17 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/leasehold-go/leasehold/lock/internal/kit"
 )
+
+// The toolkit functions whose only copy is here, handed to backendkit.
+func init() {
+	kit.AcquireWith = acquireWith
+	kit.CheckContext = checkContext
+	kit.Validate = validate
+	kit.Lost = lost
+}
 
 // Acquire blocks until it holds key for ttl or ctx ends.
 //
@@ -36,17 +46,17 @@ func acquire(ctx context.Context, cfg *Config, l Lock, key string, ttl time.Dura
 	if l == nil {
 		return nil, fmt.Errorf("%w: nil Lock", ErrInvalidArgument)
 	}
-	if err := Validate(ctx, key, ttl, LimitsOf(l)); err != nil {
+	if err := validate(ctx, key, ttl, LimitsOf(l)); err != nil {
 		return nil, err
 	}
 	if q, ok := l.(Queue); ok {
-		// The queue is the waiting: AcquireWith only retries what failed
+		// The queue is the waiting: acquireWith only retries what failed
 		// for want of the backend.
-		return AcquireWith(ctx, cfg, lockOnly{l}, []string{key}, func(ctx context.Context) (Handle, error) {
+		return acquireWith(ctx, cfg, lockOnly{l}, []string{key}, func(ctx context.Context) (Handle, error) {
 			return q.AcquireQueued(ctx, key, ttl)
 		})
 	}
-	return AcquireWith(ctx, cfg, l, []string{key}, func(ctx context.Context) (Handle, error) {
+	return acquireWith(ctx, cfg, l, []string{key}, func(ctx context.Context) (Handle, error) {
 		return l.TryAcquire(ctx, key, ttl)
 	})
 }
@@ -54,13 +64,13 @@ func acquire(ctx context.Context, cfg *Config, l Lock, key string, ttl time.Dura
 // lockOnly hides a Lock's optional capabilities.
 type lockOnly struct{ Lock }
 
-// AcquireWith is the waiting loop behind Acquire, exported for the packages
-// built on lock (the semaphore waits on all its slots with it). try makes
-// one attempt over keys; AcquireWith subscribes to keys' releases when l is
-// a Waiter and retries try until it succeeds, fails with an error other
-// than ErrNotAcquired or ErrUnavailable, or ctx ends.
-func AcquireWith(ctx context.Context, cfg *Config, l Lock, keys []string, try func(context.Context) (Handle, error)) (h Handle, err error) {
-	tel := cfg.Telemetry()
+// acquireWith is the waiting loop behind Acquire, and backendkit.AcquireWith
+// for the packages built on lock (the semaphore waits on all its slots with
+// it). try makes one attempt over keys; acquireWith subscribes to keys'
+// releases when l is a Waiter and retries try until it succeeds, fails with
+// an error other than ErrNotAcquired or ErrUnavailable, or ctx ends.
+func acquireWith(ctx context.Context, cfg *Config, l Lock, keys []string, try func(context.Context) (Handle, error)) (h Handle, err error) {
+	tel := kit.TelemetryOf(cfg.MeterProvider, cfg.TracerProvider)
 	start := time.Now()
 	ctx, span := tel.Tracer.Start(ctx, "leasehold.lock.Acquire",
 		trace.WithAttributes(attribute.StringSlice("leasehold.keys", keys)))
@@ -79,7 +89,7 @@ func AcquireWith(ctx context.Context, cfg *Config, l Lock, keys []string, try fu
 			span.SetStatus(codes.Error, outcome)
 		}
 		span.End()
-		tel.wait.Record(context.WithoutCancel(ctx), time.Since(start).Seconds(), tel.waitOutcome[outcome]...)
+		tel.Wait(context.WithoutCancel(ctx), start, outcome)
 	}()
 
 	var sub Subscription
@@ -129,7 +139,7 @@ func AcquireWith(ctx context.Context, cfg *Config, l Lock, keys []string, try fu
 			if notAcquired && hint > 0 && hint < d {
 				d = hint + jitter(hint)
 			}
-			werr = Sleep(ctx, d)
+			werr = kit.Sleep(ctx, d)
 		}
 		if werr != nil {
 			if ctx.Err() != nil {
@@ -167,17 +177,4 @@ func (b *backoff) next() time.Duration {
 		b.cur *= 2
 	}
 	return d
-}
-
-// Sleep waits for d or until ctx ends, whichever comes first, and returns
-// ctx's cause in the second case. The packages above lock wait with it.
-func Sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 	"github.com/leasehold-go/leasehold/lock/memlock"
 )
 
@@ -123,7 +124,7 @@ type flaky struct {
 
 func (f *flaky) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
 	if f.failures.Add(-1) >= 0 {
-		return nil, lock.Unavailable("acquire", errors.New("connection refused"))
+		return nil, backendkit.Unavailable("acquire", errors.New("connection refused"))
 	}
 	return f.Lock.TryAcquire(ctx, key, ttl)
 }

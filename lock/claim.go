@@ -17,7 +17,7 @@ func Claim(ctx context.Context, l Lock, key string, ttl time.Duration) (uint64, 
 	if l == nil {
 		return 0, fmt.Errorf("%w: nil Lock", ErrInvalidArgument)
 	}
-	if err := Validate(ctx, key, ttl, LimitsOf(l)); err != nil {
+	if err := validate(ctx, key, ttl, LimitsOf(l)); err != nil {
 		return 0, err
 	}
 	if c, ok := l.(Claimer); ok {

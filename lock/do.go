@@ -79,7 +79,7 @@ func HealthCheck(ctx context.Context, l Lock) (time.Duration, error) {
 	if l == nil {
 		return 0, fmt.Errorf("%w: nil Lock", ErrInvalidArgument)
 	}
-	if err := CheckContext(ctx); err != nil {
+	if err := checkContext(ctx); err != nil {
 		return 0, err
 	}
 	lim := LimitsOf(l)

@@ -52,7 +52,7 @@
 //
 // Remaining ttls that a backend reads back from its server (hints of
 // ErrNotAcquired, Inspector's Remaining) are clamped to [0, MaxTTL]
-// (RemainingMillis), as anything another client wrote may be there.
+// (backendkit.RemainingMillis), as anything another client wrote may be there.
 //
 // Errors are sentinels for errors.Is. An Extend has three outcomes: renewed
 // (nil), lost (ErrLost), and unknown (anything else, typically
@@ -100,15 +100,12 @@
 // backends and helpers alike; by default they use slog.Default and the
 // global OpenTelemetry providers, which cost nothing until an application
 // installs an SDK. State changes (a lease lost) are logged at Warn,
-// per-operation detail at Debug. Telemetry lists the metric names.
+// per-operation detail at Debug. backendkit.Telemetry lists the metric names.
 //
 // # Writing a backend
 //
-// State your Limits (implement Limited on the Lock and on its handles), call
-// Validate (or ValidateKeys, ValidateSubscribe) with them first in every
-// operation, return NotAcquired (NotAcquiredAny for several keys) with the
-// remaining ttl when the key is held, wrap driver
-// errors with Unavailable, record through Telemetry().Backend(name), accept
-// []Option with BackendOption for your own settings, and run
-// lock/locktest.Run against a real server.
+// A backend implements Lock and Handle (and the optional capabilities it
+// can do better than the generic path: Waiter, Queue, MultiLock, Claimer,
+// Inspector, LossNotifier, Owned) with the toolkit of package
+// lock/backendkit, and runs lock/locktest.Run against a real server.
 package lock

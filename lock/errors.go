@@ -3,7 +3,6 @@ package lock
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -43,59 +42,16 @@ func (e *invalidError) Error() string { return e.msg }
 
 func (e *invalidError) Is(target error) bool { return target == ErrInvalidArgument }
 
-// Unavailable wraps a driver or network error so that it satisfies
-// errors.Is(err, ErrUnavailable) and still exposes the original error.
-// It returns nil for a nil err.
-func Unavailable(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, ErrUnavailable) {
-		return err
-	}
-	return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
-}
-
-// NotAcquiredError is the error a backend returns when the key is held.
-// It matches ErrNotAcquired.
+// NotAcquiredError is the error a backend returns when the key is held
+// (backendkit.NotAcquired builds it). It matches ErrNotAcquired.
 type NotAcquiredError struct {
 	// Key is the key that is held, as the caller passed it; for
-	// TryAcquireAny, the keys joined with commas (see NotAcquiredAny).
+	// TryAcquireAny, the keys joined with commas (see backendkit.NotAcquiredAny).
 	Key string
 	// Remaining is the current grant's remaining ttl as the backend saw it,
 	// or 0 when unknown. Acquire sleeps no longer than this before it tries
 	// again when no release notification arrives.
 	Remaining time.Duration
-}
-
-// NotAcquired returns a *NotAcquiredError for key. A remaining ttl outside
-// [0, MaxTTL] (a backend's reading of a grant some other client wrote) is
-// taken as 0 below and MaxTTL above, so that no waiter adds to it with an
-// overflow.
-func NotAcquired(key string, remaining time.Duration) error {
-	return &NotAcquiredError{Key: key, Remaining: min(max(remaining, 0), MaxTTL)}
-}
-
-// maxKeysLabel is how long NotAcquiredAny lets the keys' list grow.
-const maxKeysLabel = 256
-
-// NotAcquiredAny is NotAcquired for the keys of one TryAcquireAny: Key is
-// the keys joined with commas, shortened to the first ones and a count
-// when that would be longer than a few hundred bytes (a call may have
-// lock.MaxKeys keys of MaxKeyLen bytes each).
-func NotAcquiredAny(keys []string, remaining time.Duration) error {
-	var b strings.Builder
-	for i, k := range keys {
-		if i > 0 && b.Len()+1+len(k) > maxKeysLabel {
-			fmt.Fprintf(&b, ",… (%d keys)", len(keys))
-			break
-		}
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(k)
-	}
-	return NotAcquired(b.String(), remaining)
 }
 
 // Error says which key is held and, when known, for how long still.
@@ -125,5 +81,6 @@ type lostError struct{ reason string }
 func (e *lostError) Error() string        { return "lock: grant lost: " + e.reason }
 func (e *lostError) Is(target error) bool { return target == ErrLost }
 
-// Lost returns an error that matches ErrLost and says why the grant was lost.
-func Lost(reason string) error { return &lostError{reason} }
+// lost returns an error that matches ErrLost and says why the grant was
+// lost (backendkit.Lost).
+func lost(reason string) error { return &lostError{reason} }

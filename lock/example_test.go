@@ -92,10 +92,23 @@ func ExampleFence() {
 }
 
 func ExampleTokenFrom() {
-	ctx := lock.ContextWithToken(context.Background(), 42)
-	token, ok := lock.TokenFrom(ctx)
-	fmt.Println(token, ok)
-	// Output: 42 true
+	l := memlock.New()
+	_ = lock.Do(context.Background(), l, "report", func(ctx context.Context) error {
+		token, ok := lock.TokenFrom(ctx) // pass it to the protected resource
+		fmt.Println(token, ok)
+		return nil
+	})
+	// Output: 1 true
+}
+
+func ExampleOwnerOf() {
+	l := memlock.New(lock.WithOwner("worker-1"))
+	fmt.Println(lock.OwnerOf(l, "configured"))
+	hidden := struct{ lock.Lock }{l} // a wrapper that is not lock.Owned
+	fmt.Println(lock.OwnerOf(hidden, "configured"))
+	// Output:
+	// worker-1
+	// configured
 }
 
 func ExampleHealthCheck() {

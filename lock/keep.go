@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/leasehold-go/leasehold/lock/internal/kit"
 )
 
 // Lease keeps a Handle alive in the background and tells its holder the
@@ -16,7 +18,7 @@ type Lease struct {
 	ttl    time.Duration
 	every  time.Duration
 	cfg    *Config
-	tel    *Telemetry
+	tel    *kit.Telemetry
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
@@ -76,12 +78,12 @@ func keep(ctx context.Context, cfg *Config, h Handle, ttl time.Duration) (*Lease
 		return nil, fmt.Errorf("%w: renew interval %v must be below the ttl %v (less the margin %v)", ErrInvalidArgument, every, ttl, cfg.Margin)
 	}
 	l := &Lease{
-		h: h, ttl: ttl, every: every, cfg: cfg, tel: cfg.Telemetry(),
+		h: h, ttl: ttl, every: every, cfg: cfg, tel: kit.TelemetryOf(cfg.MeterProvider, cfg.TracerProvider),
 		stop: make(chan struct{}), done: make(chan struct{}),
 		validUntil: h.ValidUntil(),
 	}
-	l.ctx, l.cancel = context.WithCancelCause(ContextWithToken(ctx, h.Token()))
-	l.tel.active.Add(context.Background(), 1)
+	l.ctx, l.cancel = context.WithCancelCause(kit.WithToken(ctx, h.Token()))
+	l.tel.Active(1)
 	go l.renew()
 	return l, nil
 }
@@ -121,16 +123,16 @@ func (l *Lease) Release(ctx context.Context) error {
 	err := l.h.Release(ctx)
 	if first {
 		l.cancel(context.Canceled)
-		l.tel.active.Add(context.Background(), -1)
+		l.tel.Active(-1)
 	}
 	return err
 }
 
 func (l *Lease) renew() {
 	defer close(l.done)
-	var lost <-chan struct{}
+	var gone <-chan struct{}
 	if n, ok := l.h.(LossNotifier); ok {
-		lost = n.Lost()
+		gone = n.Lost()
 	}
 	next := time.NewTimer(l.every)
 	defer next.Stop()
@@ -140,14 +142,14 @@ func (l *Lease) renew() {
 		select {
 		case <-l.stop:
 			return
-		case <-lost:
-			l.lose("backend", Lost("the backend reported the grant gone"))
+		case <-gone:
+			l.lose("backend", lost("the backend reported the grant gone"))
 			return
 		case <-deadline.C:
 			if l.cfg.Margin > 0 {
-				l.lose("deadline", Lost(fmt.Sprintf("no successful renewal with %v of validity left", l.cfg.Margin)))
+				l.lose("deadline", lost(fmt.Sprintf("no successful renewal with %v of validity left", l.cfg.Margin)))
 			} else {
-				l.lose("deadline", Lost("validity ended without a successful renewal"))
+				l.lose("deadline", lost("validity ended without a successful renewal"))
 			}
 			return
 		case <-next.C:
@@ -165,12 +167,12 @@ func (l *Lease) renew() {
 		select {
 		case err = <-extended:
 		case <-deadline.C:
-			l.lose("deadline", Lost("validity ended during a renewal that did not answer"))
+			l.lose("deadline", lost("validity ended during a renewal that did not answer"))
 			<-extended
 			cancel()
 			return
-		case <-lost:
-			l.lose("backend", Lost("the backend reported the grant gone"))
+		case <-gone:
+			l.lose("backend", lost("the backend reported the grant gone"))
 			<-extended
 			cancel()
 			return
@@ -182,23 +184,23 @@ func (l *Lease) renew() {
 			l.mu.Lock()
 			l.validUntil = until
 			l.mu.Unlock()
-			l.tel.renewals.Add(context.Background(), 1, l.tel.renewOutcome.add("renewed")...)
+			l.tel.Renewal("renewed")
 			deadline.Reset(time.Until(until.Add(-l.cfg.Margin)))
 			next.Reset(l.every)
 		case errors.Is(err, ErrInvalidArgument):
 			// Refused input is refused again: retrying it until ValidUntil
 			// would only hide the mistake.
-			l.tel.renewals.Add(context.Background(), 1, l.tel.renewOutcome.add("refused")...)
-			l.lose("renewal", fmt.Errorf("%w (renewal refused: %w)", Lost("the backend refused the renewal"), err))
+			l.tel.Renewal("refused")
+			l.lose("renewal", fmt.Errorf("%w (renewal refused: %w)", lost("the backend refused the renewal"), err))
 			return
 		case errors.Is(err, ErrLost):
-			l.tel.renewals.Add(context.Background(), 1, l.tel.renewOutcome.add("lost")...)
-			l.lose("renewal", fmt.Errorf("%w (renewal: %w)", Lost("the backend no longer has the grant"), err))
+			l.tel.Renewal("lost")
+			l.lose("renewal", fmt.Errorf("%w (renewal: %w)", lost("the backend no longer has the grant"), err))
 			return
 		default:
 			// Unknown: the grant may still be ours until ValidUntil. Try
 			// again soon; the deadline timer ends it if nothing succeeds.
-			l.tel.renewals.Add(context.Background(), 1, l.tel.renewOutcome.add("unknown")...)
+			l.tel.Renewal("unknown")
 			l.cfg.Logger.Debug("leasehold: renewal failed, retrying", "key", l.h.Key(), "valid_until", until, "err", err)
 			next.Reset(max(l.every/4, 10*time.Millisecond))
 		}
@@ -206,7 +208,7 @@ func (l *Lease) renew() {
 }
 
 func (l *Lease) lose(reason string, cause error) {
-	l.tel.losses.Add(context.Background(), 1, l.tel.lossReason.add(reason)...)
+	l.tel.Loss(reason)
 	l.cfg.Logger.Warn("leasehold: lease lost", "key", l.h.Key(), "token", l.h.Token(), "reason", cause)
 	l.cancel(cause)
 }

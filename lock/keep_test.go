@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 	"github.com/leasehold-go/leasehold/lock/memlock"
 )
 
@@ -67,7 +68,7 @@ func TestKeepUnknownOutcomesEndAtValidUntil(t *testing.T) {
 		h, _ := l.TryAcquire(t.Context(), "k", 3*time.Second)
 		validUntil := h.ValidUntil()
 		s := &scripted{Handle: h, extend: func(context.Context, time.Duration) error {
-			return lock.Unavailable("extend", errors.New("connection reset"))
+			return backendkit.Unavailable("extend", errors.New("connection reset"))
 		}}
 		lease, _ := lock.Keep(t.Context(), s, 3*time.Second)
 		<-lease.Context().Done()
@@ -95,7 +96,7 @@ func TestKeepEndsAtValidUntilWhileARenewalHangs(t *testing.T) {
 		unblock := make(chan struct{})
 		s := &scripted{Handle: h, extend: func(context.Context, time.Duration) error {
 			<-unblock // ignores its context, as go-redis does without ContextTimeoutEnabled
-			return lock.Unavailable("extend", errors.New("i/o timeout"))
+			return backendkit.Unavailable("extend", errors.New("i/o timeout"))
 		}}
 		lease, _ := lock.Keep(t.Context(), s, 3*time.Second)
 		<-lease.Context().Done()
@@ -268,7 +269,7 @@ func TestKeepStepsDownWithItsMargin(t *testing.T) {
 		h, _ := l.TryAcquire(t.Context(), "k", 15*time.Second)
 		validUntil := h.ValidUntil()
 		s := &scripted{Handle: h, extend: func(context.Context, time.Duration) error {
-			return lock.Unavailable("extend", errors.New("timeout"))
+			return backendkit.Unavailable("extend", errors.New("timeout"))
 		}}
 		lease, err := lock.Keep(t.Context(), s, 15*time.Second, lock.WithMargin(5*time.Second))
 		if err != nil {

@@ -3,15 +3,14 @@ package lock_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 	"github.com/leasehold-go/leasehold/lock/memlock"
 )
 
@@ -27,7 +26,7 @@ type limited struct {
 func (b limited) Limits() lock.Limits { return b.lim }
 
 func (b limited) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
-	if err := lock.Validate(ctx, key, ttl, b.lim); err != nil && !b.lax {
+	if err := backendkit.Validate(ctx, key, ttl, b.lim); err != nil && !b.lax {
 		return nil, err
 	}
 	h, err := b.l.TryAcquire(ctx, key, ttl)
@@ -213,7 +212,7 @@ func TestKeepEndsOnARefusedRenewal(t *testing.T) {
 type alwaysHeld struct{}
 
 func (alwaysHeld) TryAcquire(context.Context, string, time.Duration) (lock.Handle, error) {
-	return nil, lock.NotAcquired("k", time.Second)
+	return nil, backendkit.NotAcquired("k", time.Second)
 }
 
 // Backoff bounds of any size: the doubling used to overflow into a
@@ -229,25 +228,6 @@ func TestHugeBackoff(t *testing.T) {
 	})
 }
 
-// A remaining ttl a backend read from its server (any client may have
-// written it) is bounded: lock.RemainingMillis and lock.NotAcquired never
-// give a negative or overflowed hint.
-func TestRemainingBounds(t *testing.T) {
-	for ms, want := range map[int64]time.Duration{
-		-5: 0, 0: 0, 1500: 1500 * time.Millisecond,
-		math.MaxInt64: lock.MaxTTL, 9e15: lock.MaxTTL,
-	} {
-		if got := lock.RemainingMillis(ms); got != want {
-			t.Errorf("RemainingMillis(%d) = %v, want %v", ms, got, want)
-		}
-	}
-	for d, want := range map[time.Duration]time.Duration{-time.Second: 0, math.MaxInt64: lock.MaxTTL, time.Second: time.Second} {
-		if got := lock.RemainingTTL(lock.NotAcquired("k", d)); got != want {
-			t.Errorf("NotAcquired(%v) hint %v, want %v", d, got, want)
-		}
-	}
-}
-
 // WithOwner follows CheckOwner: an owner with a control character (it is
 // stored in records and printed on lines) is refused.
 func TestWithOwnerFollowsCheckOwner(t *testing.T) {
@@ -258,37 +238,5 @@ func TestWithOwnerFollowsCheckOwner(t *testing.T) {
 	}
 	if _, err := lock.NewConfig(nil, []lock.Option{lock.WithOwner("host/1/é")}); err != nil {
 		t.Errorf("WithOwner of a plain identity: %v", err)
-	}
-}
-
-// A TryAcquireAny over every key finds them all held: the error names the
-// keys, but within a few hundred bytes, not MaxKeys × MaxKeyLen (4 MiB per
-// failed attempt of a waiting semaphore).
-func TestNotAcquiredAnyIsBounded(t *testing.T) {
-	l := memlock.New()
-	ctx := t.Context()
-	long := strings.Repeat("k", lock.MaxKeyLen-8)
-	keys := make([]string, lock.MaxKeys)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("%s/%d", long, i)
-		if _, err := l.TryAcquire(ctx, keys[i], time.Minute); err != nil {
-			t.Fatal(err)
-		}
-	}
-	_, err := l.TryAcquireAny(ctx, keys, time.Minute)
-	if !errors.Is(err, lock.ErrNotAcquired) || lock.RemainingTTL(err) <= 0 {
-		t.Fatalf("TryAcquireAny with every key held: %v", err)
-	}
-	if n := len(err.Error()); n > 4*lock.MaxKeyLen {
-		t.Fatalf("the error is %d bytes long", n)
-	}
-	if !strings.Contains(err.Error(), fmt.Sprintf("(%d keys)", lock.MaxKeys)) {
-		t.Fatalf("the error does not count the keys: %.300s", err)
-	}
-	for keys, want := range map[string]string{"a,b,c": "a,b,c", long: long} {
-		var na *lock.NotAcquiredError
-		if !errors.As(lock.NotAcquiredAny(strings.Split(keys, ","), 0), &na) || na.Key != want {
-			t.Errorf("NotAcquiredAny(%.20q).Key = %.20q, want %.20q", keys, na.Key, want)
-		}
 	}
 }

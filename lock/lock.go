@@ -126,3 +126,13 @@ type LossNotifier interface {
 	// deadline to trust.
 	Lost() <-chan struct{}
 }
+
+// Owned is implemented by backends (and by wrappers of them) that have an
+// owner identity: the one stored with each of their grants, shown by an
+// Inspector as Grant.Owner, and set with WithOwner. A wrapper that hides
+// its backend should implement it too, by passing the call on. Read it
+// with OwnerOf.
+type Owned interface {
+	// Owner is the instance's owner identity.
+	Owner() string
+}

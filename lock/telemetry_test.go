@@ -17,6 +17,7 @@ import (
 
 	"github.com/leasehold-go/leasehold/internal/testkit/metrictest"
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 	"github.com/leasehold-go/leasehold/lock/memlock"
 )
 
@@ -64,7 +65,7 @@ func (h *scriptedExtend) Extend(ctx context.Context, ttl time.Duration) error {
 	h.mu.Lock()
 	if len(h.script) == 0 {
 		h.mu.Unlock()
-		return lock.Lost("scripted")
+		return backendkit.Lost("scripted")
 	}
 	err := h.script[0]
 	h.script = h.script[1:]
@@ -97,7 +98,7 @@ func TestRenewalOutcomesAndAcquireSpan(t *testing.T) {
 		t.Fatal("a second grant of a held key")
 	}
 
-	scripted := &scriptedExtend{Handle: h, script: []error{lock.Unavailable("extend", errors.New("connection reset")), nil}}
+	scripted := &scriptedExtend{Handle: h, script: []error{backendkit.Unavailable("extend", errors.New("connection reset")), nil}}
 	lease, err := lock.Keep(ctx, scripted, time.Minute, append(opts, lock.WithRenewInterval(time.Millisecond))...)
 	if err != nil {
 		t.Fatal(err)
@@ -126,8 +127,8 @@ func TestRenewalOutcomesAndAcquireSpan(t *testing.T) {
 		t.Fatalf("%d spans, want one per Acquire (2): %v", len(ended), ended)
 	}
 	for i, s := range ended {
-		if s.Name != "leasehold.lock.Acquire" || s.InstrumentationScope.Name != lock.ScopeName {
-			t.Errorf("span %d: %q in scope %q, want leasehold.lock.Acquire in %q", i, s.Name, s.InstrumentationScope.Name, lock.ScopeName)
+		if s.Name != "leasehold.lock.Acquire" || s.InstrumentationScope.Name != backendkit.ScopeName {
+			t.Errorf("span %d: %q in scope %q, want leasehold.lock.Acquire in %q", i, s.Name, s.InstrumentationScope.Name, backendkit.ScopeName)
 		}
 		attrs := attribute.NewSet(s.Attributes...)
 		if keys, _ := attrs.Value("leasehold.keys"); len(keys.AsStringSlice()) != 1 || keys.AsStringSlice()[0] != "k" {

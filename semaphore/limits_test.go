@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehold-go/leasehold/internal/testkit/backends"
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 	"github.com/leasehold-go/leasehold/lock/memlock"
 	"github.com/leasehold-go/leasehold/semaphore"
 )
@@ -119,14 +120,14 @@ func (f fewKeys) Limits() lock.Limits {
 }
 
 func (f fewKeys) TryAcquireAny(ctx context.Context, keys []string, ttl time.Duration) (lock.Handle, error) {
-	if err := lock.ValidateKeys(ctx, keys, ttl, f.Limits()); err != nil {
+	if err := backendkit.ValidateKeys(ctx, keys, ttl, f.Limits()); err != nil {
 		return nil, err
 	}
 	return f.Lock.TryAcquireAny(ctx, keys, ttl)
 }
 
 func (f fewKeys) Subscribe(ctx context.Context, keys ...string) (lock.Subscription, error) {
-	if err := lock.ValidateSubscribe(ctx, keys, f.Limits()); err != nil {
+	if err := backendkit.ValidateSubscribe(ctx, keys, f.Limits()); err != nil {
 		return nil, err
 	}
 	return f.Lock.Subscribe(ctx, keys...)

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
 // Observation is what anyone can see of a semaphore through a backend's
@@ -97,7 +98,7 @@ func observe(ctx context.Context, l lock.Lock, prefix string) ([]Observation, er
 	if !ok {
 		return nil, fmt.Errorf("%w: the backend %T cannot list its grants", lock.ErrInvalidArgument, l)
 	}
-	if err := lock.CheckContext(ctx); err != nil {
+	if err := backendkit.CheckContext(ctx); err != nil {
 		return nil, err
 	}
 	grants, err := in.List(ctx, "sem/{"+prefix)

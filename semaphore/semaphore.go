@@ -60,6 +60,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
 // ErrSizeMismatch: participants of one semaphore were configured with
@@ -154,7 +155,7 @@ func (s *Semaphore) Size() int { return s.size }
 // TryAcquire takes a free slot for ttl, or returns lock.ErrNotAcquired when
 // all are held (counted as a rejection).
 func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*Permit, error) {
-	if err := lock.Validate(ctx, s.keys[0], ttl, lock.LimitsOf(s.l)); err != nil {
+	if err := backendkit.Validate(ctx, s.keys[0], ttl, lock.LimitsOf(s.l)); err != nil {
 		return nil, err
 	}
 	if err := s.firstUse(ctx); err != nil {
@@ -173,7 +174,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*Permit,
 // Acquire waits until it holds a slot for ttl or ctx ends. Any slot's
 // release wakes it.
 func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration) (*Permit, error) {
-	if err := lock.Validate(ctx, s.keys[0], ttl, lock.LimitsOf(s.l)); err != nil {
+	if err := backendkit.Validate(ctx, s.keys[0], ttl, lock.LimitsOf(s.l)); err != nil {
 		return nil, err
 	}
 	if err := s.firstUse(ctx); err != nil {
@@ -188,7 +189,7 @@ func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration) (*Permit, er
 	if s.size > lock.LimitsOf(s.l).MaxKeys {
 		waitOn = lockOnly{s.l}
 	}
-	h, err := lock.AcquireWith(ctx, s.cfg, waitOn, s.keys, func(ctx context.Context) (lock.Handle, error) {
+	h, err := backendkit.AcquireWith(ctx, s.cfg, waitOn, s.keys, func(ctx context.Context) (lock.Handle, error) {
 		p, err := s.try(ctx, ttl)
 		if errors.Is(err, lock.ErrNotAcquired) && checks < 1 {
 			checks++ // check once per wait: a mismatch makes the wait pointless
@@ -281,7 +282,7 @@ func (s *Semaphore) firstOf(n int, try func(i int) (lock.Handle, error)) (lock.H
 			shortest = r
 		}
 	}
-	return nil, lock.NotAcquired(SlotKey(s.name, 0)+"…", shortest)
+	return nil, backendkit.NotAcquired(SlotKey(s.name, 0)+"…", shortest)
 }
 
 func (s *Semaphore) slotOf(key string) (int, bool) {
@@ -366,7 +367,7 @@ func (s *Semaphore) Occupancy(ctx context.Context) ([]SlotState, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: the backend %T cannot list its grants", lock.ErrInvalidArgument, s.l)
 	}
-	if err := lock.CheckContext(ctx); err != nil {
+	if err := backendkit.CheckContext(ctx); err != nil {
 		return nil, err
 	}
 	grants, err := in.List(ctx, "sem/{"+s.name+"}/slot/")
@@ -393,7 +394,7 @@ type metrics struct {
 }
 
 func newMetrics(cfg *lock.Config, name string) *metrics {
-	m := cfg.Telemetry().Meter
+	m := backendkit.TelemetryOf(cfg).Meter
 	set := metric.WithAttributeSet(attribute.NewSet(attribute.String("leasehold.semaphore", name)))
 	out := &metrics{attrs: set}
 	out.held, _ = m.Int64UpDownCounter("leasehold.semaphore.permits.held",

@@ -300,7 +300,7 @@ func testOccupancy(t *testing.T, b backends.Backend) {
 			if s.Slot != p.Slot() || s.Grant.Token != p.Token() || s.Grant.Owner == "" {
 				t.Fatalf("occupancy %+v, want slot %d token %d", s, p.Slot(), p.Token())
 			}
-			if o, ok := l.(interface{ Owner() string }); ok && s.Grant.Owner != o.Owner() {
+			if o, ok := l.(lock.Owned); ok && s.Grant.Owner != o.Owner() {
 				t.Fatalf("owner %q, want %q", s.Grant.Owner, o.Owner())
 			}
 		}

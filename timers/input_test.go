@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 	"github.com/leasehold-go/leasehold/lock/memlock"
 	"github.com/leasehold-go/leasehold/timers"
 )
@@ -209,14 +210,14 @@ type limited struct {
 func (l limited) Limits() lock.Limits { return l.lim }
 
 func (l limited) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
-	if err := lock.Validate(ctx, key, ttl, l.lim); err != nil {
+	if err := backendkit.Validate(ctx, key, ttl, l.lim); err != nil {
 		return nil, err
 	}
 	return l.Lock.TryAcquire(ctx, key, ttl)
 }
 
 func (l limited) TryAcquireAny(ctx context.Context, keys []string, ttl time.Duration) (lock.Handle, error) {
-	if err := lock.ValidateKeys(ctx, keys, ttl, l.lim); err != nil {
+	if err := backendkit.ValidateKeys(ctx, keys, ttl, l.lim); err != nil {
 		return nil, err
 	}
 	return l.Lock.TryAcquireAny(ctx, keys, ttl)

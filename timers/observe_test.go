@@ -55,7 +55,7 @@ func TestObserve(t *testing.T) {
 			t.Fatalf("Observe = %+v, want one timer", obs)
 		}
 		o := obs[0]
-		identity := l.(interface{ Owner() string }).Owner()
+		identity := l.(lock.Owned).Owner()
 		if o.Name != name || !o.LastTick.Equal(tick.At) || o.ClaimedBy != identity || o.ClaimToken != tick.Claim {
 			t.Fatalf("observed %+v, want tick %v claimed by %s with token %d", o, tick.At, identity, tick.Claim)
 		}

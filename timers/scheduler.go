@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 	"github.com/leasehold-go/leasehold/semaphore"
 )
 
@@ -77,10 +78,7 @@ func New(l lock.Lock, opts ...lock.Option) *Scheduler {
 		err = fmt.Errorf("%w: timers.New: nil Lock", lock.ErrInvalidArgument)
 	}
 	s := &Scheduler{l: l, cfg: cfg, set: set, err: err, timers: map[string]*entry{}, m: newMetrics(cfg)}
-	s.identity = cfg.Owner
-	if o, ok := l.(interface{ Owner() string }); ok {
-		s.identity = o.Owner()
-	}
+	s.identity = lock.OwnerOf(l, cfg.Owner)
 	return s
 }
 
@@ -340,7 +338,7 @@ func (e *entry) call(ctx context.Context) error {
 			return err
 		}
 		e.s.cfg.Logger.Debug("leasehold: timer run failed, retrying", "timer", e.t.name, "attempt", attempt+1, "err", err)
-		if lock.Sleep(ctx, backoff) != nil {
+		if backendkit.Sleep(ctx, backoff) != nil {
 			return errors.Join(err, context.Cause(ctx))
 		}
 		backoff = min(backoff*2, lock.MaxTTL) // backoff <= lock.MaxTTL: no overflow
@@ -432,7 +430,7 @@ type metrics struct {
 }
 
 func newMetrics(cfg *lock.Config) *metrics {
-	m := cfg.Telemetry().Meter
+	m := backendkit.TelemetryOf(cfg).Meter
 	out := &metrics{}
 	out.runs, _ = m.Int64Counter("leasehold.timer.runs", metric.WithDescription("Timer runs on this host, by outcome."))
 	out.skips, _ = m.Int64Counter("leasehold.timer.skips", metric.WithDescription("Ticks this host skipped, by reason (busy, misfire, unavailable, error)."))

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 	"github.com/leasehold-go/leasehold/lock/memlock"
 	"github.com/leasehold-go/leasehold/timers"
 )
@@ -28,7 +29,7 @@ type outage struct {
 
 func (o outage) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
 	if now := time.Now(); !now.Before(o.down) && now.Before(o.up) {
-		return nil, lock.Unavailable("acquire", errors.New("dial tcp 127.0.0.1:6379: connection refused"))
+		return nil, backendkit.Unavailable("acquire", errors.New("dial tcp 127.0.0.1:6379: connection refused"))
 	}
 	return o.Lock.TryAcquire(ctx, key, ttl)
 }
@@ -180,7 +181,7 @@ type stalling outage
 func (s stalling) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
 	if now := time.Now(); !now.Before(s.down) && now.Before(s.up) {
 		<-ctx.Done()
-		return nil, lock.Unavailable("acquire: getting a connection", ctx.Err())
+		return nil, backendkit.Unavailable("acquire: getting a connection", ctx.Err())
 	}
 	return s.Lock.TryAcquire(ctx, key, ttl)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
 	"github.com/leasehold-go/leasehold/jobs"
 	"github.com/leasehold-go/leasehold/leader"
+	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/semaphore"
 )
 
@@ -58,7 +59,7 @@ func holder() error {
 		})
 	}()
 	<-elected
-	fmt.Println("READY", l.(interface{ Owner() string }).Owner(), h.Token())
+	fmt.Println("READY", l.(lock.Owned).Owner(), h.Token())
 	_, _ = os.Stdin.Read(make([]byte, 1)) // until the parent ends
 	return nil
 }

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/leasehold-go/leasehold/jobs"
-	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
 // Registry is an in-process jobs.Registry. The zero value is not usable;
@@ -168,7 +168,7 @@ func (r *Registry) Remove(ctx context.Context, ref jobs.Ref) error {
 // for the k jobs it returns, earliest deadline first, whatever the number
 // expired or tracked.
 func (r *Registry) Expired(ctx context.Context, limit int) ([]jobs.Job, error) {
-	if err := lock.CheckContext(ctx); err != nil {
+	if err := backendkit.CheckContext(ctx); err != nil {
 		return nil, err
 	}
 	r.mu.Lock()
@@ -264,7 +264,7 @@ func (r *Registry) Bury(ctx context.Context, ref jobs.Ref, reason string) error 
 // recent death first (ties by ID), without their payloads. It sorts the
 // whole dead set.
 func (r *Registry) Dead(ctx context.Context, limit int) ([]jobs.DeadJob, error) {
-	if err := lock.CheckContext(ctx); err != nil {
+	if err := backendkit.CheckContext(ctx); err != nil {
 		return nil, err
 	}
 	r.mu.Lock()
@@ -331,7 +331,7 @@ func (r *Registry) Counts(ctx context.Context) (jobs.Counts, error) {
 // earliest deadline first, without their payloads: a walk of the deadline
 // heap, O(k log k) for the k it returns.
 func (r *Registry) InFlight(ctx context.Context, limit int) ([]jobs.Job, error) {
-	if err := lock.CheckContext(ctx); err != nil {
+	if err := backendkit.CheckContext(ctx); err != nil {
 		return nil, err
 	}
 	r.mu.Lock()

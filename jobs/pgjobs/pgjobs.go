@@ -48,6 +48,7 @@ import (
 
 	"github.com/leasehold-go/leasehold/jobs"
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
 // Registry is a jobs.Registry on PostgreSQL.
@@ -200,7 +201,7 @@ func (r *Registry) ensure(ctx context.Context) error {
 	return r.Setup(ctx)
 }
 
-func unavailable(op string, err error) error { return lock.Unavailable("pgjobs: "+op, err) }
+func unavailable(op string, err error) error { return backendkit.Unavailable("pgjobs: "+op, err) }
 
 func stale(ref jobs.Ref) error {
 	return fmt.Errorf("%w: %s epoch %d", jobs.ErrStale, ref.ID, ref.Epoch)
@@ -386,7 +387,7 @@ func limitArg(limit int) any {
 // list runs a listing query of jobs whole (the columns of cols) or not
 // (of listed).
 func (r *Registry) list(ctx context.Context, query string, limit int, whole bool) ([]jobs.Job, error) {
-	if err := lock.CheckContext(ctx); err != nil {
+	if err := backendkit.CheckContext(ctx); err != nil {
 		return nil, err
 	}
 	if err := r.ensure(ctx); err != nil {
@@ -456,7 +457,7 @@ func scanDead(row pgx.Row, whole bool) (jobs.DeadJob, error) {
 // every column but the payload: the payloads never leave the server
 // (DeadJob reads one).
 func (r *Registry) Dead(ctx context.Context, limit int) ([]jobs.DeadJob, error) {
-	if err := lock.CheckContext(ctx); err != nil {
+	if err := backendkit.CheckContext(ctx); err != nil {
 		return nil, err
 	}
 	if err := r.ensure(ctx); err != nil {
@@ -514,7 +515,7 @@ func (r *Registry) Purge(ctx context.Context, id string) error {
 // tracked and dead counts scan their tables (they grow with the number of
 // jobs), the expired count is a range of the deadline index.
 func (r *Registry) Counts(ctx context.Context) (jobs.Counts, error) {
-	if err := lock.CheckContext(ctx); err != nil {
+	if err := backendkit.CheckContext(ctx); err != nil {
 		return jobs.Counts{}, err
 	}
 	if err := r.ensure(ctx); err != nil {

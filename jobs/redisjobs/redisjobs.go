@@ -55,6 +55,7 @@ import (
 	"github.com/leasehold-go/leasehold/internal/rediscall"
 	"github.com/leasehold-go/leasehold/jobs"
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
 var (
@@ -135,7 +136,7 @@ func (r *Registry) doneKey(ref jobs.Ref) string {
 
 func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
 
-func unavailable(op string, err error) error { return lock.Unavailable("redisjobs: "+op, err) }
+func unavailable(op string, err error) error { return backendkit.Unavailable("redisjobs: "+op, err) }
 
 func stale(ref jobs.Ref) error {
 	return fmt.Errorf("%w: %s epoch %d", jobs.ErrStale, ref.ID, ref.Epoch)
@@ -245,7 +246,7 @@ func scriptLimit(limit int) int {
 // list runs the listing script: the expired jobs whole, or (inFlight)
 // every job without its payload.
 func (r *Registry) list(ctx context.Context, limit int, inFlight bool) ([]jobs.Job, error) {
-	if err := lock.CheckContext(ctx); err != nil {
+	if err := backendkit.CheckContext(ctx); err != nil {
 		return nil, err
 	}
 	op, all, stride, decode := "expired", "0", 7, decodeJob // id and the fields of decode
@@ -320,7 +321,7 @@ func (r *Registry) Bury(ctx context.Context, ref jobs.Ref, reason string) error 
 // most recent death first, up to limit (0: all). The script reads no
 // payload field: the payloads never leave the server (DeadJob reads one).
 func (r *Registry) Dead(ctx context.Context, limit int) ([]jobs.DeadJob, error) {
-	if err := lock.CheckContext(ctx); err != nil {
+	if err := backendkit.CheckContext(ctx); err != nil {
 		return nil, err
 	}
 	limit = scriptLimit(limit)
@@ -380,7 +381,7 @@ func (r *Registry) Purge(ctx context.Context, id string) error {
 // Counts implements jobs.Registry: one script, ZCARD and ZCOUNT of the
 // indexes (expired up to server time): O(log n), never a walk of the jobs.
 func (r *Registry) Counts(ctx context.Context) (jobs.Counts, error) {
-	if err := lock.CheckContext(ctx); err != nil {
+	if err := backendkit.CheckContext(ctx); err != nil {
 		return jobs.Counts{}, err
 	}
 	n, err := r.bounds.Run(ctx, r.c, countsScript, []string{r.deadlines(), r.deadset()}).Int64Slice()

@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
 const (
@@ -49,7 +50,7 @@ type Lock struct {
 	owner   string
 	minSec  int64
 	log     *slog.Logger
-	metrics *lock.BackendMetrics
+	metrics *backendkit.BackendMetrics
 
 	ctx    context.Context // ends at Close; background requests derive from it
 	cancel context.CancelFunc
@@ -60,7 +61,7 @@ type Lock struct {
 	filling map[int64]bool    // a background grant is under way
 	closed  bool
 
-	notifier lock.Notifier
+	notifier backendkit.Notifier
 	w        watchState
 	txnKeys  atomic.Int32 // keys per Txn of TryAcquireAny (see maxTxnKeys)
 }
@@ -70,6 +71,7 @@ var (
 	_ lock.Waiter    = (*Lock)(nil)
 	_ lock.MultiLock = (*Lock)(nil)
 	_ lock.Inspector = (*Lock)(nil)
+	_ lock.Owned     = (*Lock)(nil)
 )
 
 type settings struct {
@@ -126,7 +128,7 @@ func New(client *clientv3.Client, opts ...lock.Option) (*Lock, error) {
 		owner:   cfg.Owner,
 		minSec:  seconds(s.minTTL),
 		log:     cfg.Logger,
-		metrics: cfg.Telemetry().Backend("etcdlock"),
+		metrics: backendkit.TelemetryOf(cfg).Backend("etcdlock"),
 		ctx:     ctx,
 		cancel:  cancel,
 		spares:  map[int64][]spare{},
@@ -171,7 +173,7 @@ func (l *Lock) value(at time.Time) string {
 // lease, if the key does not exist. When the key is held, a second request
 // reads the holder's remaining lease ttl for the error's hint.
 func (l *Lock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
-	if err := lock.Validate(ctx, key, ttl, limits); err != nil {
+	if err := backendkit.Validate(ctx, key, ttl, limits); err != nil {
 		return nil, err
 	}
 	return l.acquire(ctx, []string{key}, ttl)
@@ -181,7 +183,7 @@ func (l *Lock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (l
 // else branches nest, one level per key, starting at a random key, so the
 // first free key in that order is put and the others are left alone.
 func (l *Lock) TryAcquireAny(ctx context.Context, keys []string, ttl time.Duration) (lock.Handle, error) {
-	if err := lock.ValidateKeys(ctx, keys, ttl, limits); err != nil {
+	if err := backendkit.ValidateKeys(ctx, keys, ttl, limits); err != nil {
 		return nil, err
 	}
 	order := make([]string, 0, len(keys))
@@ -235,10 +237,10 @@ func (l *Lock) tryAcquire(ctx context.Context, keys []string, ttl time.Duration)
 			// Unknown outcome: the key may be ours. Revoking the lease
 			// deletes it if so, and frees the lease otherwise.
 			l.revokeLater(sp.id)
-			return nil, lock.Unavailable("etcdlock: acquire", err)
+			return nil, backendkit.Unavailable("etcdlock: acquire", err)
 		case h == nil:
 			l.giveBack(sp)
-			return nil, lock.NotAcquiredAny(keys, l.remaining(ctx, holders))
+			return nil, backendkit.NotAcquiredAny(keys, l.remaining(ctx, holders))
 		}
 		return h, nil
 	}
@@ -293,8 +295,8 @@ func (l *Lock) tryChunks(ctx context.Context, keys []string, ttl time.Duration, 
 // ttl, but never past the lease's own end, which counts from the send time
 // of its grant (or last renewal) with the ttl the server granted.
 func validUntil(sent time.Time, ttl time.Duration, sp spare) time.Time {
-	vu := lock.ValidUntil(sent, ttl)
-	if end := lock.ValidUntil(sp.sent, sp.granted); end.Before(vu) {
+	vu := backendkit.ValidUntil(sent, ttl)
+	if end := backendkit.ValidUntil(sp.sent, sp.granted); end.Before(vu) {
 		return end
 	}
 	return vu
@@ -397,7 +399,7 @@ func (l *Lock) Close() error {
 	}
 	l.notifier.NotifyAll()
 	if err := errors.Join(errs...); err != nil {
-		return lock.Unavailable("etcdlock: close: revoking spare leases", err)
+		return backendkit.Unavailable("etcdlock: close: revoking spare leases", err)
 	}
 	return nil
 }

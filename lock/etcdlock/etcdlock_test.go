@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 	"github.com/leasehold-go/leasehold/lock/etcdlock"
 	"github.com/leasehold-go/leasehold/lock/locktest"
 )
@@ -165,7 +166,7 @@ func TestExtendWithAnotherTTL(t *testing.T) {
 			if time.Now().After(deadline) {
 				t.Fatalf("the old lease %x is still alive (ttl %d s)", id, r.TTL)
 			}
-			_ = lock.Sleep(ctx, 20*time.Millisecond)
+			_ = backendkit.Sleep(ctx, 20*time.Millisecond)
 		}
 	}
 	first, granted := lease()
@@ -179,7 +180,7 @@ func TestExtendWithAnotherTTL(t *testing.T) {
 			t.Fatalf("Extend(%v): %v", ttl, err)
 		}
 		after := time.Now()
-		if vu := h.ValidUntil(); vu.After(before.Add(ttl)) || vu.Before(after.Add(ttl-lock.DriftAllowance(ttl)-100*time.Millisecond)) {
+		if vu := h.ValidUntil(); vu.After(before.Add(ttl)) || vu.Before(after.Add(ttl-backendkit.DriftAllowance(ttl)-100*time.Millisecond)) {
 			t.Fatalf("Extend(%v): ValidUntil in %v, want about %v", ttl, vu.Sub(before), ttl)
 		}
 		id, granted := lease()

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
 // handle is one grant: the key, attached to a lease of its own.
@@ -77,7 +78,7 @@ func (h *handle) lostErr(what string) error {
 // unknown, the key is on one of the two leases: ValidUntil is the earlier
 // of their ends, and the next Extend reads the key to settle which.
 func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
-	if err := lock.CheckContext(ctx); err != nil {
+	if err := backendkit.CheckContext(ctx); err != nil {
 		return err
 	}
 	if err := limits.CheckTTL(ttl); err != nil {
@@ -111,7 +112,7 @@ func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
 		h.markLost()
 		return h.lostErr("extend")
 	case err != nil:
-		return lock.Unavailable("etcdlock: extend", err)
+		return backendkit.Unavailable("etcdlock: extend", err)
 	}
 	h.lease.sent, h.lease.granted = sent, time.Duration(r.TTL)*time.Second
 	vu := validUntil(sent, ttl, h.lease)
@@ -135,13 +136,13 @@ func (h *handle) swap(ctx context.Context, sec int64, ttl time.Duration) error {
 	switch {
 	case err != nil:
 		h.moving = &s
-		vu := lock.ValidUntil(s.sent, s.granted)
+		vu := backendkit.ValidUntil(s.sent, s.granted)
 		h.mu.Lock()
 		if vu.Before(h.validUntil) {
 			h.validUntil = vu
 		}
 		h.mu.Unlock()
-		return lock.Unavailable("etcdlock: extend (moving the key to a lease of the new ttl)", err)
+		return backendkit.Unavailable("etcdlock: extend (moving the key to a lease of the new ttl)", err)
 	case !r.Succeeded:
 		h.l.giveBack(s)
 		h.markLost()
@@ -162,7 +163,7 @@ func (h *handle) swap(ctx context.Context, sec int64, ttl time.Duration) error {
 func (h *handle) settle(ctx context.Context) error {
 	r, err := h.l.client.Get(ctx, h.ekey)
 	if err != nil {
-		return lock.Unavailable("etcdlock: extend (reading the key after an unknown outcome)", err)
+		return backendkit.Unavailable("etcdlock: extend (reading the key after an unknown outcome)", err)
 	}
 	moving := *h.moving
 	h.moving = nil
@@ -188,7 +189,7 @@ func (h *handle) settle(ctx context.Context) error {
 // documentation); when the outcome is unknown it is revoked instead, which
 // deletes the key if the Txn did not.
 func (h *handle) Release(ctx context.Context) error {
-	if err := lock.CheckContext(ctx); err != nil {
+	if err := backendkit.CheckContext(ctx); err != nil {
 		return err
 	}
 	h.op.Lock()
@@ -213,7 +214,7 @@ func (h *handle) Release(ctx context.Context) error {
 	switch {
 	case err != nil:
 		h.l.revokeLater(h.lease.id)
-		err = lock.Unavailable("etcdlock: release", err)
+		err = backendkit.Unavailable("etcdlock: release", err)
 	case !r.Succeeded:
 		h.markLost()
 		h.l.revokeLater(h.lease.id) // expired already, or the key was deleted behind our back

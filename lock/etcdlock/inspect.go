@@ -13,17 +13,18 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
 // Inspect implements lock.Inspector in two round trips: the key, then its
 // lease's remaining ttl (whole seconds, rounded down).
 func (l *Lock) Inspect(ctx context.Context, key string) (lock.Grant, bool, error) {
-	if err := lock.ValidateKey(ctx, key); err != nil {
+	if err := backendkit.ValidateKey(ctx, key); err != nil {
 		return lock.Grant{}, false, err
 	}
 	r, err := l.client.Get(ctx, l.etcdKey(key))
 	if err != nil {
-		return lock.Grant{}, false, lock.Unavailable("etcdlock: inspect", err)
+		return lock.Grant{}, false, backendkit.Unavailable("etcdlock: inspect", err)
 	}
 	if len(r.Kvs) == 0 {
 		return lock.Grant{}, false, nil
@@ -39,12 +40,12 @@ func (l *Lock) Inspect(ctx context.Context, key string) (lock.Grant, bool, error
 // (sorted by key, as etcd returns them), then the remaining ttl of their
 // leases, read in parallel.
 func (l *Lock) List(ctx context.Context, prefix string) ([]lock.Grant, error) {
-	if err := lock.CheckContext(ctx); err != nil {
+	if err := backendkit.CheckContext(ctx); err != nil {
 		return nil, err
 	}
 	r, err := l.client.Get(ctx, l.etcdKey(prefix), clientv3.WithPrefix())
 	if err != nil {
-		return nil, lock.Unavailable("etcdlock: list", err)
+		return nil, backendkit.Unavailable("etcdlock: list", err)
 	}
 	return l.grants(ctx, r.Kvs)
 }
@@ -79,7 +80,7 @@ func (l *Lock) grants(ctx context.Context, kvs []*mvccpb.KeyValue) ([]lock.Grant
 	var res []lock.Grant
 	for i := range out {
 		if errs[i] != nil {
-			return nil, lock.Unavailable("etcdlock: lease ttl", errs[i])
+			return nil, backendkit.Unavailable("etcdlock: lease ttl", errs[i])
 		}
 		if keep[i] {
 			res = append(res, out[i])
@@ -125,13 +126,13 @@ func leaseRemaining(ttl int64) time.Duration {
 // pool any more. An operator's tool: fencing still protects the resource
 // from the evicted holder, which may have been paused mid-write.
 func (l *Lock) ForceRelease(ctx context.Context, key string) (bool, error) {
-	if err := lock.ValidateKey(ctx, key); err != nil {
+	if err := backendkit.ValidateKey(ctx, key); err != nil {
 		return false, err
 	}
 	ekey := l.etcdKey(key)
 	r, err := l.client.Get(ctx, ekey)
 	if err != nil {
-		return false, lock.Unavailable("etcdlock: force release", err)
+		return false, backendkit.Unavailable("etcdlock: force release", err)
 	}
 	if len(r.Kvs) == 0 {
 		return false, nil
@@ -143,7 +144,7 @@ func (l *Lock) ForceRelease(ctx context.Context, key string) (bool, error) {
 	).Then(clientv3.OpDelete(ekey)).Commit()
 	switch {
 	case err != nil:
-		return false, lock.Unavailable("etcdlock: force release", err)
+		return false, backendkit.Unavailable("etcdlock: force release", err)
 	case !t.Succeeded:
 		return false, nil // released or expired meanwhile
 	}

@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
 // Spare leases. An acquire needs a lease before its Txn; granting it first
@@ -68,7 +69,7 @@ func (l *Lock) lease(ctx context.Context, sec int64, ttl time.Duration) (spare, 
 	}
 	s, err := l.grant(ctx, sec)
 	if err != nil {
-		return spare{}, lock.Unavailable("etcdlock: lease grant", err)
+		return spare{}, backendkit.Unavailable("etcdlock: lease grant", err)
 	}
 	return s, nil
 }

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
 // The release watch. One watch per Lock covers the whole prefix, for
@@ -35,7 +36,7 @@ type watchState struct {
 // breaks (the member lost its leader, the connection dropped), every
 // waiter is woken to try again, and the watch is made again.
 func (l *Lock) Subscribe(ctx context.Context, keys ...string) (lock.Subscription, error) {
-	if err := lock.ValidateSubscribe(ctx, keys, limits); err != nil {
+	if err := backendkit.ValidateSubscribe(ctx, keys, limits); err != nil {
 		return nil, err
 	}
 	sub := l.notifier.Subscribe(keys...)
@@ -80,7 +81,7 @@ func (l *Lock) ensureWatch(ctx context.Context) error {
 	}
 	if err != nil {
 		cancel()
-		return lock.Unavailable("etcdlock: watch", err)
+		return backendkit.Unavailable("etcdlock: watch", err)
 	}
 	done := make(chan struct{})
 	l.w.running, l.w.cancel, l.w.done = true, cancel, done

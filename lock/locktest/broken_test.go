@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 	"github.com/leasehold-go/leasehold/lock/locktest"
 	"github.com/leasehold-go/leasehold/lock/memlock"
 )
@@ -202,7 +203,7 @@ type overflowsTTL struct{ *memlock.Lock }
 
 func (l *overflowsTTL) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
 	if ttl > lock.MaxTTL { // the bug: the server refuses the overflowed expiry
-		return nil, lock.Unavailable("acquire", errors.New("ERR invalid expire time in 'set' command"))
+		return nil, backendkit.Unavailable("acquire", errors.New("ERR invalid expire time in 'set' command"))
 	}
 	h, err := l.Lock.TryAcquire(ctx, key, ttl)
 	if err != nil {
@@ -228,7 +229,7 @@ type fewKeysUnavailable struct{ *memlock.Lock }
 
 func (l *fewKeysUnavailable) TryAcquireAny(ctx context.Context, keys []string, ttl time.Duration) (lock.Handle, error) {
 	if len(keys) > 64 { // the bug: the server refuses the call
-		return nil, lock.Unavailable("acquire", errors.New("too many operations in txn request"))
+		return nil, backendkit.Unavailable("acquire", errors.New("too many operations in txn request"))
 	}
 	return l.Lock.TryAcquireAny(ctx, keys, ttl)
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
 // claim checks lock.Claim, on a lock.Claimer or through its TryAcquire
@@ -35,7 +36,7 @@ func (s *suite) claim(t *testing.T) {
 	for {
 		second, err := lock.Claim(ctx, b, key, ttl)
 		if err == nil {
-			if early := time.Until(lock.ValidUntil(sent, ttl)); early > 0 {
+			if early := time.Until(backendkit.ValidUntil(sent, ttl)); early > 0 {
 				t.Fatalf("claimed again %v before the first claim's ttl ended", early)
 			}
 			if second <= first {

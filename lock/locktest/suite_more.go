@@ -371,8 +371,6 @@ func (s *suite) multiLock(t *testing.T) {
 	}
 }
 
-type ownerer interface{ Owner() string }
-
 func (s *suite) inspector(t *testing.T) {
 	probe := s.newLock(t)
 	if _, ok := probe.(lock.Inspector); !ok {
@@ -399,7 +397,7 @@ func (s *suite) inspector(t *testing.T) {
 	if g.Since.After(time.Now().Add(time.Second)) || g.Since.Before(time.Now().Add(-time.Minute)) {
 		t.Fatalf("Inspect Since = %v, want about now (%v)", g.Since, time.Now())
 	}
-	if o, ok := a.(ownerer); ok && g.Owner != o.Owner() {
+	if o, ok := a.(lock.Owned); ok && g.Owner != o.Owner() {
 		t.Fatalf("Inspect owner %q, want the holder's %q", g.Owner, o.Owner())
 	}
 	list, err := in.List(ctx, prefix)

@@ -32,12 +32,13 @@ import (
 	"time"
 
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
 // Lock is the in-process lock. The zero value is not usable; call New.
 type Lock struct {
 	owner   string
-	metrics *lock.BackendMetrics
+	metrics *backendkit.BackendMetrics
 	*table
 }
 
@@ -46,7 +47,7 @@ type table struct {
 	mu       sync.Mutex
 	grants   map[string]*grant
 	token    uint64
-	notifier lock.Notifier
+	notifier backendkit.Notifier
 }
 
 type grant struct {
@@ -63,6 +64,7 @@ var (
 	_ lock.Waiter    = (*Lock)(nil)
 	_ lock.MultiLock = (*Lock)(nil)
 	_ lock.Inspector = (*Lock)(nil)
+	_ lock.Owned     = (*Lock)(nil)
 )
 
 // New returns an empty Lock. It accepts the common options of package lock
@@ -84,7 +86,7 @@ func newLock(t *table, opts []lock.Option) *Lock {
 	if err != nil {
 		panic("memlock: " + err.Error())
 	}
-	return &Lock{owner: cfg.Owner, metrics: cfg.Telemetry().Backend("memlock"), table: t}
+	return &Lock{owner: cfg.Owner, metrics: backendkit.TelemetryOf(cfg).Backend("memlock"), table: t}
 }
 
 // Owner is this instance's owner identity.
@@ -99,7 +101,7 @@ func (h *handle) Limits() lock.Limits { return lock.DefaultLimits }
 
 // TryAcquire implements lock.Lock.
 func (l *Lock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
-	if err := lock.Validate(ctx, key, ttl, lock.DefaultLimits); err != nil {
+	if err := backendkit.Validate(ctx, key, ttl, lock.DefaultLimits); err != nil {
 		return nil, err
 	}
 	start := time.Now()
@@ -116,7 +118,7 @@ func (l *Lock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (l
 // TryAcquireAny implements lock.MultiLock: it takes the first free key,
 // starting at a random offset.
 func (l *Lock) TryAcquireAny(ctx context.Context, keys []string, ttl time.Duration) (lock.Handle, error) {
-	if err := lock.ValidateKeys(ctx, keys, ttl, lock.DefaultLimits); err != nil {
+	if err := backendkit.ValidateKeys(ctx, keys, ttl, lock.DefaultLimits); err != nil {
 		return nil, err
 	}
 	start := time.Now()
@@ -138,7 +140,7 @@ func (l *Lock) TryAcquireAny(ctx context.Context, keys []string, ttl time.Durati
 	}
 	l.mu.Unlock()
 	if err != nil {
-		err = lock.NotAcquiredAny(keys, shortest)
+		err = backendkit.NotAcquiredAny(keys, shortest)
 	}
 	l.metrics.Attempt(ctx, start, err)
 	if err != nil {
@@ -151,7 +153,7 @@ func (l *Lock) TryAcquireAny(ctx context.Context, keys []string, ttl time.Durati
 func (l *Lock) grantLocked(key string, ttl time.Duration, now time.Time) (*grant, error) {
 	if old, ok := l.grants[key]; ok {
 		if now.Before(old.expires) {
-			return nil, lock.NotAcquired(key, old.expires.Sub(now))
+			return nil, backendkit.NotAcquired(key, old.expires.Sub(now))
 		}
 		old.markLost()
 	}
@@ -191,7 +193,7 @@ func (g *grant) markLost() {
 // through its handle's Lost channel. It reports whether a grant was removed.
 // It is an operator's tool: fencing tokens still protect the resource.
 func (l *Lock) ForceRelease(ctx context.Context, key string) (bool, error) {
-	if err := lock.ValidateKey(ctx, key); err != nil {
+	if err := backendkit.ValidateKey(ctx, key); err != nil {
 		return false, err
 	}
 	l.mu.Lock()
@@ -208,7 +210,7 @@ func (l *Lock) ForceRelease(ctx context.Context, key string) (bool, error) {
 
 // Inspect implements lock.Inspector.
 func (l *Lock) Inspect(ctx context.Context, key string) (lock.Grant, bool, error) {
-	if err := lock.ValidateKey(ctx, key); err != nil {
+	if err := backendkit.ValidateKey(ctx, key); err != nil {
 		return lock.Grant{}, false, err
 	}
 	now := time.Now()
@@ -223,7 +225,7 @@ func (l *Lock) Inspect(ctx context.Context, key string) (lock.Grant, bool, error
 
 // List implements lock.Inspector. It also drops the expired grants it meets.
 func (l *Lock) List(ctx context.Context, prefix string) ([]lock.Grant, error) {
-	if err := lock.CheckContext(ctx); err != nil {
+	if err := backendkit.CheckContext(ctx); err != nil {
 		return nil, err
 	}
 	now := time.Now()
@@ -268,7 +270,7 @@ func (h *handle) ValidUntil() time.Time {
 }
 
 func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
-	if err := lock.CheckContext(ctx); err != nil {
+	if err := backendkit.CheckContext(ctx); err != nil {
 		return err
 	}
 	if err := lock.DefaultLimits.CheckTTL(ttl); err != nil {
@@ -285,7 +287,7 @@ func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
 }
 
 func (h *handle) Release(ctx context.Context) error {
-	if err := lock.CheckContext(ctx); err != nil {
+	if err := backendkit.CheckContext(ctx); err != nil {
 		return err
 	}
 	now := time.Now()

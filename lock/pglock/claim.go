@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
 var _ lock.Claimer = (*Lock)(nil)
@@ -18,7 +19,7 @@ var _ lock.Claimer = (*Lock)(nil)
 // comes from the grants' sequence. Inspect and List show live claims like
 // grants.
 func (l *Lock) Claim(ctx context.Context, key string, ttl time.Duration) (token uint64, err error) {
-	if err := lock.Validate(ctx, key, ttl, limits); err != nil {
+	if err := backendkit.Validate(ctx, key, ttl, limits); err != nil {
 		return 0, err
 	}
 	start := time.Now()
@@ -30,9 +31,9 @@ func (l *Lock) Claim(ctx context.Context, key string, ttl time.Duration) (token 
 	err = l.pool.QueryRow(ctx, l.sql.claim, l.id(key), l.namespace, []byte(key), l.owner, ms(ttl)).Scan(&t)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return 0, lock.NotAcquired(key, 0)
+		return 0, backendkit.NotAcquired(key, 0)
 	case err != nil:
-		return 0, lock.Unavailable("pglock: claim", err)
+		return 0, backendkit.Unavailable("pglock: claim", err)
 	}
 	return uint64(t), nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
 // handle is one grant: the session of conn holds the advisory lock id.
@@ -180,7 +181,7 @@ func (h *handle) broken() bool { return h.conn.Conn().IsClosed() }
 // session still holds the lock (pg_locks) and resets idle_session_timeout
 // to ttl. A cancelled Extend ends the session, and so the grant.
 func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
-	if err := lock.CheckContext(ctx); err != nil {
+	if err := backendkit.CheckContext(ctx); err != nil {
 		return err
 	}
 	if err := limits.CheckTTL(ttl); err != nil {
@@ -210,12 +211,12 @@ func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
 		if h.lost != nil {
 			h.watch()
 		}
-		return lock.Unavailable("pglock: extend", err)
+		return backendkit.Unavailable("pglock: extend", err)
 	case !held:
 		h.markLost(errors.New("the lock is not in pg_locks for the holding session (a pooler in transaction mode?)"))
 		return h.lostErr("extend")
 	}
-	h.validUntil = lock.ValidUntil(sent, ttl)
+	h.validUntil = backendkit.ValidUntil(sent, ttl)
 	if h.lost != nil {
 		h.watch()
 	}
@@ -227,7 +228,7 @@ func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
 // there are any (a NOTIFY assigns a transaction id, so it is sent only
 // then). The connection goes back to the pool.
 func (h *handle) Release(ctx context.Context) (err error) {
-	if err := lock.CheckContext(ctx); err != nil {
+	if err := backendkit.CheckContext(ctx); err != nil {
 		return err
 	}
 	h.mu.Lock()
@@ -259,7 +260,7 @@ func (h *handle) Release(ctx context.Context) (err error) {
 		// lock table): ending the session releases the lock for sure.
 		h.markLost(errors.New("released by ending the session"))
 		if ctx.Err() != nil {
-			return lock.Unavailable("pglock: release", err)
+			return backendkit.Unavailable("pglock: release", err)
 		}
 		return nil
 	case !ok:

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
 // Inspect implements lock.Inspector in one round trip: pg_locks joined with
@@ -18,7 +19,7 @@ import (
 // the holder's activity: grant it pg_read_all_stats). Since is the grant's
 // server time, to the millisecond.
 func (l *Lock) Inspect(ctx context.Context, key string) (lock.Grant, bool, error) {
-	if err := lock.ValidateKey(ctx, key); err != nil {
+	if err := backendkit.ValidateKey(ctx, key); err != nil {
 		return lock.Grant{}, false, err
 	}
 	if err := l.ensureSetup(ctx); err != nil {
@@ -28,18 +29,18 @@ func (l *Lock) Inspect(ctx context.Context, key string) (lock.Grant, bool, error
 	var rem *int64
 	rows, err := l.pool.Query(ctx, l.sql.inspect, l.id(key))
 	if err != nil {
-		return lock.Grant{}, false, lock.Unavailable("pglock: inspect", err)
+		return lock.Grant{}, false, backendkit.Unavailable("pglock: inspect", err)
 	}
 	defer rows.Close()
 	found := false
 	for rows.Next() {
 		if err := rows.Scan(&app, &rem); err != nil {
-			return lock.Grant{}, false, lock.Unavailable("pglock: inspect", err)
+			return lock.Grant{}, false, backendkit.Unavailable("pglock: inspect", err)
 		}
 		found = true
 	}
 	if err := rows.Err(); err != nil {
-		return lock.Grant{}, false, lock.Unavailable("pglock: inspect", err)
+		return lock.Grant{}, false, backendkit.Unavailable("pglock: inspect", err)
 	}
 	if !found {
 		return lock.Grant{}, false, nil
@@ -67,9 +68,9 @@ func parseGrant(key string, app *string, rem *int64) lock.Grant {
 		return g
 	}
 	g.Owner, g.Token, g.Since = parts[3], tok, time.UnixMilli(since)
-	g.Remaining = lock.RemainingMillis(ttl)
+	g.Remaining = backendkit.RemainingMillis(ttl)
 	if rem != nil {
-		g.Remaining = lock.RemainingMillis(*rem)
+		g.Remaining = backendkit.RemainingMillis(*rem)
 	}
 	return g
 }
@@ -78,7 +79,7 @@ func parseGrant(key string, app *string, rem *int64) lock.Grant {
 // key names start with prefix. Names come from the table leasehold_keys,
 // where each Lock instance records a key the first time it tries it.
 func (l *Lock) List(ctx context.Context, prefix string) ([]lock.Grant, error) {
-	if err := lock.CheckContext(ctx); err != nil {
+	if err := backendkit.CheckContext(ctx); err != nil {
 		return nil, err
 	}
 	if err := l.ensureSetup(ctx); err != nil {
@@ -86,7 +87,7 @@ func (l *Lock) List(ctx context.Context, prefix string) ([]lock.Grant, error) {
 	}
 	rows, err := l.pool.Query(ctx, l.sql.list, l.namespace, []byte(prefix))
 	if err != nil {
-		return nil, lock.Unavailable("pglock: list", err)
+		return nil, backendkit.Unavailable("pglock: list", err)
 	}
 	defer rows.Close()
 	var out []lock.Grant
@@ -97,12 +98,12 @@ func (l *Lock) List(ctx context.Context, prefix string) ([]lock.Grant, error) {
 			rem *int64
 		)
 		if err := rows.Scan(&key, &app, &rem); err != nil {
-			return nil, lock.Unavailable("pglock: list", err)
+			return nil, backendkit.Unavailable("pglock: list", err)
 		}
 		out = append(out, parseGrant(string(key), app, rem))
 	}
 	if err := rows.Err(); err != nil {
-		return nil, lock.Unavailable("pglock: list", err)
+		return nil, backendkit.Unavailable("pglock: list", err)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, nil
@@ -115,7 +116,7 @@ func (l *Lock) List(ctx context.Context, prefix string) ([]lock.Grant, error) {
 // Release. An operator's tool: fencing still protects the resource from
 // the evicted holder, which may have been paused mid-write.
 func (l *Lock) ForceRelease(ctx context.Context, key string) (bool, error) {
-	if err := lock.ValidateKey(ctx, key); err != nil {
+	if err := backendkit.ValidateKey(ctx, key); err != nil {
 		return false, err
 	}
 	if err := l.ensureSetup(ctx); err != nil {
@@ -125,7 +126,7 @@ func (l *Lock) ForceRelease(ctx context.Context, key string) (bool, error) {
 	var n int64
 	var notified *string
 	if err := l.pool.QueryRow(ctx, l.sql.force, id, l.channel, payload(id)).Scan(&n, &notified); err != nil {
-		return false, lock.Unavailable("pglock: force release", err)
+		return false, backendkit.Unavailable("pglock: force release", err)
 	}
 	return n > 0, nil
 }

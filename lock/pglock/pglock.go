@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
 const (
@@ -70,7 +71,7 @@ type Lock struct {
 	pooled    bool
 	schema    string
 	log       *slog.Logger
-	metrics   *lock.BackendMetrics
+	metrics   *backendkit.BackendMetrics
 
 	setupMu  sync.Mutex
 	setupOK  bool
@@ -85,7 +86,7 @@ type Lock struct {
 	held   map[*handle]struct{}
 	closed bool
 
-	notifier lock.Notifier
+	notifier backendkit.Notifier
 	listener listener
 }
 
@@ -95,6 +96,7 @@ var (
 	_ lock.MultiLock = (*Lock)(nil)
 	_ lock.Queue     = (*Lock)(nil)
 	_ lock.Inspector = (*Lock)(nil)
+	_ lock.Owned     = (*Lock)(nil)
 )
 
 type settings struct {
@@ -167,7 +169,7 @@ func New(pool *pgxpool.Pool, opts ...lock.Option) (*Lock, error) {
 		pooled:    s.pooled,
 		schema:    s.schema,
 		log:       cfg.Logger,
-		metrics:   cfg.Telemetry().Backend("pglock"),
+		metrics:   backendkit.TelemetryOf(cfg).Backend("pglock"),
 		names:     map[int64]struct{}{},
 		held:      map[*handle]struct{}{},
 	}
@@ -185,7 +187,7 @@ func New(pool *pgxpool.Pool, opts ...lock.Option) (*Lock, error) {
 // the acquire. A pool passed to New is left as it is: give its sessions
 // the same setting if nothing else that runs on them minds.
 func NewFromDSN(ctx context.Context, dsn string, opts ...lock.Option) (*Lock, error) {
-	if err := lock.CheckContext(ctx); err != nil {
+	if err := backendkit.CheckContext(ctx); err != nil {
 		return nil, err
 	}
 	pcfg, err := pgxpool.ParseConfig(dsn)
@@ -198,7 +200,7 @@ func NewFromDSN(ctx context.Context, dsn string, opts ...lock.Option) (*Lock, er
 
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
-		return nil, lock.Unavailable("pglock: connect", err)
+		return nil, backendkit.Unavailable("pglock: connect", err)
 	}
 	l, err := New(pool, opts...)
 	if err != nil {
@@ -253,7 +255,7 @@ func (l *Lock) id(key string) int64 { return ID(l.namespace, key) }
 // its statements, see the package documentation) once with a role that may
 // create them when the application's role may not.
 func (l *Lock) Setup(ctx context.Context) error {
-	if err := lock.CheckContext(ctx); err != nil {
+	if err := backendkit.CheckContext(ctx); err != nil {
 		return err
 	}
 	l.setupMu.Lock()
@@ -274,7 +276,7 @@ func (l *Lock) ensureSetup(ctx context.Context) error {
 func (l *Lock) setup(ctx context.Context, create bool) error {
 	c, err := l.pool.Acquire(ctx)
 	if err != nil {
-		return lock.Unavailable("pglock: setup", err)
+		return backendkit.Unavailable("pglock: setup", err)
 	}
 	defer c.Release()
 	probe := buildStatements(l.schema, 0)
@@ -287,7 +289,7 @@ func (l *Lock) setup(ctx context.Context, create bool) error {
 		if perr := poolerError(err); perr != nil {
 			return perr
 		}
-		return lock.Unavailable("pglock: setup", err)
+		return backendkit.Unavailable("pglock: setup", err)
 	}
 	if create || !exists {
 		for _, stmt := range probe.setup {
@@ -305,7 +307,7 @@ func (l *Lock) setup(ctx context.Context, create bool) error {
 				return err
 			})
 			if err != nil && !isCode(err, "23505", "42P07", "42710", "42723") {
-				return lock.Unavailable("pglock: setup: "+stmt, err)
+				return backendkit.Unavailable("pglock: setup: "+stmt, err)
 			}
 		}
 	}
@@ -352,7 +354,7 @@ func ms(d time.Duration) string {
 // TryAcquire implements lock.Lock in one round trip on a connection of its
 // own, which the grant keeps until Release.
 func (l *Lock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
-	if err := lock.Validate(ctx, key, ttl, limits); err != nil {
+	if err := backendkit.Validate(ctx, key, ttl, limits); err != nil {
 		return nil, err
 	}
 	return l.acquire(ctx, []string{key}, ttl, false)
@@ -365,7 +367,7 @@ func (l *Lock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (l
 // ctx ends, the wait is cancelled and the connection closed, so that
 // nothing stays held. lock.Acquire uses it.
 func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
-	if err := lock.Validate(ctx, key, ttl, limits); err != nil {
+	if err := backendkit.Validate(ctx, key, ttl, limits); err != nil {
 		return nil, err
 	}
 	keys := []string{key}
@@ -384,7 +386,7 @@ func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration)
 // Waiting implements lock.Queue: the sessions waiting in the server's
 // queue for key's advisory lock (pg_locks, not granted), in one round trip.
 func (l *Lock) Waiting(ctx context.Context, key string) (int, error) {
-	if err := lock.ValidateKey(ctx, key); err != nil {
+	if err := backendkit.ValidateKey(ctx, key); err != nil {
 		return 0, err
 	}
 	if err := l.ensureSetup(ctx); err != nil {
@@ -392,7 +394,7 @@ func (l *Lock) Waiting(ctx context.Context, key string) (int, error) {
 	}
 	var n int
 	if err := l.pool.QueryRow(ctx, l.sql.waiting, l.id(key)).Scan(&n); err != nil {
-		return 0, lock.Unavailable("pglock: waiting", err)
+		return 0, backendkit.Unavailable("pglock: waiting", err)
 	}
 	return n, nil
 }
@@ -400,7 +402,7 @@ func (l *Lock) Waiting(ctx context.Context, key string) (int, error) {
 // TryAcquireAny implements lock.MultiLock: one statement tries the keys in
 // turn from a random offset and takes the first free one.
 func (l *Lock) TryAcquireAny(ctx context.Context, keys []string, ttl time.Duration) (lock.Handle, error) {
-	if err := lock.ValidateKeys(ctx, keys, ttl, limits); err != nil {
+	if err := backendkit.ValidateKeys(ctx, keys, ttl, limits); err != nil {
 		return nil, err
 	}
 	off := rand.N(len(keys))
@@ -419,7 +421,7 @@ func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration, qu
 	}
 	c, err := l.pool.Acquire(ctx)
 	if err != nil {
-		return nil, lock.Unavailable("pglock: acquire: getting a connection", err)
+		return nil, backendkit.Unavailable("pglock: acquire: getting a connection", err)
 	}
 	if err := l.prepare(ctx, c); err != nil {
 		destroy(c)
@@ -477,7 +479,7 @@ func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration, qu
 			l.setupOK = false
 			l.setupMu.Unlock()
 		}
-		return nil, lock.Unavailable("pglock: acquire", err)
+		return nil, backendkit.Unavailable("pglock: acquire", err)
 	case pid != expect && !l.pooled:
 		c.Release()
 		return nil, fmt.Errorf("%w: the server session answering is pid %d, the connection was opened for pid %d: "+
@@ -488,12 +490,12 @@ func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration, qu
 		c.Release()
 		var rem time.Duration
 		if hint != nil {
-			rem = lock.RemainingMillis(*hint)
+			rem = backendkit.RemainingMillis(*hint)
 		}
-		return nil, lock.NotAcquiredAny(keys, rem)
+		return nil, backendkit.NotAcquiredAny(keys, rem)
 	case tok == nil || *idx < 1 || int(*idx) > len(keys):
 		destroy(c)
-		return nil, lock.Unavailable("pglock: acquire", fmt.Errorf("unexpected reply: index %v token %v", idx, tok))
+		return nil, backendkit.Unavailable("pglock: acquire", fmt.Errorf("unexpected reply: index %v token %v", idx, tok))
 	}
 	i := *idx - 1
 	var since string
@@ -504,7 +506,7 @@ func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration, qu
 	}
 	hd := &handle{
 		l: l, key: keys[i], id: ids[i], token: uint64(*tok), pid: pid, conn: c, since: since,
-		validUntil: lock.ValidUntil(sent.Add(time.Duration(ran)*time.Microsecond), ttl),
+		validUntil: backendkit.ValidUntil(sent.Add(time.Duration(ran)*time.Microsecond), ttl),
 	}
 	if !l.track(hd) {
 		hd.end()
@@ -532,7 +534,7 @@ func (l *Lock) prepare(ctx context.Context, c *pgxpool.Conn) error {
 		if perr := poolerError(err); perr != nil {
 			return perr
 		}
-		return lock.Unavailable("pglock: preparing a connection", err)
+		return backendkit.Unavailable("pglock: preparing a connection", err)
 	}
 	setup := "SELECT set_config('synchronous_commit', 'on', false)"
 	if l.ownsPool { // see NewFromDSN

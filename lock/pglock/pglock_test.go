@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 	"github.com/leasehold-go/leasehold/lock/locktest"
 	"github.com/leasehold-go/leasehold/lock/pglock"
 )
@@ -110,7 +111,7 @@ func waitingFor(t *testing.T, ctx context.Context, c *pgx.Conn, n int) {
 		if got == n {
 			return
 		}
-		if err := lock.Sleep(ctx, 5*time.Millisecond); err != nil {
+		if err := backendkit.Sleep(ctx, 5*time.Millisecond); err != nil {
 			t.Fatalf("%d waiters in pg_locks, want %d: %v", got, n, err)
 		}
 	}
@@ -161,8 +162,8 @@ func TestAcquireQueued(t *testing.T) {
 	if err := <-cancelled; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled waiter: %v", err)
 	}
-	waitingFor(t, ctx, obs, 2)                                    // the cancelled one left the queue
-	if err := lock.Sleep(ctx, 300*time.Millisecond); err != nil { // a long wait for the next grant
+	waitingFor(t, ctx, obs, 2)                                          // the cancelled one left the queue
+	if err := backendkit.Sleep(ctx, 300*time.Millisecond); err != nil { // a long wait for the next grant
 		t.Fatal(err)
 	}
 	released := time.Now()
@@ -173,7 +174,7 @@ func TestAcquireQueued(t *testing.T) {
 	if first.i != 0 {
 		t.Fatalf("waiter %d served first, want 0 (arrival order)", first.i)
 	}
-	if vu := first.h.ValidUntil(); vu.Before(released.Add(ttl - lock.DriftAllowance(ttl) - 100*time.Millisecond)) {
+	if vu := first.h.ValidUntil(); vu.Before(released.Add(ttl - backendkit.DriftAllowance(ttl) - 100*time.Millisecond)) {
 		t.Fatalf("ValidUntil %v after the release, want about the ttl %v from the grant", vu.Sub(released), ttl)
 	}
 	if first.h.Token() <= h.Token() {

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
 // Subscribe implements lock.Waiter. All subscriptions of one Lock share one
@@ -21,7 +22,7 @@ import (
 // is held: a release after that wakes the subscription. When the
 // connection breaks every waiter is woken, and it is made again.
 func (l *Lock) Subscribe(ctx context.Context, keys ...string) (lock.Subscription, error) {
-	if err := lock.ValidateSubscribe(ctx, keys, limits); err != nil {
+	if err := backendkit.ValidateSubscribe(ctx, keys, limits); err != nil {
 		return nil, err
 	}
 	if err := l.ensureSetup(ctx); err != nil {
@@ -167,7 +168,7 @@ func (ln *listener) loop(life context.Context, done chan struct{}) {
 		// Releases may be missed until the interest is held again.
 		l.notifier.NotifyAll()
 		for _, ack := range pending {
-			ack <- lock.Unavailable("pglock: subscribe", err)
+			ack <- backendkit.Unavailable("pglock: subscribe", err)
 		}
 		delay = min(max(2*delay, 50*time.Millisecond), time.Second)
 	}

@@ -12,16 +12,17 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
 // Inspect implements lock.Inspector in one round trip.
 func (l *Lock) Inspect(ctx context.Context, key string) (lock.Grant, bool, error) {
-	if err := lock.ValidateKey(ctx, key); err != nil {
+	if err := backendkit.ValidateKey(ctx, key); err != nil {
 		return lock.Grant{}, false, err
 	}
 	res, err := l.run(ctx, inspectScript, []string{l.lockKey(key)}).Slice()
 	if err != nil {
-		return lock.Grant{}, false, lock.Unavailable("redislock: inspect", err)
+		return lock.Grant{}, false, backendkit.Unavailable("redislock: inspect", err)
 	}
 	if len(res) != 2 {
 		return lock.Grant{}, false, nil
@@ -44,14 +45,14 @@ func parseGrant(key, value string, pttl int64) (lock.Grant, bool) {
 		return lock.Grant{}, false
 	}
 	return lock.Grant{Key: key, Owner: parts[3], Token: token,
-		Remaining: lock.RemainingMillis(pttl), Since: time.UnixMicro(since)}, true
+		Remaining: backendkit.RemainingMillis(pttl), Since: time.UnixMicro(since)}, true
 }
 
 // List implements lock.Inspector with SCAN (never KEYS), on every master of
 // a Cluster, so it does not block the server; its cost grows with the
 // number of keys under this Lock's prefix.
 func (l *Lock) List(ctx context.Context, prefix string) ([]lock.Grant, error) {
-	if err := lock.CheckContext(ctx); err != nil {
+	if err := backendkit.CheckContext(ctx); err != nil {
 		return nil, err
 	}
 	var (
@@ -72,7 +73,7 @@ func (l *Lock) List(ctx context.Context, prefix string) ([]lock.Grant, error) {
 		return add(ctx, l.client)
 	})
 	if err != nil {
-		return nil, lock.Unavailable("redislock: list", err)
+		return nil, backendkit.Unavailable("redislock: list", err)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, nil

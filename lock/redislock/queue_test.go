@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
 // attempts counts the acquire scripts a client runs.
@@ -92,7 +93,7 @@ func TestAcquireQueuedWakesTheHeadOfTheQueue(t *testing.T) {
 		})
 		// Queue them one by one, so that the arrival order is known.
 		for q, _ := queueLen(t, c, holder, key); q < int64(i+1); q, _ = queueLen(t, c, holder, key) {
-			if err := lock.Sleep(ctx, time.Millisecond); err != nil {
+			if err := backendkit.Sleep(ctx, time.Millisecond); err != nil {
 				t.Fatalf("%d waiters queued: %v", q, err)
 			}
 		}
@@ -149,7 +150,7 @@ func TestAcquireQueuedSkipsGoneWaiters(t *testing.T) {
 		gaveUp <- err
 	}()
 	for q, _ := queueLen(t, c, l, key); q < 3; q, _ = queueLen(t, c, l, key) {
-		if err := lock.Sleep(ctx, 5*time.Millisecond); err != nil {
+		if err := backendkit.Sleep(ctx, 5*time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -169,7 +170,7 @@ func TestAcquireQueuedSkipsGoneWaiters(t *testing.T) {
 		got <- err
 	}()
 	for q, _ := queueLen(t, c, l, key); q < 3; q, _ = queueLen(t, c, l, key) {
-		if err := lock.Sleep(ctx, 5*time.Millisecond); err != nil {
+		if err := backendkit.Sleep(ctx, 5*time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -210,7 +211,7 @@ func TestAcquireQueuedWakesWhenACrashedHoldersGrantExpires(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	expiry := crashed.ValidUntil().Add(lock.DriftAllowance(ttl))
+	expiry := crashed.ValidUntil().Add(backendkit.DriftAllowance(ttl))
 	h, err := lock.Acquire(ctx, waiter, key, time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -295,7 +296,7 @@ func TestHandoffToAWaiterThatMissedItOrLeft(t *testing.T) {
 		got <- h
 	}()
 	for q, _ := queueLen(t, c, l, key); q < 2; q, _ = queueLen(t, c, l, key) {
-		if err := lock.Sleep(ctx, time.Millisecond); err != nil {
+		if err := backendkit.Sleep(ctx, time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/leasehold-go/leasehold/internal/rediscall"
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
 var (
@@ -74,9 +75,9 @@ type Lock struct {
 	inbox   string // this Lock's own channel: handoffs to its waiters
 	owner   string
 	log     *slog.Logger
-	metrics *lock.BackendMetrics
+	metrics *backendkit.BackendMetrics
 
-	notifier lock.Notifier
+	notifier backendkit.Notifier
 	// handed: the grants handed to this Lock's queued waiters (waiter id →
 	// handedGrant), until AcquireQueued takes them; handedMu also orders a
 	// waiter's leaving after the listener's check that it still listens.
@@ -94,6 +95,7 @@ var (
 	_ lock.Queue     = (*Lock)(nil)
 	_ lock.MultiLock = (*Lock)(nil)
 	_ lock.Inspector = (*Lock)(nil)
+	_ lock.Owned     = (*Lock)(nil)
 )
 
 type settings struct{ prefix string }
@@ -131,7 +133,7 @@ func New(client redis.UniversalClient, opts ...lock.Option) (*Lock, error) {
 		inbox:   s.prefix + "inbox:" + attemptID(),
 		owner:   cfg.Owner,
 		log:     cfg.Logger,
-		metrics: cfg.Telemetry().Backend("redislock"),
+		metrics: backendkit.TelemetryOf(cfg).Backend("redislock"),
 	}, nil
 }
 
@@ -151,7 +153,7 @@ func ms(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.
 
 // TryAcquire implements lock.Lock in one round trip.
 func (l *Lock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
-	if err := lock.Validate(ctx, key, ttl, limits); err != nil {
+	if err := backendkit.Validate(ctx, key, ttl, limits); err != nil {
 		return nil, err
 	}
 	return l.acquire(ctx, []string{key}, ttl, 0, "")
@@ -178,7 +180,7 @@ const queuePlaceKept = 2 * time.Second
 // first attempt may still win a key that is free because its holder's
 // grant expired).
 func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration) (h lock.Handle, err error) {
-	if err := lock.Validate(ctx, key, ttl, limits); err != nil {
+	if err := backendkit.Validate(ctx, key, ttl, limits); err != nil {
 		return nil, err
 	}
 	waiter := attemptID()
@@ -226,7 +228,7 @@ func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration)
 			validFrom := sent.Add(max(0, g.waited-time.Millisecond))
 			h := &handle{l: l, key: key, rkey: l.lockKey(key), token: g.token,
 				value:      strconv.FormatUint(g.token, 10) + "|" + g.since + "|" + tail,
-				validUntil: lock.ValidUntil(validFrom, ttl)}
+				validUntil: backendkit.ValidUntil(validFrom, ttl)}
 			l.metrics.Attempt(ctx, sent, nil)
 			return h, nil
 		}
@@ -253,18 +255,18 @@ func parseHanded(payload string) (to string, waiter string, g handedGrant, ok bo
 	if err1 != nil || err2 != nil {
 		return "", "", g, false
 	}
-	return parts[0] + "\x00" + parts[1], parts[1], handedGrant{tok, parts[3], lock.RemainingMillis(waited)}, true
+	return parts[0] + "\x00" + parts[1], parts[1], handedGrant{tok, parts[3], backendkit.RemainingMillis(waited)}, true
 }
 
 // Waiting implements lock.Queue: the waiters in key's queue whose place
 // has not lapsed, in one round trip.
 func (l *Lock) Waiting(ctx context.Context, key string) (int, error) {
-	if err := lock.ValidateKey(ctx, key); err != nil {
+	if err := backendkit.ValidateKey(ctx, key); err != nil {
 		return 0, err
 	}
 	n, err := l.run(ctx, waitingScript, []string{l.queueKey(key), l.deadlinesKey(key)}).Int()
 	if err != nil {
-		return 0, lock.Unavailable("redislock: waiting", err)
+		return 0, backendkit.Unavailable("redislock: waiting", err)
 	}
 	return n, nil
 }
@@ -279,7 +281,7 @@ const scriptKeys = 1024
 // key. On Redis Cluster all keys must share a hash tag (the semaphore's
 // do).
 func (l *Lock) TryAcquireAny(ctx context.Context, keys []string, ttl time.Duration) (lock.Handle, error) {
-	if err := lock.ValidateKeys(ctx, keys, ttl, limits); err != nil {
+	if err := backendkit.ValidateKeys(ctx, keys, ttl, limits); err != nil {
 		return nil, err
 	}
 	if len(keys) <= scriptKeys {
@@ -299,7 +301,7 @@ func (l *Lock) TryAcquireAny(ctx context.Context, keys []string, ttl time.Durati
 			shortest = r
 		}
 	}
-	return nil, lock.NotAcquiredAny(keys, shortest)
+	return nil, backendkit.NotAcquiredAny(keys, shortest)
 }
 
 // attemptID is a fresh random id: of an acquire attempt (a retried acquire
@@ -331,9 +333,9 @@ func (l *Lock) grant(keys []string, ttl time.Duration, sent time.Time, tail stri
 	case err != nil && strings.HasPrefix(err.Error(), "CROSSSLOT"):
 		return nil, fmt.Errorf("%w: on Redis Cluster the keys of one TryAcquireAny must share a hash tag ({…}): %w", lock.ErrInvalidKey, err)
 	case err != nil:
-		return nil, lock.Unavailable("redislock: acquire", err)
+		return nil, backendkit.Unavailable("redislock: acquire", err)
 	case len(res) == 2 && res[0] == 0:
-		return nil, lock.NotAcquiredAny(keys, lock.RemainingMillis(res[1]))
+		return nil, backendkit.NotAcquiredAny(keys, backendkit.RemainingMillis(res[1]))
 	case len(res) == 5 && res[0] == 1 && res[2] >= 0 && int(res[2]) < len(keys):
 		k := keys[res[2]]
 		tok := uint64(res[1])
@@ -341,14 +343,14 @@ func (l *Lock) grant(keys []string, ttl time.Duration, sent time.Time, tail stri
 		// found already made (a retried command, or a handoff whose message
 		// was missed): the script ran after sent, so expiry comes after
 		// sent plus that.
-		left := min(ttl, lock.RemainingMillis(res[4]))
+		left := min(ttl, backendkit.RemainingMillis(res[4]))
 		return &handle{
 			l: l, key: k, rkey: l.lockKey(k), token: tok,
 			value:      strconv.FormatUint(tok, 10) + "|" + strconv.FormatInt(res[3], 10) + "|" + tail,
-			validUntil: lock.ValidUntil(sent, left),
+			validUntil: backendkit.ValidUntil(sent, left),
 		}, nil
 	}
-	return nil, lock.Unavailable("redislock: acquire", fmt.Errorf("unexpected reply %v", res))
+	return nil, backendkit.Unavailable("redislock: acquire", fmt.Errorf("unexpected reply %v", res))
 }
 
 // handle is one grant.
@@ -379,7 +381,7 @@ func (h *handle) lost(what string) error {
 
 // Extend implements lock.Handle in one round trip.
 func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
-	if err := lock.CheckContext(ctx); err != nil {
+	if err := backendkit.CheckContext(ctx); err != nil {
 		return err
 	}
 	if err := limits.CheckTTL(ttl); err != nil {
@@ -395,12 +397,12 @@ func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
 	n, err := h.l.run(ctx, extendScript, []string{h.rkey}, h.value, ms(ttl)).Int64()
 	switch {
 	case err != nil:
-		return lock.Unavailable("redislock: extend", err)
+		return backendkit.Unavailable("redislock: extend", err)
 	case n == 0:
 		return h.lost("extend")
 	}
 	h.mu.Lock()
-	h.validUntil = lock.ValidUntil(sent, ttl)
+	h.validUntil = backendkit.ValidUntil(sent, ttl)
 	h.mu.Unlock()
 	return nil
 }
@@ -408,7 +410,7 @@ func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
 // Release implements lock.Handle in one round trip, which also wakes the
 // waiters of the key.
 func (h *handle) Release(ctx context.Context) error {
-	if err := lock.CheckContext(ctx); err != nil {
+	if err := backendkit.CheckContext(ctx); err != nil {
 		return err
 	}
 	h.mu.Lock()
@@ -423,7 +425,7 @@ func (h *handle) Release(ctx context.Context) error {
 	switch {
 	case err != nil:
 		// Unknown outcome: the grant may still be there; it expires with its ttl.
-		err = lock.Unavailable("redislock: release", err)
+		err = backendkit.Unavailable("redislock: release", err)
 	case n == 2 && time.Now().Before(h.ValidUntil()):
 		// Gone before its time, yet no grant was made since: this release
 		// was sent twice (go-redis retries a command whose reply it did not
@@ -440,12 +442,12 @@ func (h *handle) Release(ctx context.Context) error {
 // Extend or Release. An operator's tool: fencing still protects the
 // resource from the evicted holder.
 func (l *Lock) ForceRelease(ctx context.Context, key string) (bool, error) {
-	if err := lock.ValidateKey(ctx, key); err != nil {
+	if err := backendkit.ValidateKey(ctx, key); err != nil {
 		return false, err
 	}
 	n, err := l.run(ctx, forceReleaseScript, l.queueKeys(key), l.channel, key, ms(fenceLifetime)).Int64()
 	if err != nil {
-		return false, lock.Unavailable("redislock: force release", err)
+		return false, backendkit.Unavailable("redislock: force release", err)
 	}
 	return n == 1, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
 // Subscribe implements lock.Waiter. All subscriptions of one Lock share one
@@ -18,7 +19,7 @@ import (
 // that is delivered. When the subscription's connection breaks, every
 // waiter is woken to try again, since releases may have been missed.
 func (l *Lock) Subscribe(ctx context.Context, keys ...string) (lock.Subscription, error) {
-	if err := lock.ValidateSubscribe(ctx, keys, limits); err != nil {
+	if err := backendkit.ValidateSubscribe(ctx, keys, limits); err != nil {
 		return nil, err
 	}
 	sub := l.notifier.Subscribe(keys...)
@@ -42,7 +43,7 @@ func (l *Lock) ensureSubscribed(ctx context.Context) error {
 	}
 	ps, err := l.subscribe(ctx)
 	if err != nil {
-		return lock.Unavailable("redislock: subscribe", err)
+		return backendkit.Unavailable("redislock: subscribe", err)
 	}
 	l.pubsub = ps
 	l.loopDone = make(chan struct{})

@@ -61,13 +61,9 @@ func (p *Probe) Subscribe(ctx context.Context, keys ...string) (lock.Subscriptio
 	return p.w.Subscribe(ctx, keys...)
 }
 
-// Owner is the wrapped instance's owner identity, if it has one.
-func (p *Probe) Owner() string {
-	if o, ok := p.l.(interface{ Owner() string }); ok {
-		return o.Owner()
-	}
-	return ""
-}
+// Owner is the wrapped instance's owner identity, if it has one: a Probe
+// is lock.Owned as the instance it wraps is.
+func (p *Probe) Owner() string { return lock.OwnerOf(p.l, "") }
 
 // WaitRejected waits up to d for an attempt to be refused.
 func (p *Probe) WaitRejected(t testing.TB, d time.Duration) {

@@ -24,6 +24,7 @@ import (
 	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
 	"github.com/leasehold-go/leasehold/jobs"
 	"github.com/leasehold-go/leasehold/leader"
+	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/semaphore"
 	"github.com/leasehold-go/leasehold/timers"
 )
@@ -45,7 +46,7 @@ func holder() error {
 	if _, err := l.TryAcquire(context.Background(), os.Getenv("DASH_KEY"), time.Minute); err != nil {
 		return err
 	}
-	fmt.Println("READY", l.(interface{ Owner() string }).Owner())
+	fmt.Println("READY", l.(lock.Owned).Owner())
 	_, _ = os.Stdin.Read(make([]byte, 1))
 	return nil
 }

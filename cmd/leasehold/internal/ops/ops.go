@@ -26,6 +26,7 @@ import (
 	"github.com/leasehold-go/leasehold/jobs/pgjobs"
 	"github.com/leasehold-go/leasehold/jobs/redisjobs"
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
 // ErrNoRegistry: the backend has no jobs registry (etcd), or none was
@@ -183,7 +184,7 @@ func openRegistry(ctx context.Context, rawURL, namespace, table string) (jobs.Re
 		}
 		pool, err := pgxpool.NewWithConfig(ctx, cfg)
 		if err != nil {
-			return nil, nil, lock.Unavailable("jobs registry: postgres", err)
+			return nil, nil, backendkit.Unavailable("jobs registry: postgres", err)
 		}
 		r, err := pgjobs.New(pool, table)
 		if err != nil {

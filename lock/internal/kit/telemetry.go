@@ -1,8 +1,7 @@
-package lock
+package kit
 
 import (
 	"context"
-	"errors"
 	"reflect"
 	"sync"
 	"time"
@@ -13,29 +12,16 @@ import (
 )
 
 // ScopeName is the OpenTelemetry instrumentation scope of every leasehold
-// meter and tracer.
+// meter and tracer: backendkit.ScopeName (lock's TestRenewalOutcomesAndAcquireSpan
+// checks that they agree).
 const ScopeName = "github.com/leasehold-go/leasehold"
 
-// Telemetry holds the OpenTelemetry instruments of the lock layer. It is
-// built once per (meter provider, tracer provider) pair and shared; every
-// package of leasehold records through it, so the names below are the
-// whole lock vocabulary:
-//
-//	leasehold.lock.attempt.duration  histogram, s   one TryAcquire at the backend; outcome=acquired|busy|error
-//	leasehold.lock.releases          counter        Release at the backend; outcome=released|lost|error
-//	leasehold.lock.wait.duration     histogram, s   Acquire, blocking; outcome=acquired|cancelled|error
-//	leasehold.lock.renewals          counter        Keep's Extend calls; outcome=renewed|lost|refused|unknown
-//	leasehold.lock.losses            counter        leases lost; reason=renewal|deadline|backend
-//	leasehold.lock.leases.active     up-down counter leases held under Keep
-//
-// Backend metrics carry leasehold.backend (memlock, redislock, ...).
+// Telemetry holds the instruments of the lock layer (their names are
+// listed on backendkit.Telemetry). It is built once per (meter provider,
+// tracer provider) pair and shared.
 type Telemetry struct {
-	// Tracer makes the spans of the lock layer under ScopeName: one per
-	// blocking Acquire, named leasehold.lock.Acquire.
 	Tracer trace.Tracer
-	// Meter made the instruments above, under ScopeName; packages built
-	// on lock (semaphore, leader, timers, jobs) make their own from it.
-	Meter metric.Meter
+	Meter  metric.Meter
 
 	attempt  metric.Float64Histogram
 	releases metric.Int64Counter
@@ -49,25 +35,24 @@ type Telemetry struct {
 	lossReason   outcomeSet
 
 	mu       sync.Mutex
-	backends map[string]*BackendMetrics
+	backends map[string]*Backend
 }
 
 type telemetryKey struct{ mp, tp any }
 
 var telemetryCache sync.Map // telemetryKey -> *Telemetry
 
-// Telemetry returns the instruments for c's providers, creating them on
-// first use. With the default global providers they are no-ops until an
-// application installs an SDK (and then they forward to it).
-func (c *Config) Telemetry() *Telemetry {
-	comparable := reflect.TypeOf(c.MeterProvider).Comparable() && reflect.TypeOf(c.TracerProvider).Comparable()
-	key := telemetryKey{c.MeterProvider, c.TracerProvider}
+// TelemetryOf returns the instruments for the providers, creating them on
+// first use.
+func TelemetryOf(mp metric.MeterProvider, tp trace.TracerProvider) *Telemetry {
+	comparable := reflect.TypeOf(mp).Comparable() && reflect.TypeOf(tp).Comparable()
+	key := telemetryKey{mp, tp}
 	if comparable {
 		if t, ok := telemetryCache.Load(key); ok {
 			return t.(*Telemetry)
 		}
 	}
-	t := newTelemetry(c.MeterProvider, c.TracerProvider)
+	t := newTelemetry(mp, tp)
 	if comparable {
 		actual, _ := telemetryCache.LoadOrStore(key, t)
 		t = actual.(*Telemetry)
@@ -77,7 +62,7 @@ func (c *Config) Telemetry() *Telemetry {
 
 func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider) *Telemetry {
 	m := mp.Meter(ScopeName)
-	t := &Telemetry{Tracer: tp.Tracer(ScopeName), Meter: m, backends: map[string]*BackendMetrics{}}
+	t := &Telemetry{Tracer: tp.Tracer(ScopeName), Meter: m, backends: map[string]*Backend{}}
 	// Instrument creation only fails on an invalid name; ours are constant
 	// and valid, and the API returns usable no-op instruments regardless.
 	t.attempt, _ = m.Float64Histogram("leasehold.lock.attempt.duration", metric.WithUnit("s"),
@@ -98,6 +83,26 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider) *Telemetry {
 	return t
 }
 
+// Wait records how long a blocking Acquire waited and how it ended
+// (acquired, cancelled, error).
+func (t *Telemetry) Wait(ctx context.Context, start time.Time, outcome string) {
+	t.wait.Record(ctx, time.Since(start).Seconds(), t.waitOutcome[outcome]...)
+}
+
+// Renewal counts one of Keep's Extend calls by outcome (renewed, lost,
+// refused, unknown).
+func (t *Telemetry) Renewal(outcome string) {
+	t.renewals.Add(context.Background(), 1, t.renewOutcome.add(outcome)...)
+}
+
+// Loss counts a lease lost, by reason (renewal, deadline, backend).
+func (t *Telemetry) Loss(reason string) {
+	t.losses.Add(context.Background(), 1, t.lossReason.add(reason)...)
+}
+
+// Active adds delta to the leases held under Keep.
+func (t *Telemetry) Active(delta int64) { t.active.Add(context.Background(), delta) }
+
 // outcomeSet precomputes one attribute option per outcome so that recording
 // on a hot path allocates nothing.
 type outcomeSet map[string][]metric.RecordOption
@@ -116,15 +121,15 @@ func (s outcomeSet) add(o string) []metric.AddOption {
 	return []metric.AddOption{r[0].(metric.AddOption)}
 }
 
-// BackendMetrics records a backend's own operations.
-type BackendMetrics struct {
+// Backend records one backend's own operations.
+type Backend struct {
 	t        *Telemetry
 	attempt  outcomeSet
 	releases map[string][]metric.AddOption
 }
 
 // Backend returns the recorder for the backend called name.
-func (t *Telemetry) Backend(name string) *BackendMetrics {
+func (t *Telemetry) Backend(name string) *Backend {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if b, ok := t.backends[name]; ok {
@@ -132,7 +137,7 @@ func (t *Telemetry) Backend(name string) *BackendMetrics {
 	}
 	base := []attribute.KeyValue{attribute.String("leasehold.backend", name)}
 	rel := newOutcomeSet("leasehold.outcome", base, "released", "lost", "error")
-	b := &BackendMetrics{
+	b := &Backend{
 		t:        t,
 		attempt:  newOutcomeSet("leasehold.outcome", base, "acquired", "busy", "error"),
 		releases: map[string][]metric.AddOption{},
@@ -144,28 +149,13 @@ func (t *Telemetry) Backend(name string) *BackendMetrics {
 	return b
 }
 
-// Attempt records one acquire attempt that started at start and ended with err.
-func (b *BackendMetrics) Attempt(ctx context.Context, start time.Time, err error) {
-	o := "acquired"
-	switch {
-	case err == nil:
-	case errors.Is(err, ErrNotAcquired):
-		o = "busy"
-	default:
-		o = "error"
-	}
-	b.t.attempt.Record(ctx, time.Since(start).Seconds(), b.attempt[o]...)
+// Attempt records one acquire attempt that started at start, by outcome
+// (acquired, busy, error).
+func (b *Backend) Attempt(ctx context.Context, start time.Time, outcome string) {
+	b.t.attempt.Record(ctx, time.Since(start).Seconds(), b.attempt[outcome]...)
 }
 
-// Release records the outcome of one Release.
-func (b *BackendMetrics) Release(ctx context.Context, err error) {
-	o := "released"
-	switch {
-	case err == nil:
-	case errors.Is(err, ErrLost):
-		o = "lost"
-	default:
-		o = "error"
-	}
-	b.t.releases.Add(ctx, 1, b.releases[o]...)
+// Release records one Release by outcome (released, lost, error).
+func (b *Backend) Release(ctx context.Context, outcome string) {
+	b.t.releases.Add(ctx, 1, b.releases[outcome]...)
 }

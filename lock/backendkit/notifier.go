@@ -1,13 +1,15 @@
-package lock
+package backendkit
 
 import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/leasehold-go/leasehold/lock"
 )
 
 // Notifier fans release notifications out to subscriptions. Backends use it
-// to implement Waiter: they feed it from their own channel (pub/sub,
+// to implement lock.Waiter: they feed it from their own channel (pub/sub,
 // LISTEN/NOTIFY, a watch, a map of grants) and return its subscriptions.
 // The zero Notifier is ready to use.
 type Notifier struct {
@@ -17,7 +19,7 @@ type Notifier struct {
 
 // Subscribe registers interest in keys. Every Notify of one of them after
 // Subscribe returns is delivered to the subscription's next Wait.
-func (n *Notifier) Subscribe(keys ...string) Subscription {
+func (n *Notifier) Subscribe(keys ...string) lock.Subscription {
 	s := &subscription{n: n, keys: keys, ch: make(chan struct{}, 1)}
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -79,7 +81,7 @@ func (s *subscription) notify() {
 }
 
 func (s *subscription) Wait(ctx context.Context, hint time.Duration) error {
-	if err := CheckContext(ctx); err != nil {
+	if err := checkContext(ctx); err != nil {
 		return err
 	}
 	var timeout <-chan time.Time

@@ -1,0 +1,86 @@
+package backendkit
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/internal/kit"
+)
+
+// ScopeName is the OpenTelemetry instrumentation scope of every leasehold
+// meter and tracer.
+const ScopeName = "github.com/leasehold-go/leasehold"
+
+// Telemetry holds the OpenTelemetry instruments of the lock layer, for
+// the providers of one lock.Config (WithMeterProvider, WithTracerProvider).
+// The instruments are built once per (meter provider, tracer provider)
+// pair and shared; every package of leasehold records through them, so the
+// names below are the whole lock vocabulary:
+//
+//	leasehold.lock.attempt.duration  histogram, s   one TryAcquire at the backend; outcome=acquired|busy|error
+//	leasehold.lock.releases          counter        Release at the backend; outcome=released|lost|error
+//	leasehold.lock.wait.duration     histogram, s   Acquire, blocking; outcome=acquired|cancelled|error
+//	leasehold.lock.renewals          counter        Keep's Extend calls; outcome=renewed|lost|refused|unknown
+//	leasehold.lock.losses            counter        leases lost; reason=renewal|deadline|backend
+//	leasehold.lock.leases.active     up-down counter leases held under Keep
+//
+// Backend metrics carry leasehold.backend (memlock, redislock, ...).
+type Telemetry struct {
+	// Tracer makes the spans of the lock layer under ScopeName: one per
+	// blocking Acquire, named leasehold.lock.Acquire.
+	Tracer trace.Tracer
+	// Meter made the instruments above, under ScopeName; packages built
+	// on lock (semaphore, leader, timers, jobs) make their own from it.
+	Meter metric.Meter
+
+	t *kit.Telemetry
+}
+
+// TelemetryOf returns the instruments for cfg's providers, creating them on
+// first use. With the default global providers they are no-ops until an
+// application installs an SDK (and then they forward to it).
+func TelemetryOf(cfg *lock.Config) *Telemetry {
+	t := kit.TelemetryOf(cfg.MeterProvider, cfg.TracerProvider)
+	return &Telemetry{Tracer: t.Tracer, Meter: t.Meter, t: t}
+}
+
+// BackendMetrics records a backend's own operations.
+type BackendMetrics struct{ b *kit.Backend }
+
+// Backend returns the recorder for the backend called name.
+func (t *Telemetry) Backend(name string) *BackendMetrics {
+	return &BackendMetrics{t.t.Backend(name)}
+}
+
+// Attempt records one acquire attempt that started at start and ended with
+// err: acquired (nil), busy (lock.ErrNotAcquired) or error.
+func (b *BackendMetrics) Attempt(ctx context.Context, start time.Time, err error) {
+	o := "acquired"
+	switch {
+	case err == nil:
+	case errors.Is(err, lock.ErrNotAcquired):
+		o = "busy"
+	default:
+		o = "error"
+	}
+	b.b.Attempt(ctx, start, o)
+}
+
+// Release records the outcome of one Release: released (nil), lost
+// (lock.ErrLost) or error.
+func (b *BackendMetrics) Release(ctx context.Context, err error) {
+	o := "released"
+	switch {
+	case err == nil:
+	case errors.Is(err, lock.ErrLost):
+		o = "lost"
+	default:
+		o = "error"
+	}
+	b.b.Release(ctx, o)
+}

@@ -1,0 +1,51 @@
+// Package kit holds what package lock and package backendkit share: the
+// telemetry instruments, the token's context key, Sleep, and the hooks
+// through which lock hands backendkit the functions whose only copy lives
+// in lock (lock cannot import backendkit, which imports lock).
+package kit
+
+import (
+	"context"
+	"time"
+)
+
+// Hooks set by package lock when it is initialised (before any package
+// that imports it), and read by backendkit. Each holds a func value of the
+// type written beside it.
+var (
+	// AcquireWith is lock's waiting loop: func(context.Context, *lock.Config,
+	// lock.Lock, []string, func(context.Context) (lock.Handle, error)) (lock.Handle, error).
+	AcquireWith any
+	// CheckContext is func(context.Context) error.
+	CheckContext any
+	// Validate is func(context.Context, string, time.Duration, lock.Limits) error.
+	Validate any
+	// Lost is func(reason string) error.
+	Lost any
+)
+
+// Sleep waits for d or until ctx ends, whichever comes first, and returns
+// ctx's cause in the second case.
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+type tokenKey struct{}
+
+// WithToken returns a copy of ctx that carries a fencing token.
+func WithToken(ctx context.Context, token uint64) context.Context {
+	return context.WithValue(ctx, tokenKey{}, token)
+}
+
+// Token returns the fencing token carried by ctx, if any.
+func Token(ctx context.Context) (uint64, bool) {
+	t, ok := ctx.Value(tokenKey{}).(uint64)
+	return t, ok
+}
