@@ -243,7 +243,11 @@ type unaccounted struct {
 // lost the registry's data (Redis without persistence).
 func (h *history) unfinished(ctx context.Context, reg jobs.Registry, q *queue) []unaccounted {
 	lg := h.Jobs
-	inflight, err := reg.InFlight(ctx, 100000)
+	view, ok := reg.(jobs.Inspector) // the checker reads the operator's view
+	if !ok {
+		return []unaccounted{{Why: fmt.Sprintf("the registry %T cannot list its jobs (no jobs.Inspector)", reg)}}
+	}
+	inflight, err := view.InFlight(ctx, 100000)
 	if err != nil {
 		return []unaccounted{{Why: "the registry did not answer: " + err.Error()}}
 	}

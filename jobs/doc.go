@@ -41,7 +41,12 @@
 // recoverer that dies between 2 and 3 requeues the job again — and Attempt
 // and Epoch let handlers detect it. Recoveries are counted apart from
 // ordinary failures: a job that keeps killing its workers ("poison") ends
-// in the dead set, where it can be listed, retried (RetryDead) or purged.
+// in the dead set, where it can be retried (RetryDead, Revive) or purged.
+//
+// A Registry is the recovery protocol alone. Inspector is the operator's
+// optional view of one, as lock.Inspector is of a backend: counts and
+// listings without payloads, for the leasehold CLI and dashboard.
+// memjobs, redisjobs and pgjobs implement both.
 //
 // # Timing
 //

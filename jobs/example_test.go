@@ -129,3 +129,35 @@ func ExampleRunner_RetryDead() {
 	// requeued poison attempt 0
 	// <nil>
 }
+
+func ExampleInspector() {
+	ctx := context.Background()
+	var reg jobs.Registry = memjobs.New() // or redisjobs / pgjobs: each is an Inspector too
+	_, _ = reg.Track(ctx, jobs.Job{ID: "invoice-42", Payload: []byte(`{"customer": 7}`), Owner: "worker-1"}, time.Minute)
+	poison, _ := reg.Track(ctx, jobs.Job{ID: "report-9", Payload: []byte("…"), Owner: "worker-2", Attempt: 3}, time.Minute)
+	_ = reg.Bury(ctx, poison.Ref(), "recovered 3 times (MaxRetries 2)")
+	// The operator's view is optional: ask the registry for it.
+	view, ok := reg.(jobs.Inspector)
+	if !ok {
+		fmt.Println("this registry cannot list its jobs")
+		return
+	}
+	c, _ := view.Counts(ctx)
+	fmt.Printf("%d in flight (%d expired), %d dead\n", c.Tracked, c.Expired, c.Dead)
+	in, _ := view.InFlight(ctx, 10)
+	for _, j := range in {
+		fmt.Println("in flight:", j.ID, "owned by", j.Owner, "payload listed:", j.Payload != nil)
+	}
+	dead, _ := view.Dead(ctx, 10)
+	for _, d := range dead {
+		fmt.Println("dead:", d.ID, "attempt", d.Attempt, "-", d.Reason)
+	}
+	// One dead job whole, payload included, is the protocol's DeadJob.
+	d, _ := reg.DeadJob(ctx, "report-9")
+	fmt.Println(string(d.Payload))
+	// Output:
+	// 1 in flight (0 expired), 1 dead
+	// in flight: invoice-42 owned by worker-1 payload listed: false
+	// dead: report-9 attempt 3 - recovered 3 times (MaxRetries 2)
+	// …
+}

@@ -32,10 +32,16 @@ func TestMain(m *testing.M) {
 	testenv.Main(m)
 }
 
+// listed is a registry with its operator view, which the tests read.
+type listed interface {
+	jobs.Registry
+	jobs.Inspector
+}
+
 // store is a registry kind under test, with what a child needs to open it.
 type store struct {
 	name  string
-	open  func(t testing.TB, ns string) jobs.Registry
+	open  func(t testing.TB, ns string) listed
 	env   []string
 	locks func(testing.TB) backends.Backend // the recovery election's backend
 }
@@ -44,7 +50,7 @@ func stores(t *testing.T) []store {
 	rs := testenv.Redis(t)
 	ps := testenv.Postgres(t)
 	return []store{
-		{"redis", func(t testing.TB, ns string) jobs.Registry {
+		{"redis", func(t testing.TB, ns string) listed {
 			c := redis.NewClient(&redis.Options{Addr: rs.Addr()})
 			t.Cleanup(func() { _ = c.Close() })
 			r, err := redisjobs.New(c, ns)
@@ -53,7 +59,7 @@ func stores(t *testing.T) []store {
 			}
 			return r
 		}, append(rs.Env(), "JOBS_STORE=redis"), backends.Redis},
-		{"postgres", func(t testing.TB, ns string) jobs.Registry {
+		{"postgres", func(t testing.TB, ns string) listed {
 			pool, err := pgxpool.New(context.Background(), ps.DSN())
 			if err != nil {
 				t.Fatal(err)

@@ -28,8 +28,9 @@ type Job struct {
 	// flight (tracking an ID again replaces its entry).
 	ID string
 	// Payload is what the job needs to run again elsewhere, stored as is
-	// (the registry does not read it). The operator listings (InFlight,
-	// Dead) leave it nil; Track, Expired, Reclaim and DeadJob carry it.
+	// (the registry does not read it). The operator listings
+	// (Inspector.InFlight and Inspector.Dead) leave it nil; Track, Expired,
+	// Reclaim and DeadJob carry it.
 	Payload []byte
 	// Owner is the identity of the worker (or recoverer) that holds it.
 	Owner string
@@ -76,20 +77,20 @@ type DeadJob struct {
 	Reason string
 }
 
-// Counts summarises a registry.
+// Counts summarises a registry, as Inspector.Counts reports it.
 type Counts struct {
 	Tracked int64 // in flight, expired ones included
 	Expired int64 // in flight with a past deadline
 	Dead    int64
 }
 
-// Registry is the durable in-flight state of jobs. jobs/memjobs,
-// jobs/redisjobs and jobs/pgjobs implement it; jobs/registrytest is the
+// Registry is the durable in-flight state of jobs: the recovery protocol
+// that Runner, RetryDead and Revive drive. jobs/memjobs, jobs/redisjobs and
+// jobs/pgjobs implement it, and Inspector too; jobs/registrytest is the
 // conformance suite every implementation runs. Deadlines are on the
 // registry's clock (the server's), never the caller's. Every method is one
 // round trip. A listing's limit is any int: 0 or less lists all, and a
-// limit above what there is lists all there is. The operator listings
-// (InFlight, Dead) carry no payloads: DeadJob returns one dead job whole.
+// limit above what there is lists all there is.
 type Registry interface {
 	// Track records a started job with a fresh epoch and a deadline lease
 	// from now, replacing any entry of the same ID (which then goes stale).
@@ -113,7 +114,8 @@ type Registry interface {
 	// deadline first, through an index ordered by deadline: its cost grows
 	// with the number of expired jobs, not the number tracked. It lists
 	// them whole, payloads included: it is the recovery scan's, which
-	// requeues them (an operator's view lists InFlight, without them).
+	// requeues them (an operator's view lists Inspector.InFlight, without
+	// them).
 	Expired(ctx context.Context, limit int) ([]Job, error)
 	// Reclaim takes an expired job over if its epoch still matches and its
 	// deadline has still passed: a new epoch, Attempt+1, owner by, a
@@ -127,21 +129,30 @@ type Registry interface {
 	// Bury moves the job to the dead set if its epoch matches, else
 	// ErrStale. The reason is checked by CheckBury.
 	Bury(ctx context.Context, ref Ref, reason string) error
-	// Dead lists up to limit dead jobs, the most recent first. It is an
-	// operator listing: no payloads (Payload is nil, and the payloads
-	// stay on the server); DeadJob returns one dead job whole.
-	Dead(ctx context.Context, limit int) ([]DeadJob, error)
 	// DeadJob returns one dead job whole, payload included, or
-	// ErrNotFound.
+	// ErrNotFound: what RetryDead and Revive put back in flight.
 	DeadJob(ctx context.Context, id string) (DeadJob, error)
-	// Purge deletes a dead job, or returns ErrNotFound.
+	// Purge deletes a dead job, or returns ErrNotFound: the last step of
+	// RetryDead and Revive, and an operator's way to drop a job for good.
 	Purge(ctx context.Context, id string) error
+}
+
+// Inspector is implemented by registries that can list their jobs for an
+// operator (the leasehold CLI and dashboard), as lock.Inspector is by
+// backends that can say who holds what. It is read-only and not part of
+// the recovery protocol: Runner never calls it. Its listings carry no
+// payloads (Payload is nil, and the payloads stay on the server, whatever
+// their size): Registry.DeadJob returns one dead job whole, and
+// Registry.Expired lists expired jobs whole for the recovery scan. A limit
+// is any int, as in Registry. A wrapper that hides its registry should
+// implement it too, by passing the calls on.
+type Inspector interface {
 	// Counts reports how many jobs are tracked, expired and dead.
 	Counts(ctx context.Context) (Counts, error)
 	// InFlight lists up to limit tracked jobs, ordered by deadline
-	// (earliest first, so the expired ones come first). It is an operator
-	// listing: no payloads (Payload is nil, and the payloads stay on the
-	// server), whatever their size; Expired, for the recovery scan, lists
-	// them with theirs.
+	// (earliest first, so the expired ones come first), without payloads.
 	InFlight(ctx context.Context, limit int) ([]Job, error)
+	// Dead lists up to limit dead jobs, the most recent first, without
+	// payloads.
+	Dead(ctx context.Context, limit int) ([]DeadJob, error)
 }

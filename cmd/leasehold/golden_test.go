@@ -104,9 +104,8 @@ func fillMem(t *testing.T, url string) (stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	must(reg.Track(ctx, jobs.Job{ID: "dead-1", Owner: "host-b", Attempt: 5}, time.Second))
-	in := must(reg.InFlight(ctx, 1))
-	if err := reg.Bury(ctx, in[0].Ref(), "recovered 5 times (MaxRetries 5): its workers keep crashing"); err != nil {
+	dead := must(reg.Track(ctx, jobs.Job{ID: "dead-1", Owner: "host-b", Attempt: 5}, time.Second))
+	if err := reg.Bury(ctx, dead.Ref(), "recovered 5 times (MaxRetries 5): its workers keep crashing"); err != nil {
 		t.Fatal(err)
 	}
 	must(reg.Track(ctx, jobs.Job{ID: "expired-1", Owner: "host-c", Attempt: 1}, time.Second))

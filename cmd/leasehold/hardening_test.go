@@ -231,7 +231,7 @@ func TestTablesQuote(t *testing.T) {
 	if out, errOut, code := run(t, "jobs", "purge", `"job\xfftwo"`, "--yes", "--backend", url); code != cli.ExitOK || hasByte(out, 0xff) {
 		t.Fatalf("purge by the quoted ID: exit %d, %q %s", code, out, errOut)
 	}
-	if c := must(reg.Counts(ctx)); c.Dead != 0 {
+	if c := must(reg.(jobs.Inspector).Counts(ctx)); c.Dead != 0 {
 		t.Fatalf("dead jobs left: %+v", c)
 	}
 	_, errOut, code := run(t, "release", `"evil\x1b[31m\nforged\trow"`, "--backend", url)

@@ -18,8 +18,8 @@ import (
 	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
-// Registry is an in-process jobs.Registry. The zero value is not usable;
-// call New.
+// Registry is an in-process jobs.Registry and jobs.Inspector. The zero
+// value is not usable; call New.
 type Registry struct {
 	mu    sync.Mutex
 	byID  map[string]*entry
@@ -45,7 +45,10 @@ type entry struct {
 	index int // in the heap
 }
 
-var _ jobs.Registry = (*Registry)(nil)
+var (
+	_ jobs.Registry  = (*Registry)(nil)
+	_ jobs.Inspector = (*Registry)(nil)
+)
 
 // New returns an empty registry.
 func New() *Registry {
@@ -260,7 +263,7 @@ func (r *Registry) Bury(ctx context.Context, ref jobs.Ref, reason string) error 
 	return nil
 }
 
-// Dead implements jobs.Registry: up to limit (0: all) dead jobs, the most
+// Dead implements jobs.Inspector: up to limit (0: all) dead jobs, the most
 // recent death first (ties by ID), without their payloads. It sorts the
 // whole dead set.
 func (r *Registry) Dead(ctx context.Context, limit int) ([]jobs.DeadJob, error) {
@@ -315,7 +318,7 @@ func (r *Registry) Purge(ctx context.Context, id string) error {
 	return nil
 }
 
-// Counts implements jobs.Registry: tracked and dead are map sizes; expired
+// Counts implements jobs.Inspector: tracked and dead are map sizes; expired
 // walks the due part of the deadline heap.
 func (r *Registry) Counts(ctx context.Context) (jobs.Counts, error) {
 	expired, err := r.Expired(ctx, 0)
@@ -327,7 +330,7 @@ func (r *Registry) Counts(ctx context.Context) (jobs.Counts, error) {
 	return jobs.Counts{Tracked: int64(len(r.byID)), Expired: int64(len(expired)), Dead: int64(len(r.dead))}, nil
 }
 
-// InFlight implements jobs.Registry: up to limit (0: all) tracked jobs,
+// InFlight implements jobs.Inspector: up to limit (0: all) tracked jobs,
 // earliest deadline first, without their payloads: a walk of the deadline
 // heap, O(k log k) for the k it returns.
 func (r *Registry) InFlight(ctx context.Context, limit int) ([]jobs.Job, error) {

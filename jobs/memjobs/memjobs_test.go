@@ -17,6 +17,20 @@ func TestConformance(t *testing.T) {
 	registrytest.Run(t, func(testing.TB) jobs.Registry { return memjobs.New() })
 }
 
+// protocolOnly hides a registry's operator view: a registry that is only a
+// jobs.Registry, as a third party may write.
+type protocolOnly struct{ jobs.Registry }
+
+// TestConformanceWithoutTheView: the suite runs on a registry that is no
+// jobs.Inspector, checking the recovery protocol alone (the view's own
+// cases skip).
+func TestConformanceWithoutTheView(t *testing.T) {
+	if _, ok := jobs.Registry(protocolOnly{}).(jobs.Inspector); ok {
+		t.Fatal("protocolOnly is a jobs.Inspector")
+	}
+	registrytest.Run(t, func(testing.TB) jobs.Registry { return protocolOnly{memjobs.New()} })
+}
+
 // A completed epoch is remembered for jobs.DoneWindow: a Done retried
 // within it returns nil, one retried after it ErrStale (the marker is
 // dropped: the registry does not grow with its history).

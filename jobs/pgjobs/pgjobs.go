@@ -51,7 +51,7 @@ import (
 	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
-// Registry is a jobs.Registry on PostgreSQL.
+// Registry is a jobs.Registry and jobs.Inspector on PostgreSQL.
 type Registry struct {
 	pool  *pgxpool.Pool
 	table string
@@ -61,7 +61,10 @@ type Registry struct {
 	ready   bool
 }
 
-var _ jobs.Registry = (*Registry)(nil)
+var (
+	_ jobs.Registry  = (*Registry)(nil)
+	_ jobs.Inspector = (*Registry)(nil)
+)
 
 var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,50}$`)
 
@@ -369,7 +372,7 @@ func (r *Registry) Expired(ctx context.Context, limit int) ([]jobs.Job, error) {
 	return r.list(ctx, r.q.expired, limit, true)
 }
 
-// InFlight implements jobs.Registry: one SELECT of the tracked jobs in
+// InFlight implements jobs.Inspector: one SELECT of the tracked jobs in
 // deadline order, up to limit (0: all), of every column but the payload:
 // the payloads never leave the server.
 func (r *Registry) InFlight(ctx context.Context, limit int) ([]jobs.Job, error) {
@@ -452,7 +455,7 @@ func scanDead(row pgx.Row, whole bool) (jobs.DeadJob, error) {
 	return d, err
 }
 
-// Dead implements jobs.Registry: one SELECT of the dead table by its index
+// Dead implements jobs.Inspector: one SELECT of the dead table by its index
 // on the time of death, the most recent first, up to limit (0: all), of
 // every column but the payload: the payloads never leave the server
 // (DeadJob reads one).
@@ -511,7 +514,7 @@ func (r *Registry) Purge(ctx context.Context, id string) error {
 	return nil
 }
 
-// Counts implements jobs.Registry: one statement of three counts; the
+// Counts implements jobs.Inspector: one statement of three counts; the
 // tracked and dead counts scan their tables (they grow with the number of
 // jobs), the expired count is a range of the deadline index.
 func (r *Registry) Counts(ctx context.Context) (jobs.Counts, error) {

@@ -98,14 +98,17 @@ const (
 	fieldSep  = "\x1f"
 )
 
-// Registry is a jobs.Registry on Redis.
+// Registry is a jobs.Registry and jobs.Inspector on Redis.
 type Registry struct {
 	c      redis.UniversalClient
 	ns     string           // "{<namespace>}:"
 	bounds rediscall.Bounds // calls end with their context (also without ContextTimeoutEnabled)
 }
 
-var _ jobs.Registry = (*Registry)(nil)
+var (
+	_ jobs.Registry  = (*Registry)(nil)
+	_ jobs.Inspector = (*Registry)(nil)
+)
 
 // New returns the registry called namespace ("" for "leasehold:jobs") on c.
 func New(c redis.UniversalClient, namespace string) (*Registry, error) {
@@ -223,7 +226,7 @@ func (r *Registry) Expired(ctx context.Context, limit int) ([]jobs.Job, error) {
 	return r.list(ctx, limit, false)
 }
 
-// InFlight implements jobs.Registry: one script over the whole deadline
+// InFlight implements jobs.Inspector: one script over the whole deadline
 // index, earliest deadline first, up to limit (0: all). The script reads
 // no payload field: the payloads never leave the server.
 func (r *Registry) InFlight(ctx context.Context, limit int) ([]jobs.Job, error) {
@@ -317,7 +320,7 @@ func (r *Registry) Bury(ctx context.Context, ref jobs.Ref, reason string) error 
 	return nil
 }
 
-// Dead implements jobs.Registry: one script reads the dead-set index, the
+// Dead implements jobs.Inspector: one script reads the dead-set index, the
 // most recent death first, up to limit (0: all). The script reads no
 // payload field: the payloads never leave the server (DeadJob reads one).
 func (r *Registry) Dead(ctx context.Context, limit int) ([]jobs.DeadJob, error) {
@@ -378,7 +381,7 @@ func (r *Registry) Purge(ctx context.Context, id string) error {
 	return nil
 }
 
-// Counts implements jobs.Registry: one script, ZCARD and ZCOUNT of the
+// Counts implements jobs.Inspector: one script, ZCARD and ZCOUNT of the
 // indexes (expired up to server time): O(log n), never a walk of the jobs.
 func (r *Registry) Counts(ctx context.Context) (jobs.Counts, error) {
 	if err := backendkit.CheckContext(ctx); err != nil {

@@ -6,6 +6,14 @@
 //
 // The factory returns a registry over fresh, empty state (its own namespace
 // or table prefix) for each call.
+//
+// The operator's view (jobs.Inspector) is optional: when the registry
+// implements it, the suite checks it too — its counts and listings after
+// each step, and the cases about it alone (ListingLimits' InFlight and
+// Dead, ListingsHaveNoPayloads); a registry without it runs the recovery
+// protocol's checks only, and the view's cases skip. memjobs, redisjobs
+// and pgjobs implement it (asserted at compile time), so nothing of theirs
+// skips.
 package registrytest
 
 import (
@@ -48,6 +56,24 @@ func Run(t *testing.T, newRegistry func(t testing.TB) jobs.Registry) {
 			tc.fn(t, newRegistry(t))
 		})
 	}
+}
+
+// withView runs check with r's operator view when r has one
+// (jobs.Inspector); a registry without it leaves the check out.
+func withView(r jobs.Registry, check func(v jobs.Inspector)) {
+	if v, ok := r.(jobs.Inspector); ok {
+		check(v)
+	}
+}
+
+// needView returns r's operator view, or skips t when r has none.
+func needView(t *testing.T, r jobs.Registry) jobs.Inspector {
+	t.Helper()
+	v, ok := r.(jobs.Inspector)
+	if !ok {
+		t.Skipf("%T is no jobs.Inspector: the operator's view is optional", r)
+	}
+	return v
 }
 
 func ctxFor(t testing.TB) context.Context {
@@ -106,21 +132,30 @@ func trackAndDone(t *testing.T, r jobs.Registry) {
 	if d := j.Deadline.Sub(before); d < 50*time.Second || d > 70*time.Second {
 		t.Fatalf("deadline %v after now, want about the 1 min lease", d)
 	}
-	in, err := r.InFlight(ctx, 10)
-	if err != nil || len(in) != 1 || in[0].ID != "a" || in[0].Epoch != j.Epoch || in[0].Payload != nil {
-		t.Fatalf("InFlight = %+v, %v", in, err)
-	}
-	if c, err := r.Counts(ctx); err != nil || c != (jobs.Counts{Tracked: 1}) {
-		t.Fatalf("Counts = %+v, %v", c, err)
-	}
+	withView(r, func(v jobs.Inspector) {
+		in, err := v.InFlight(ctx, 10)
+		if err != nil || len(in) != 1 || in[0].ID != "a" || in[0].Epoch != j.Epoch || in[0].Payload != nil {
+			t.Fatalf("InFlight = %+v, %v", in, err)
+		}
+		checkCounts(t, v, jobs.Counts{Tracked: 1})
+	})
 	if err := r.Done(ctx, j.Ref()); err != nil {
 		t.Fatalf("Done: %v", err)
 	}
 	if err := r.Done(ctx, j.Ref()); err != nil {
 		t.Fatalf("second Done of the completed epoch: %v, want nil", err)
 	}
-	if c, err := r.Counts(ctx); err != nil || c != (jobs.Counts{}) {
-		t.Fatalf("Counts after Done = %+v, %v", c, err)
+	if lost, err := r.Heartbeat(ctx, []jobs.Ref{j.Ref()}, time.Minute); err != nil || len(lost) != 1 {
+		t.Fatalf("Heartbeat after Done: lost %v, %v; want the job gone", lost, err)
+	}
+	withView(r, func(v jobs.Inspector) { checkCounts(t, v, jobs.Counts{}) })
+}
+
+// checkCounts fails unless v counts want.
+func checkCounts(t testing.TB, v jobs.Inspector, want jobs.Counts) {
+	t.Helper()
+	if c, err := v.Counts(ctxFor(t)); err != nil || c != want {
+		t.Fatalf("Counts = %+v, %v; want %+v", c, err, want)
 	}
 }
 
@@ -180,9 +215,7 @@ func expiredOrder(t *testing.T, r jobs.Registry) {
 	if !slices.Equal(ids, []string{"e", "d", "c"}) {
 		t.Fatalf("Expired(3) = %v, want the three earliest deadlines [e d c]", ids)
 	}
-	if c, err := r.Counts(ctx); err != nil || c.Tracked != 6 || c.Expired != 5 {
-		t.Fatalf("Counts = %+v, %v", c, err)
-	}
+	withView(r, func(v jobs.Inspector) { checkCounts(t, v, jobs.Counts{Tracked: 6, Expired: 5}) })
 }
 
 func reclaim(t *testing.T, r jobs.Registry) {
@@ -217,9 +250,10 @@ func reclaim(t *testing.T, r jobs.Registry) {
 	if err := r.Remove(ctx, c.Ref()); err != nil {
 		t.Fatalf("Remove after a requeue: %v", err)
 	}
-	if cnt, _ := r.Counts(ctx); cnt.Tracked != 1 {
-		t.Fatalf("Counts after Remove: %+v", cnt)
+	if lost, err := r.Heartbeat(ctx, []jobs.Ref{live.Ref(), c.Ref()}, time.Minute); err != nil || !slices.Equal(lost, []string{"crashed"}) {
+		t.Fatalf("Heartbeat after Remove: lost %v, %v; want only the removed job", lost, err)
 	}
+	withView(r, func(v jobs.Inspector) { checkCounts(t, v, jobs.Counts{Tracked: 1}) })
 }
 
 func deadSet(t *testing.T, r jobs.Registry) {
@@ -234,19 +268,24 @@ func deadSet(t *testing.T, r jobs.Registry) {
 	if err := r.Bury(ctx, c.Ref(), "crashed its workers"); err != nil {
 		t.Fatalf("Bury: %v", err)
 	}
-	dead, err := r.Dead(ctx, 10)
-	if err != nil || len(dead) != 1 {
-		t.Fatalf("Dead = %+v, %v", dead, err)
-	}
-	d := dead[0]
-	if d.ID != "poison" || d.Reason != "crashed its workers" || d.Attempt != 1 || len(d.History) != 1 || d.Payload != nil || d.DiedAt.IsZero() {
-		t.Fatalf("dead job %+v", d)
-	}
-	if one, err := r.DeadJob(ctx, "poison"); err != nil || one.Epoch != c.Epoch || string(one.Payload) != "payload of poison" {
+	withView(r, func(v jobs.Inspector) {
+		dead, err := v.Dead(ctx, 10)
+		if err != nil || len(dead) != 1 {
+			t.Fatalf("Dead = %+v, %v", dead, err)
+		}
+		d := dead[0]
+		if d.ID != "poison" || d.Reason != "crashed its workers" || d.Attempt != 1 || len(d.History) != 1 || d.Payload != nil || d.DiedAt.IsZero() {
+			t.Fatalf("dead job %+v", d)
+		}
+		checkCounts(t, v, jobs.Counts{Dead: 1})
+	})
+	one, err := r.DeadJob(ctx, "poison")
+	if err != nil || one.ID != "poison" || one.Epoch != c.Epoch || string(one.Payload) != "payload of poison" ||
+		one.Reason != "crashed its workers" || one.Attempt != 1 || len(one.History) != 1 || one.DiedAt.IsZero() {
 		t.Fatalf("DeadJob = %+v, %v", one, err)
 	}
-	if cnt, _ := r.Counts(ctx); cnt != (jobs.Counts{Dead: 1}) {
-		t.Fatalf("Counts = %+v", cnt)
+	if got, err := r.Expired(ctx, 0); err != nil || len(got) != 0 {
+		t.Fatalf("a buried job is still expired: %+v, %v", got, err)
 	}
 	if err := r.Purge(ctx, "poison"); err != nil {
 		t.Fatalf("Purge: %v", err)
@@ -298,9 +337,11 @@ func doneIdempotent(t *testing.T, r jobs.Registry) {
 			t.Fatalf("Done #%d of the same epoch: %v, want nil", i+1, err)
 		}
 	}
-	if in, err := r.InFlight(ctx, 0); err != nil || len(in) != 0 {
-		t.Fatalf("InFlight after Done: %+v, %v", in, err)
-	}
+	withView(r, func(v jobs.Inspector) {
+		if in, err := v.InFlight(ctx, 0); err != nil || len(in) != 0 {
+			t.Fatalf("InFlight after Done: %+v, %v", in, err)
+		}
+	})
 	// The ID tracked again: the completed epoch still answers nil, and its
 	// retried Done leaves the new epoch alone.
 	a2 := track(t, r, "a", time.Minute)
@@ -340,9 +381,7 @@ func doneIdempotent(t *testing.T, r jobs.Registry) {
 	}
 	expectStale(t, r.Done(ctx, x.Ref()), "Done of a removed epoch")
 	expectStale(t, r.Done(ctx, jobs.Ref{ID: "never-tracked", Epoch: 1}), "Done of a job never tracked")
-	if cnt, err := r.Counts(ctx); err != nil || cnt != (jobs.Counts{}) {
-		t.Fatalf("Counts = %+v, %v", cnt, err)
-	}
+	withView(r, func(v jobs.Inspector) { checkCounts(t, v, jobs.Counts{}) })
 }
 
 // OddIDs are job IDs that are valid (1 to lock.MaxKeyLen bytes) but
@@ -369,11 +408,13 @@ func opaqueIDs(t *testing.T, r jobs.Registry) {
 		byID[id] = j
 		refs = append(refs, j.Ref())
 	}
-	in, err := r.InFlight(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkIDs(t, "InFlight", in, byID)
+	withView(r, func(v jobs.Inspector) {
+		in, err := v.InFlight(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkIDs(t, "InFlight", in, byID)
+	})
 	if lost, err := r.Heartbeat(ctx, refs, 300*time.Millisecond); err != nil || len(lost) != 0 {
 		t.Fatalf("Heartbeat: lost %q, %v", lost, err)
 	}
@@ -395,22 +436,24 @@ func opaqueIDs(t *testing.T, r jobs.Registry) {
 			t.Fatalf("Bury(%.40q): %v", j.ID, err)
 		}
 	}
-	dead, err := r.Dead(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var deadJobs []jobs.Job
-	for _, d := range dead {
-		if d.Reason != reason || len(d.History) != 1 {
-			t.Fatalf("dead job %.40q: reason %q, history %+v", d.ID, d.Reason, d.History)
+	withView(r, func(v jobs.Inspector) {
+		dead, err := v.Dead(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
 		}
-		deadJobs = append(deadJobs, d.Job)
-	}
-	checkIDs(t, "Dead", deadJobs, byID)
+		var deadJobs []jobs.Job
+		for _, d := range dead {
+			if d.Reason != reason || len(d.History) != 1 {
+				t.Fatalf("dead job %.40q: reason %q, history %+v", d.ID, d.Reason, d.History)
+			}
+			deadJobs = append(deadJobs, d.Job)
+		}
+		checkIDs(t, "Dead", deadJobs, byID)
+	})
 	for i, id := range OddIDs {
 		d, err := r.DeadJob(ctx, id)
-		if err != nil || d.ID != id || d.Reason != reason {
-			t.Fatalf("DeadJob(%.40q) = %.40q %q, %v", id, d.ID, d.Reason, err)
+		if err != nil || d.ID != id || d.Reason != reason || len(d.History) != 1 {
+			t.Fatalf("DeadJob(%.40q) = %.40q %q %+v, %v", id, d.ID, d.Reason, d.History, err)
 		}
 		if i%2 == 0 {
 			if err := r.Purge(ctx, id); err != nil {
@@ -429,9 +472,15 @@ func opaqueIDs(t *testing.T, r jobs.Registry) {
 			}
 		}
 	}
-	if cnt, err := r.Counts(ctx); err != nil || cnt != (jobs.Counts{}) {
-		t.Fatalf("Counts = %+v, %v", cnt, err)
+	for _, id := range OddIDs {
+		if _, err := r.DeadJob(ctx, id); !errors.Is(err, jobs.ErrNotFound) {
+			t.Fatalf("DeadJob(%.40q) after its purge or revival: %v, want ErrNotFound", id, err)
+		}
 	}
+	if got, err := r.Expired(ctx, 0); err != nil || len(got) != 0 {
+		t.Fatalf("Expired after every job completed: %d jobs, %v", len(got), err)
+	}
+	withView(r, func(v jobs.Inspector) { checkCounts(t, v, jobs.Counts{}) })
 }
 
 // checkIDs fails unless got holds exactly the jobs of want, by ID and
@@ -499,9 +548,14 @@ func ownersAndReasons(t *testing.T, r jobs.Registry) {
 			t.Errorf("%s: %v, want ErrInvalidArgument naming %s", tc.name, tc.err, tc.arg)
 		}
 	}
-	if in, err := r.InFlight(ctx, 0); err != nil || len(in) != 0 {
-		t.Fatalf("refused input left jobs in flight: %+v, %v", in, err)
+	if lost, err := r.Heartbeat(ctx, []jobs.Ref{{ID: "j", Epoch: 1}}, time.Minute); err != nil || len(lost) != 1 {
+		t.Fatalf("refused input left a job in flight: Heartbeat lost %v, %v", lost, err)
 	}
+	withView(r, func(v jobs.Inspector) {
+		if in, err := v.InFlight(ctx, 0); err != nil || len(in) != 0 {
+			t.Fatalf("refused input left jobs in flight: %+v, %v", in, err)
+		}
+	})
 
 	owner, by := "worker α/7 (pid 42) {host}", "recoverer β"
 	start := time.Now()
@@ -526,10 +580,15 @@ func ownersAndReasons(t *testing.T, r jobs.Registry) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, err := r.InFlight(ctx, 0)
-	if err != nil || len(in) != 1 || len(in[0].History) != 1 || in[0].History[0].From != owner || in[0].History[0].By != by {
-		t.Fatalf("InFlight after tracking with a history: %+v, %v", in, err)
+	if len(again.History) != 1 || again.History[0].From != owner || again.History[0].By != by || !again.History[0].At.Equal(h.At) {
+		t.Fatalf("Track with a history returned %+v, want %+v", again.History, h)
 	}
+	withView(r, func(v jobs.Inspector) {
+		in, err := v.InFlight(ctx, 0)
+		if err != nil || len(in) != 1 || len(in[0].History) != 1 || in[0].History[0].From != owner || in[0].History[0].By != by {
+			t.Fatalf("InFlight after tracking with a history: %+v, %v", in, err)
+		}
+	})
 	if err := r.Done(ctx, again.Ref()); err != nil {
 		t.Fatal(err)
 	}
@@ -563,13 +622,16 @@ func leaseLimits(t *testing.T, r jobs.Registry) {
 	if lost, err := r.Heartbeat(ctx, []jobs.Ref{j.Ref()}, lock.MaxTTL); err != nil || len(lost) != 0 {
 		t.Fatalf("Heartbeat with lease lock.MaxTTL: lost %v, %v", lost, err)
 	}
-	in, err := r.InFlight(ctx, 0)
-	if err != nil || len(in) != 1 || in[0].Deadline.Sub(before) < lock.MaxTTL-time.Minute {
-		t.Fatalf("InFlight after the longest heartbeat: %+v, %v", in, err)
+	if got, err := r.Expired(ctx, 0); err != nil || len(got) != 0 {
+		t.Fatalf("Expired = %+v, %v: a job of the longest lease must not be expired", got, err)
 	}
-	if c, err := r.Counts(ctx); err != nil || c.Expired != 0 {
-		t.Fatalf("Counts = %+v, %v: a job of the longest lease must not be expired", c, err)
-	}
+	withView(r, func(v jobs.Inspector) {
+		in, err := v.InFlight(ctx, 0)
+		if err != nil || len(in) != 1 || in[0].Deadline.Sub(before) < lock.MaxTTL-time.Minute {
+			t.Fatalf("InFlight after the longest heartbeat: %+v, %v", in, err)
+		}
+		checkCounts(t, v, jobs.Counts{Tracked: 1})
+	})
 	if err := r.Done(ctx, j.Ref()); err != nil {
 		t.Fatal(err)
 	}
@@ -577,7 +639,7 @@ func leaseLimits(t *testing.T, r jobs.Registry) {
 
 // listingLimits: any limit is a valid limit: 0 and below mean all, and a
 // huge one (math.MaxInt) is all there is, never an error from a
-// conversion.
+// conversion (Expired; and InFlight and Dead of the operator's view).
 func listingLimits(t *testing.T, r jobs.Registry) {
 	ctx := ctxFor(t)
 	for _, id := range []string{"a", "b", "c"} {
@@ -586,28 +648,25 @@ func listingLimits(t *testing.T, r jobs.Registry) {
 	waitExpired(t, r, 3)
 	c := track(t, r, "c", 100*time.Millisecond)
 	waitExpired(t, r, 3)
-	if _, err := r.Reclaim(ctx, c.Ref(), "recoverer", time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	c2, err := r.InFlight(ctx, 0)
+	c2, err := r.Reclaim(ctx, c.Ref(), "recoverer", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, j := range c2 {
-		if j.ID == "c" {
-			if err := r.Bury(ctx, j.Ref(), "test"); err != nil {
-				t.Fatal(err)
-			}
-		}
+	if err := r.Bury(ctx, c2.Ref(), "test"); err != nil {
+		t.Fatal(err)
 	}
+	v, view := r.(jobs.Inspector)
 	for _, limit := range []int{math.MaxInt, math.MaxInt32, 1 << 40, 0, -1, math.MinInt} {
 		if got, err := r.Expired(ctx, limit); err != nil || len(got) != 2 {
 			t.Errorf("Expired(%d): %d jobs, %v; want 2", limit, len(got), err)
 		}
-		if got, err := r.InFlight(ctx, limit); err != nil || len(got) != 2 {
+		if !view {
+			continue
+		}
+		if got, err := v.InFlight(ctx, limit); err != nil || len(got) != 2 {
 			t.Errorf("InFlight(%d): %d jobs, %v; want 2", limit, len(got), err)
 		}
-		if got, err := r.Dead(ctx, limit); err != nil || len(got) != 1 {
+		if got, err := v.Dead(ctx, limit); err != nil || len(got) != 1 {
 			t.Errorf("Dead(%d): %d jobs, %v; want 1", limit, len(got), err)
 		}
 	}
@@ -618,6 +677,7 @@ func listingLimits(t *testing.T, r jobs.Registry) {
 // (a view of many jobs must not move their payloads); Expired, which the
 // recovery scan requeues from, and DeadJob, one dead job, return it whole.
 func listingsWithoutPayloads(t *testing.T, r jobs.Registry) {
+	v := needView(t, r)
 	ctx := ctxFor(t)
 	payload := bytes.Repeat([]byte{0, 'p', 0xff}, 10<<10/3)
 	j, err := r.Track(ctx, jobs.Job{ID: "big", Payload: payload, Owner: "worker-a"}, 100*time.Millisecond)
@@ -631,7 +691,7 @@ func listingsWithoutPayloads(t *testing.T, r jobs.Registry) {
 	if expired[0].ID != "big" || !bytes.Equal(expired[0].Payload, payload) {
 		t.Fatalf("Expired: %.40q with a payload of %d bytes, want big with its %d", expired[0].ID, len(expired[0].Payload), len(payload))
 	}
-	in, err := r.InFlight(ctx, 0)
+	in, err := v.InFlight(ctx, 0)
 	if err != nil || len(in) != 2 {
 		t.Fatalf("InFlight = %d jobs, %v", len(in), err)
 	}
@@ -650,7 +710,7 @@ func listingsWithoutPayloads(t *testing.T, r jobs.Registry) {
 	if err := r.Bury(ctx, c.Ref(), "dead with its payload"); err != nil {
 		t.Fatal(err)
 	}
-	dead, err := r.Dead(ctx, 0)
+	dead, err := v.Dead(ctx, 0)
 	if err != nil || len(dead) != 1 {
 		t.Fatalf("Dead = %d jobs, %v", len(dead), err)
 	}

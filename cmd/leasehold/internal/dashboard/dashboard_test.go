@@ -233,7 +233,7 @@ func TestInChromium(t *testing.T) {
 	if _, err := reg.DeadJob(ctx, "invoice-13"); err == nil {
 		t.Fatal("invoice-13 is still in the dead set")
 	}
-	in, err := reg.InFlight(ctx, 10)
+	in, err := reg.(jobs.Inspector).InFlight(ctx, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +310,7 @@ func TestActionsGuarded(t *testing.T) {
 	if code := post(d, form, map[string]string{"Origin": "http://evil.example"}); code != http.StatusForbidden {
 		t.Fatalf("other origin: %d, want 403", code)
 	}
-	if c, _ := src.Jobs.Counts(ctx); c.Dead != 1 {
+	if c, _ := src.Jobs.(jobs.Inspector).Counts(ctx); c.Dead != 1 {
 		t.Fatalf("a refused action changed the registry: %+v", c)
 	}
 	if code := post(d, form, map[string]string{"Sec-Fetch-Site": "same-origin", "Origin": "null"}); code != http.StatusSeeOther {

@@ -103,7 +103,7 @@ func csrfOf(t *testing.T, page string) string {
 }
 
 func deadCount(t *testing.T, src *ops.Source) int64 {
-	c, err := src.Jobs.Counts(t.Context())
+	c, err := src.Jobs.(jobs.Inspector).Counts(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,5 +358,17 @@ func TestManySemaphoresBounded(t *testing.T) {
 	page := get(t, dashboard.New(src, dashboard.Options{Limit: 10}), "/", nil).body
 	if strings.Contains(page, ">s10<") || !strings.Contains(page, ">s09<") || !strings.Contains(page, "… and 5 more semaphores") {
 		t.Fatalf("semaphores not capped at 10:\n%.3000s", page)
+	}
+}
+
+// TestJobsWithoutTheView: on a registry that is no jobs.Inspector (the
+// operator's view is optional) the page shows, in its jobs section, that
+// the registry cannot list its jobs, and the rest of the page as usual.
+func TestJobsWithoutTheView(t *testing.T) {
+	src := memSource(t)
+	src.Jobs = struct{ jobs.Registry }{src.Jobs} // the view hidden
+	r := get(t, dashboard.New(src, dashboard.Options{}), "/", nil)
+	if r.code != http.StatusOK || !strings.Contains(r.body, "cannot list its jobs") || !strings.Contains(r.body, "<h2>Jobs</h2>") {
+		t.Fatalf("%d\n%s", r.code, r.body)
 	}
 }

@@ -30,7 +30,7 @@ func ExampleOpenRegistry() {
 	}
 	defer closeReg()
 	_, _ = reg.Track(ctx, jobs.Job{ID: "j1"}, time.Minute)
-	c, _ := reg.Counts(ctx)
+	c, _ := reg.(jobs.Inspector).Counts(ctx) // the operator's view: the registries it opens have it
 	fmt.Println(c.Tracked)
 	_, _, err = ops.OpenRegistry(ctx, "etcd://127.0.0.1:2379", "", "")
 	fmt.Println(err)

@@ -55,9 +55,9 @@ func countingDial(n *atomic.Int64) func(ctx context.Context, network, addr strin
 func TestJobsStateMovesNoPayload(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		open func(t *testing.T, read *atomic.Int64) jobs.Registry
+		open func(t *testing.T, read *atomic.Int64) listed
 	}{
-		{"redis", func(t *testing.T, read *atomic.Int64) jobs.Registry {
+		{"redis", func(t *testing.T, read *atomic.Int64) listed {
 			c := redis.NewClient(&redis.Options{Addr: testenv.Redis(t).Addr(), Dialer: countingDial(read)})
 			t.Cleanup(func() { _ = c.Close() })
 			r, err := redisjobs.New(c, "ops-test:"+t.Name()+":"+time.Now().Format("150405.000000000"))
@@ -66,7 +66,7 @@ func TestJobsStateMovesNoPayload(t *testing.T) {
 			}
 			return r
 		}},
-		{"postgres", func(t *testing.T, read *atomic.Int64) jobs.Registry {
+		{"postgres", func(t *testing.T, read *atomic.Int64) listed {
 			cfg, err := pgxpool.ParseConfig(testenv.Postgres(t).DSN())
 			if err != nil {
 				t.Fatal(err)
@@ -121,7 +121,7 @@ func TestJobsStateMovesNoPayload(t *testing.T) {
 
 // fill tracks expired jobs, 5 unexpired and dead ones, each with a
 // payload of size bytes.
-func fill(t *testing.T, reg jobs.Registry, size, expired, dead int) {
+func fill(t *testing.T, reg listed, size, expired, dead int) {
 	t.Helper()
 	ctx := t.Context()
 	payload := []byte(strings.Repeat("p", size))

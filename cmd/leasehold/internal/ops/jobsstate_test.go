@@ -2,7 +2,9 @@ package ops_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -11,19 +13,26 @@ import (
 	"github.com/leasehold-go/leasehold/cmd/leasehold/internal/ops"
 	"github.com/leasehold-go/leasehold/jobs"
 	"github.com/leasehold-go/leasehold/jobs/memjobs"
+	"github.com/leasehold-go/leasehold/lock"
 )
+
+// listed is a registry with its operator view (jobs.Inspector).
+type listed interface {
+	jobs.Registry
+	jobs.Inspector
+}
 
 // recordingRegistry records what a view asks of the registry: the limit of
 // each listing call, and the payload bytes the calls return.
 type recordingRegistry struct {
-	jobs.Registry
+	listed
 	mu       sync.Mutex
 	limits   map[string][]int
 	payloads int // bytes of payload returned, by every call
 }
 
-func record(reg jobs.Registry) *recordingRegistry {
-	return &recordingRegistry{Registry: reg, limits: map[string][]int{}}
+func record(reg listed) *recordingRegistry {
+	return &recordingRegistry{listed: reg, limits: map[string][]int{}}
 }
 
 func (c *recordingRegistry) note(call string, limit int, js []jobs.Job) {
@@ -43,19 +52,19 @@ func (c *recordingRegistry) reset() {
 }
 
 func (c *recordingRegistry) InFlight(ctx context.Context, limit int) ([]jobs.Job, error) {
-	js, err := c.Registry.InFlight(ctx, limit)
+	js, err := c.listed.InFlight(ctx, limit)
 	c.note("InFlight", limit, js)
 	return js, err
 }
 
 func (c *recordingRegistry) Expired(ctx context.Context, limit int) ([]jobs.Job, error) {
-	js, err := c.Registry.Expired(ctx, limit)
+	js, err := c.listed.Expired(ctx, limit)
 	c.note("Expired", limit, js)
 	return js, err
 }
 
 func (c *recordingRegistry) Dead(ctx context.Context, limit int) ([]jobs.DeadJob, error) {
-	ds, err := c.Registry.Dead(ctx, limit)
+	ds, err := c.listed.Dead(ctx, limit)
 	js := make([]jobs.Job, len(ds))
 	for i, d := range ds {
 		js[i] = d.Job
@@ -65,7 +74,7 @@ func (c *recordingRegistry) Dead(ctx context.Context, limit int) ([]jobs.DeadJob
 }
 
 func (c *recordingRegistry) DeadJob(ctx context.Context, id string) (jobs.DeadJob, error) {
-	d, err := c.Registry.DeadJob(ctx, id)
+	d, err := c.listed.DeadJob(ctx, id)
 	c.note("DeadJob", 1, []jobs.Job{d.Job})
 	return d, err
 }
@@ -184,4 +193,49 @@ func TestJobsStateBounded(t *testing.T) {
 			t.Fatal("a limit above MaxLimit was accepted")
 		}
 	})
+}
+
+// protocolOnly is a registry without the operator's view: only a
+// jobs.Registry, as a third party may write.
+type protocolOnly struct{ jobs.Registry }
+
+// TestJobsStateWithoutTheView: a registry that is no jobs.Inspector
+// cannot be listed, and JobsState says so with an error matching
+// lock.ErrInvalidArgument (as Locks does for a backend that is no
+// lock.Inspector); Retry and Purge, which use the recovery protocol only,
+// still work on it.
+func TestJobsStateWithoutTheView(t *testing.T) {
+	ctx := t.Context()
+	src, err := ops.Open(ctx, ops.Config{Backend: "mem://"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	mem := memjobs.New()
+	src.Jobs = protocolOnly{mem}
+	_, err = src.JobsState(ctx, 10)
+	if !errors.Is(err, lock.ErrInvalidArgument) || !strings.Contains(err.Error(), "cannot list its jobs") {
+		t.Fatalf("JobsState of a registry without the view: %v, want ErrInvalidArgument saying it cannot list its jobs", err)
+	}
+	for _, id := range []string{"a", "b"} {
+		j, err := mem.Track(ctx, jobs.Job{ID: id, Payload: []byte("p")}, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := mem.Bury(ctx, j.Ref(), "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if j, err := src.Retry(ctx, "a"); err != nil || j.ID != "a" {
+		t.Fatalf("Retry: %+v, %v", j, err)
+	}
+	if err := src.Purge(ctx, "b"); err != nil {
+		t.Fatalf("Purge: %v", err)
+	}
+	if err := src.Purge(ctx, "b"); !errors.Is(err, ops.ErrNotFound) {
+		t.Fatalf("second Purge: %v, want ErrNotFound", err)
+	}
+	if c, err := mem.Counts(ctx); err != nil || c != (jobs.Counts{Tracked: 1, Expired: c.Expired}) {
+		t.Fatalf("counts after Retry and Purge: %+v, %v; want the retried job in flight, nothing dead", c, err)
+	}
 }

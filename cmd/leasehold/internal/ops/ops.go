@@ -3,8 +3,9 @@
 // the shapes both print (tables, JSON, HTML), and carries out their
 // operator actions: force-release a key, retry or purge a dead job.
 //
-// Everything it reads goes through lock.Inspector and jobs.Registry and
-// writes nothing; the actions are the only writes.
+// Everything it reads goes through lock.Inspector and jobs.Inspector and
+// writes nothing; the actions are the only writes (jobs.Revive and
+// jobs.Registry's Purge for the jobs).
 package ops
 
 import (

@@ -47,6 +47,16 @@ func inspector(l lock.Lock) (lock.Inspector, error) {
 	return in, nil
 }
 
+// jobsInspector returns reg's operator view, or an error matching
+// lock.ErrInvalidArgument (as inspector's) when reg has none.
+func jobsInspector(reg jobs.Registry) (jobs.Inspector, error) {
+	in, ok := reg.(jobs.Inspector)
+	if !ok {
+		return nil, fmt.Errorf("%w: the jobs registry %T cannot list its jobs (it is no jobs.Inspector)", lock.ErrInvalidArgument, reg)
+	}
+	return in, nil
+}
+
 // Locks lists the grants of the keys that start with prefix.
 func (s *Source) Locks(ctx context.Context, prefix string) ([]Grant, error) {
 	in, err := inspector(s.Lock)
@@ -292,8 +302,8 @@ func CheckLimit(limit int) error {
 }
 
 // JobsState reports the counts and up to limit jobs of each kind
-// (1…MaxLimit) in three bounded calls, none of which moves a payload
-// (jobs.Registry: InFlight and Dead are operator listings, payload-free):
+// (1…MaxLimit) in three bounded calls of the registry's jobs.Inspector,
+// none of which moves a payload (its listings are payload-free):
 // Counts, Dead(limit), and InFlight of limit jobs, plus the expired ones
 // when fewer than limit have expired (at most 2×limit−1 rows). InFlight
 // lists by deadline, the expired jobs first: when limit or more have
@@ -308,6 +318,9 @@ func CheckLimit(limit int) error {
 // split, so that a row could be labelled expired while it shows time
 // left, or the reverse. By deadline each row's label agrees with its own
 // numbers; only the *More counts come from Counts.
+//
+// A registry that is no jobs.Inspector cannot be listed: an error matching
+// lock.ErrInvalidArgument says so (Retry and Purge still work on it).
 func (s *Source) JobsState(ctx context.Context, limit int) (Jobs, error) {
 	if s.Jobs == nil {
 		return Jobs{}, s.JobsErr
@@ -315,7 +328,11 @@ func (s *Source) JobsState(ctx context.Context, limit int) (Jobs, error) {
 	if err := CheckLimit(limit); err != nil {
 		return Jobs{}, err
 	}
-	c, err := s.Jobs.Counts(ctx)
+	view, err := jobsInspector(s.Jobs)
+	if err != nil {
+		return Jobs{}, err
+	}
+	c, err := view.Counts(ctx)
 	if err != nil {
 		return Jobs{}, s.jobsErr(err)
 	}
@@ -323,11 +340,11 @@ func (s *Source) JobsState(ctx context.Context, limit int) (Jobs, error) {
 	if c.Expired < int64(limit) {
 		n += int(max(c.Expired, 0)) // room for limit unexpired jobs after them
 	}
-	in, err := s.Jobs.InFlight(ctx, n)
+	in, err := view.InFlight(ctx, n)
 	if err != nil {
 		return Jobs{}, s.jobsErr(err)
 	}
-	dead, err := s.Jobs.Dead(ctx, limit)
+	dead, err := view.Dead(ctx, limit)
 	if err != nil {
 		return Jobs{}, s.jobsErr(err)
 	}
