@@ -144,7 +144,7 @@ type Registry interface {
 // payloads (Payload is nil, and the payloads stay on the server, whatever
 // their size): Registry.DeadJob returns one dead job whole, and
 // Registry.Expired lists expired jobs whole for the recovery scan. A limit
-// is any int, as in Registry. A wrapper that hides its registry should
+// is any int, as in Registry. A wrapper of a registry that has it should
 // implement it too, by passing the calls on.
 type Inspector interface {
 	// Counts reports how many jobs are tracked, expired and dead.
