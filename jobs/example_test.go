@@ -161,3 +161,67 @@ func ExampleInspector() {
 	// dead: report-9 attempt 3 - recovered 3 times (MaxRetries 2)
 	// …
 }
+
+// Alerting on poison jobs: a job recovered MaxRetries times is buried in
+// the dead set instead of requeued, and OnDead tells you.
+func ExampleOnDead() {
+	reg := memjobs.New()
+	dead := make(chan jobs.DeadJob, 1)
+	r, err := jobs.NewRunner(reg, memlock.New(), func(ctx context.Context, j jobs.Job, delay time.Duration) error {
+		return nil
+	}, jobs.WithMaxRetries(2), jobs.OnDead(func(ctx context.Context, d jobs.DeadJob) {
+		dead <- d // page someone, with d.ID and d.Reason
+	}))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx := context.Background()
+	// A job whose workers crashed twice already (attempt 2): its lease
+	// runs out once more.
+	_, _ = reg.Track(ctx, jobs.Job{ID: "resize-7731", Owner: "worker-3", Attempt: 2}, time.Millisecond)
+	for {
+		r.Scan(ctx) // Run scans every ScanEvery while it leads
+		select {
+		case d := <-dead:
+			fmt.Printf("dead: %s at attempt %d (%s)\n", d.ID, d.Attempt, d.Reason)
+			return
+		case <-time.After(time.Millisecond): // the lease has not run out yet
+		}
+	}
+	// Output: dead: resize-7731 at attempt 3 (recovered 2 times (MaxRetries 2): its workers keep crashing)
+}
+
+// Tracing a recovery step by step.
+func ExampleOnStep() {
+	reg := memjobs.New()
+	r, _ := jobs.NewRunner(reg, memlock.New(), func(ctx context.Context, j jobs.Job, delay time.Duration) error {
+		return nil // back on the queue
+	}, jobs.OnStep(func(s jobs.Step, j jobs.Job) { fmt.Println(s, j.ID, "attempt", j.Attempt) }))
+	ctx := context.Background()
+	_, _ = reg.Track(ctx, jobs.Job{ID: "email-12", Owner: "worker-2"}, time.Millisecond)
+	for r.Scan(ctx) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	// Output:
+	// reclaimed email-12 attempt 1
+	// requeued email-12 attempt 1
+	// removed email-12 attempt 1
+}
+
+// The delay Requeue receives grows with each recovery of the same job:
+// full jitter over base·2^(attempt−1), capped.
+func ExampleWithBackoff() {
+	reg := memjobs.New()
+	r, _ := jobs.NewRunner(reg, memlock.New(), func(ctx context.Context, j jobs.Job, delay time.Duration) error {
+		// e.g. queue.PublishDelayed(ctx, j.Payload, delay)
+		fmt.Println("requeue", j.ID, "attempt", j.Attempt, "within a second:", delay <= time.Second)
+		return nil
+	}, jobs.WithBackoff(time.Second, 5*time.Minute))
+	ctx := context.Background()
+	_, _ = reg.Track(ctx, jobs.Job{ID: "thumbnail-9", Owner: "worker-4"}, time.Millisecond)
+	for r.Scan(ctx) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	// Output: requeue thumbnail-9 attempt 1 within a second: true
+}

@@ -2,7 +2,9 @@ package leader_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/leasehold-go/leasehold/leader"
@@ -82,4 +84,81 @@ func ExampleObserveAll() {
 	cancel()
 	<-done
 	// Output: billing/eu host-a 1
+}
+
+// A leader-gated loop: only the leader runs the periodic work, each write
+// is fenced with the term's token, and the loop stops as soon as the term
+// ends (lost lease or shutdown). Every replica runs the same code.
+func ExampleRun_loop() {
+	l := memlock.New(lock.WithOwner("replica-1")) // redislock, pglock, etcdlock in production
+	ctx, shutdown := context.WithCancel(context.Background())
+	defer shutdown()
+	var store lock.Fence // stands for the database that checks tokens
+	passes := 0
+	err := leader.Run(ctx, l, "billing/sweeper", func(ctx context.Context) error {
+		term, _ := lock.TokenFrom(ctx)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil // demoted or shutting down: stop writing at once
+			case <-tick.C:
+			}
+			passes++
+			if err := store.Do(term, func() { fmt.Println("sweep", passes, "under term", term) }); err != nil {
+				return err // a newer leader wrote: this term is over
+			}
+			if passes == 3 {
+				shutdown() // the example stops after three passes
+			}
+		}
+	}, leader.WithLease(15*time.Second))
+	fmt.Println("Run returned", err)
+	// Output:
+	// sweep 1 under term 1
+	// sweep 2 under term 1
+	// sweep 3 under term 1
+	// Run returned <nil>
+}
+
+// The timing of an election: a crashed leader is replaced within the lease
+// (15 s) plus a follower's retry (at most 2 s, less when the backend
+// announces releases); a live leader renews every 5 s and steps down
+// before its lease can run out when renewals fail.
+func ExampleWithLease() {
+	l := memlock.New()
+	ctx, cancel := context.WithCancel(context.Background())
+	err := leader.Run(ctx, l, "compaction", func(ctx context.Context) error {
+		cancel()
+		return nil
+	}, leader.WithLease(15*time.Second), leader.WithRenewEvery(5*time.Second), leader.WithRetry(2*time.Second))
+	fmt.Println(err)
+	// Bad timing is refused by Run.
+	err = leader.Run(context.Background(), l, "compaction", func(ctx context.Context) error { return nil },
+		leader.WithLease(5*time.Second), leader.WithRenewEvery(5*time.Second))
+	fmt.Println(errors.Is(err, lock.ErrInvalidArgument))
+	// Output:
+	// <nil>
+	// true
+}
+
+// The lock key of an election, to look it up with an Inspector or the CLI.
+func ExampleKey() {
+	fmt.Println(leader.Key("billing/sweeper"))
+	// Output: leader/billing/sweeper
+}
+
+// A hook for metrics or logs when this replica loses leadership, and why.
+func ExampleOnDemoted() {
+	l := memlock.New(lock.WithOwner("replica-2"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_ = leader.Run(ctx, l, "reports", func(ctx context.Context) error {
+		return errors.New("report store unreachable") // ends the term
+	}, leader.OnDemoted(func(t leader.Term, cause error) {
+		fmt.Println("demoted:", t.Identity, "term", t.Term, "cause:", cause)
+		cancel() // the example stops here; Run would campaign again
+	}), lock.WithLogger(slog.New(slog.DiscardHandler)))
+	// Output: demoted: replica-2 term 1 cause: report store unreachable
 }

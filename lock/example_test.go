@@ -4,7 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
+	"strings"
 	"time"
+
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/memlock"
@@ -168,4 +174,320 @@ func ExampleHold() {
 	// leading under token 1
 	// err: <nil>
 	// released: true
+}
+
+// A fresh identity per process: readable in listings ("hostname/pid/random")
+// and unique even when a host runs several processes. Backends use it when
+// no WithOwner is given.
+func ExampleNewOwner() {
+	owner := lock.NewOwner()
+	fmt.Println(lock.CheckOwner("owner", owner) == nil, owner != lock.NewOwner())
+	// Output: true true
+}
+
+// Keys are opaque bytes: check one that comes from user input before it
+// reaches a backend.
+func ExampleCheckKey() {
+	for _, key := range []string{"tenants/42/export", "", strings.Repeat("k", lock.MaxKeyLen+1)} {
+		err := lock.CheckKey(key)
+		fmt.Println(len(key), errors.Is(err, lock.ErrInvalidKey), errors.Is(err, lock.ErrInvalidArgument))
+	}
+	// Output:
+	// 17 false false
+	// 0 true true
+	// 1025 true true
+}
+
+// The rule for names that tools turn into keys (semaphores, elections,
+// timers): check a name taken from configuration before building on it.
+func ExampleCheckName() {
+	for _, name := range []string{"billing/eu", "gpu{pool}", ""} {
+		if err := lock.CheckName("semaphore name", name); err != nil {
+			fmt.Println(errors.Is(err, lock.ErrInvalidArgument), err)
+			continue
+		}
+		fmt.Println("ok:", name)
+	}
+	// Output:
+	// ok: billing/eu
+	// true lock: invalid argument: semaphore name "gpu{pool}" contains a brace
+	// true lock: invalid argument: semaphore name "" is empty
+}
+
+// An owner identity from the environment (a pod name) is checked before
+// it is stored with every grant.
+func ExampleCheckOwner() {
+	for _, owner := range []string{"billing-7f9c-x2", "pod\nforged"} {
+		fmt.Println(errors.Is(lock.CheckOwner("worker identity", owner), lock.ErrInvalidArgument))
+	}
+	// Output:
+	// false
+	// true
+}
+
+func ExampleFence_Highest() {
+	var f lock.Fence
+	_ = f.Do(3, func() {})
+	_ = f.Do(2, func() {}) // stale: refused
+	fmt.Println(f.Highest())
+	// Output: 3
+}
+
+// A lease tells its holder the moment the grant is gone: here an operator
+// force-releases the key while the work runs.
+func ExampleLease_Err() {
+	l := memlock.New()
+	ctx := context.Background()
+	h, err := l.TryAcquire(ctx, "migrations", time.Minute)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	lease, err := lock.Keep(ctx, h, time.Minute)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_, _ = l.ForceRelease(ctx, "migrations") // an operator steps in
+	<-lease.Context().Done()                 // the work is told to stop
+	fmt.Println(errors.Is(lease.Err(), lock.ErrLost), errors.Is(context.Cause(lease.Context()), lock.ErrLost))
+	fmt.Println(errors.Is(lease.Release(ctx), lock.ErrLost)) // nothing left to release
+	// Output:
+	// true true
+	// true
+}
+
+// What a lease exposes to the work it protects.
+func ExampleLease() {
+	l := memlock.New()
+	ctx := context.Background()
+	h, _ := l.TryAcquire(ctx, "exports/eu", 30*time.Second)
+	lease, err := lock.Keep(ctx, h, 30*time.Second, lock.WithRenewInterval(5*time.Second))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer lease.Release(ctx)
+	fmt.Println(lease.Handle().Key(), lease.Token())
+	// Trust the grant until ValidUntil at most; the lease renews it before.
+	fmt.Println(time.Until(lease.ValidUntil()) > 20*time.Second)
+	// Output:
+	// exports/eu 1
+	// true
+}
+
+// Renewing by hand, without Keep: the three outcomes of Extend.
+func ExampleHandle() {
+	l := memlock.New()
+	ctx := context.Background()
+	h, err := l.TryAcquire(ctx, "index/rebuild", 30*time.Second)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	switch err := h.Extend(ctx, 30*time.Second); {
+	case err == nil:
+		fmt.Println("renewed for", time.Until(h.ValidUntil()).Round(10*time.Second))
+	case errors.Is(err, lock.ErrLost):
+		fmt.Println("lost: stop writing")
+	default:
+		fmt.Println("unknown: trust the grant until", h.ValidUntil())
+	}
+	fmt.Println(h.Release(ctx))
+	// Output:
+	// renewed for 30s
+	// <nil>
+}
+
+// A caller that wants the holder's remaining ttl reads it from the error.
+func ExampleNotAcquiredError() {
+	l := memlock.New()
+	ctx := context.Background()
+	_, _ = l.TryAcquire(ctx, "reports/daily", time.Hour)
+	_, err := l.Share().TryAcquire(ctx, "reports/daily", time.Minute)
+	var held *lock.NotAcquiredError
+	if errors.As(err, &held) {
+		fmt.Println(held.Key, "is held for about", held.Remaining.Round(time.Hour))
+	}
+	fmt.Println(errors.Is(err, lock.ErrNotAcquired))
+	// Output:
+	// reports/daily is held for about 1h0m0s
+	// true
+}
+
+// A tool that takes ttls from its configuration checks them against the
+// backend's limits where they are read, not at the first acquire.
+func ExampleLimitsOf() {
+	lim := lock.LimitsOf(memlock.New())
+	fmt.Println(lim.CheckTTL(30*time.Second) == nil)
+	fmt.Println(errors.Is(lim.CheckTTL(0), lock.ErrInvalidTTL))
+	fmt.Println(errors.Is(lim.CheckTTL(lock.MaxTTL+time.Hour), lock.ErrInvalidTTL))
+	// Output:
+	// true
+	// true
+	// true
+}
+
+func ExampleLimits_CheckKeys() {
+	lim := lock.LimitsOf(memlock.New())
+	fmt.Println(lim.CheckKeys([]string{"gpu/0", "gpu/1"}))
+	fmt.Println(errors.Is(lim.CheckKeys(nil), lock.ErrInvalidArgument))
+	// Output:
+	// <nil>
+	// true
+}
+
+// Inspector is optional: assert it, as an operator's tool does.
+func ExampleInspector() {
+	var l lock.Lock = memlock.New(lock.WithOwner("host-a"))
+	ctx := context.Background()
+	_, _ = l.TryAcquire(ctx, "reports/daily", time.Minute)
+	insp, ok := l.(lock.Inspector)
+	if !ok {
+		fmt.Println("this backend cannot say who holds what")
+		return
+	}
+	g, held, err := insp.Inspect(ctx, "reports/daily")
+	fmt.Println(held, g.Owner, g.Token, err)
+	// Output: true host-a 1 <nil>
+}
+
+// A handle whose backend learns of a loss by itself closes Lost; Keep
+// watches it for you, a hand-written loop can too.
+func ExampleLossNotifier() {
+	l := memlock.New()
+	ctx := context.Background()
+	h, _ := l.TryAcquire(ctx, "k", time.Hour)
+	ln, ok := h.(lock.LossNotifier)
+	if !ok {
+		return // only ValidUntil to go by
+	}
+	_, _ = l.ForceRelease(ctx, "k")
+	<-ln.Lost()
+	fmt.Println("lost")
+	// Output: lost
+}
+
+// The first free key of a set in one call, when the backend can; the
+// semaphore package does this for you.
+func ExampleMultiLock() {
+	var l lock.Lock = memlock.New()
+	ctx := context.Background()
+	_, _ = l.TryAcquire(ctx, "gpu/0", time.Minute)
+	keys := []string{"gpu/0", "gpu/1", "gpu/2"}
+	if m, ok := l.(lock.MultiLock); ok {
+		h, err := m.TryAcquireAny(ctx, keys, time.Minute)
+		fmt.Println(h.Key() != "gpu/0", err)
+		return
+	}
+	for _, k := range keys { // the generic path: one attempt per key
+		if h, err := l.TryAcquire(ctx, k, time.Minute); err == nil {
+			fmt.Println(h.Key() != "gpu/0", err)
+			return
+		}
+	}
+	// Output: true <nil>
+}
+
+// Queue is optional (pglock and redislock keep a server-side queue):
+// an operator's tool asks how many callers wait for a key.
+func ExampleQueue() {
+	waiting := func(ctx context.Context, l lock.Lock, key string) string {
+		q, ok := l.(lock.Queue)
+		if !ok {
+			return "no server-side queue"
+		}
+		n, err := q.Waiting(ctx, key)
+		if err != nil {
+			return err.Error()
+		}
+		return fmt.Sprint(n, " waiting")
+	}
+	fmt.Println(waiting(context.Background(), memlock.New(), "reports/daily"))
+	// Output: no server-side queue
+}
+
+// Waiting for a release without polling: subscribe first, then try.
+// lock.Acquire does this for you.
+func ExampleWaiter() {
+	l := memlock.New()
+	ctx := context.Background()
+	held, _ := l.TryAcquire(ctx, "k", time.Hour)
+	w, ok := lock.Lock(l).(lock.Waiter)
+	if !ok {
+		return
+	}
+	sub, err := w.Subscribe(ctx, "k")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer sub.Close()
+	go func() { _ = held.Release(ctx) }()
+	for {
+		h, err := l.TryAcquire(ctx, "k", time.Minute)
+		if err == nil {
+			fmt.Println("got it, token", h.Token())
+			return
+		}
+		if err := sub.Wait(ctx, lock.RemainingTTL(err)); err != nil {
+			fmt.Println(err)
+			return
+		}
+	}
+	// Output: got it, token 2
+}
+
+// The options of the helpers. A backend without release notifications
+// (here, a wrapper that hides memlock's) makes Acquire retry with
+// backoff, never sleeping past the holder's remaining ttl.
+func ExampleWithBackoff() {
+	l := struct{ lock.Lock }{memlock.New()} // not a lock.Waiter
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	h, err := lock.Acquire(ctx, l, "k", time.Minute, lock.WithBackoff(10*time.Millisecond, time.Second))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer h.Release(ctx)
+	fmt.Println("token", h.Token())
+	// Output: token 1
+}
+
+// Keep renews every 10 s a 30 s grant, and gives it up 5 s before
+// ValidUntil when renewals keep failing: the work has 5 s to stop before
+// anyone else can be granted the key.
+func ExampleWithMargin() {
+	l := memlock.New()
+	ctx := context.Background()
+	h, _ := l.TryAcquire(ctx, "ledger", 30*time.Second)
+	lease, err := lock.Keep(ctx, h, 30*time.Second, lock.WithRenewInterval(10*time.Second), lock.WithMargin(5*time.Second))
+	fmt.Println(err)
+	fmt.Println(lease.Release(ctx))
+	// Output:
+	// <nil>
+	// <nil>
+}
+
+// Do's lease: its ttl and how often it is renewed.
+func ExampleWithTTL() {
+	err := lock.Do(context.Background(), memlock.New(), "nightly-export", func(ctx context.Context) error {
+		return nil // the export; ctx ends if the lease is lost
+	}, lock.WithTTL(2*time.Minute), lock.WithRenewInterval(20*time.Second))
+	fmt.Println(err)
+	// Output: <nil>
+}
+
+// Owner identity, logs, metrics and traces of a backend instance.
+func ExampleWithOwner() {
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	l := memlock.New(
+		lock.WithOwner("billing-7f9c-x2"), // stored with each grant, shown by Inspect
+		lock.WithLogger(logger),
+		lock.WithMeterProvider(metricnoop.NewMeterProvider()), // otel: your SDK's provider
+		lock.WithTracerProvider(tracenoop.NewTracerProvider()),
+	)
+	fmt.Println(l.Owner())
+	// Output: billing-7f9c-x2
 }

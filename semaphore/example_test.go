@@ -2,6 +2,7 @@ package semaphore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -128,4 +129,51 @@ func ExampleObservation_Slots() {
 	// 0 false
 	// 1 true
 	// 2 false
+}
+
+// A long job holds its slot with lock.Hold: renewed while it runs, given
+// back when it returns, and its context ends if the slot is lost.
+func ExamplePermit() {
+	sem, err := semaphore.New(memlock.New(), "video-transcode", 4)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := sem.Acquire(ctx, 30*time.Second)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	err = lock.Hold(ctx, p, 30*time.Second, func(ctx context.Context) error {
+		token, _ := lock.TokenFrom(ctx)
+		// p.Slot() is one of 0..3, whichever was free (tried from a random one).
+		fmt.Println("transcoding under token", token)
+		return nil
+	})
+	fmt.Println(err)
+	// Output:
+	// transcoding under token 2
+	// <nil>
+}
+
+func ExamplePermit_Release() {
+	sem, _ := semaphore.New(memlock.New(), "exports", 1)
+	ctx := context.Background()
+	p, _ := sem.TryAcquire(ctx, time.Minute)
+	fmt.Println(p.Release(ctx))
+	fmt.Println(errors.Is(p.Release(ctx), lock.ErrLost)) // released already
+	_, err := sem.TryAcquire(ctx, time.Minute)
+	fmt.Println(err) // the slot is free again
+	// Output:
+	// <nil>
+	// true
+	// <nil>
+}
+
+// The key of a slot, to find it with an Inspector or the CLI.
+func ExampleSlotKey() {
+	fmt.Println(semaphore.SlotKey("gpu-pool", 0))
+	// Output: sem/{gpu-pool}/slot/0
 }

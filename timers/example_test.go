@@ -161,3 +161,74 @@ func startsBefore(tick time.Time) func() time.Time {
 		return tick.Add(-10 * time.Millisecond).Add(time.Since(start))
 	}
 }
+
+// A search-index rebuild every 10 minutes that can take up to 25: at most
+// two rebuilds at once across the fleet, a third tick that finds both
+// slots busy is skipped (and counted), never queued.
+func ExampleMaxConcurrency() {
+	s := timers.New(memlock.New()) // one scheduler per host, over a shared backend
+	rebuild := func(ctx context.Context) error {
+		tick, _ := timers.TickFrom(ctx)
+		_ = tick.Slot // 0 or 1: which of the two slots this run holds
+		return nil    // rebuild; stop when ctx ends (MaxRunTime, lost slot, shutdown)
+	}
+	fmt.Println(s.Add(timers.Every("search-rebuild", 10*time.Minute, rebuild,
+		timers.MaxConcurrency(2),
+		timers.MaxRunTime(25*time.Minute),
+		timers.LeaseTTL(time.Minute), // a crashed host's slot is free again within a minute
+	)))
+	fmt.Println(errors.Is(s.Add(timers.Every("bad", time.Minute, rebuild, timers.MaxConcurrency(0))), lock.ErrInvalidArgument))
+	// Output:
+	// <nil>
+	// true
+}
+
+// A run that fails is retried within its tick, holding its slot: here the
+// upstream answers at the third attempt.
+func ExampleRetryOnError() {
+	s := timers.New(memlock.New(),
+		timers.WithClock(startsBefore(time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC))),
+		lock.WithLogger(slog.New(slog.DiscardHandler)))
+	ctx, cancel := context.WithCancel(context.Background())
+	attempts := 0
+	_ = s.Add(timers.Every("sync-rates", time.Hour, func(context.Context) error {
+		attempts++
+		if attempts < 3 {
+			return errors.New("upstream: 503")
+		}
+		cancel() // one tick is enough for the example
+		return nil
+	}, timers.RetryOnError(5, 10*time.Millisecond)))
+	_ = s.Run(ctx)
+	st := s.Status()[0]
+	fmt.Println(attempts, "attempts;", st.Runs, "run,", st.Failures, "failed, outcome", st.LastRun.Outcome)
+	// Output: 3 attempts; 1 run, 0 failed, outcome ok
+}
+
+// A host that reaches a tick late (a GC pause, a busy machine, a restart)
+// runs it only within the misfire threshold; later, it skips it.
+func ExampleMisfireThreshold() {
+	s := timers.New(memlock.New())
+	fmt.Println(s.Add(timers.Cron("hourly-invoices", "0 * * * *", func(context.Context) error { return nil },
+		timers.MisfireThreshold(5*time.Minute)))) // a run at 10:04 for the 10:00 tick is still fine
+	// Output: <nil>
+}
+
+// Cache warming that must go on while the backend is down: each host runs
+// the ticks itself, at most one run at a time, and logs each such run.
+// Without this option such ticks are skipped.
+func ExampleRunWhenUnavailable() {
+	s := timers.New(memlock.New())
+	fmt.Println(s.Add(timers.Every("warm-cache", 30*time.Second, func(context.Context) error { return nil },
+		timers.RunWhenUnavailable(1))))
+	// Output: <nil>
+}
+
+// LeaseTTL bounds how long a crashed runner keeps its slot: here 20 s for
+// a nightly job, instead of the default (the interval, at most 30 s).
+func ExampleLeaseTTL() {
+	s := timers.New(memlock.New())
+	fmt.Println(s.Add(timers.Cron("nightly-export", "0 2 * * *", func(context.Context) error { return nil },
+		timers.LeaseTTL(20*time.Second), timers.MaxRunTime(2*time.Hour))))
+	// Output: <nil>
+}

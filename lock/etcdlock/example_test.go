@@ -87,3 +87,44 @@ func ExampleLock_ForceRelease() {
 	removed, err := l.ForceRelease(ctx, "jobs/stuck")
 	fmt.Println(removed, err)
 }
+
+// etcd grants leases of whole seconds and of at least the cluster's
+// minimum; the Lock reports the smallest ttl it grants.
+func ExampleLock_MinTTL() {
+	client, err := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:2379"}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	l, err := etcdlock.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	fmt.Println("shortest lease:", l.MinTTL())
+}
+
+// Who holds a key, with its token and remaining ttl.
+func ExampleLock_Inspect() {
+	client, err := clientv3.New(clientv3.Config{Endpoints: []string{"10.0.0.1:2379", "10.0.0.2:2379", "10.0.0.3:2379"}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	l, err := etcdlock.New(client, etcdlock.WithPrefix("myapp/locks/"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	g, held, err := l.Inspect(ctx, "reports/daily")
+	switch {
+	case err != nil:
+		log.Fatal(err) // lock.ErrUnavailable: no quorum answered in time
+	case !held:
+		fmt.Println("free")
+	default:
+		fmt.Printf("held by %s, token %d, %v left\n", g.Owner, g.Token, g.Remaining)
+	}
+}

@@ -1,12 +1,17 @@
 package locktest_test
 
 import (
+	"io"
+	"os"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/locktest"
 	"github.com/leasehold-go/leasehold/lock/memlock"
+	"github.com/leasehold-go/leasehold/lock/redislock"
 )
 
 // A backend's conformance test, in a _test.go file of its package. Run needs
@@ -24,4 +29,40 @@ func ExampleRun() {
 		)
 	}
 	_ = TestConformance
+}
+
+// The process-fault tests of a backend: a holder killed with SIGKILL, and
+// one stopped past its ttl then continued, in child processes. TestMain
+// must call HolderMain first: a child is this test binary, started again.
+// connect and the environment stand for the backend's own; here a Redis
+// server whose address the parent passes to its children. Compile-only.
+func ExampleRunProcessFaults() {
+	connect := func() (lock.Lock, error) {
+		client := redis.NewClient(&redis.Options{Addr: os.Getenv("MYAPP_REDIS_ADDR")})
+		return redislock.New(client)
+	}
+	TestMain := func(m *testing.M) {
+		locktest.HolderMain(connect) // returns at once unless this process is a holder child
+		os.Exit(m.Run())
+	}
+	TestProcessFaults := func(t *testing.T) {
+		env := []string{"MYAPP_REDIS_ADDR=" + os.Getenv("MYAPP_REDIS_ADDR")}
+		locktest.RunProcessFaults(t, func(t testing.TB) lock.Lock {
+			l, err := connect()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = l.(io.Closer).Close() })
+			return l
+		}, env, locktest.Slack(2*time.Second))
+	}
+	_, _ = TestMain, TestProcessFaults
+}
+
+// The benchmark every backend runs, so that the figures compare.
+func ExampleBenchTryAcquireRelease() {
+	BenchmarkTryAcquireRelease := func(b *testing.B) {
+		locktest.BenchTryAcquireRelease(b, memlock.New())
+	}
+	_ = BenchmarkTryAcquireRelease
 }

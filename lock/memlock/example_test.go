@@ -2,6 +2,7 @@ package memlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -90,4 +91,38 @@ func ExampleLock_TryAcquireAny() {
 	h, _ := l.TryAcquireAny(ctx, []string{"slot/0", "slot/1"}, time.Minute)
 	fmt.Println(h.Key())
 	// Output: slot/1
+}
+
+// The owner identity stored with every grant: WithOwner, or a fresh
+// "hostname/pid/random" per instance.
+func ExampleLock_Owner() {
+	fmt.Println(memlock.New(lock.WithOwner("worker-1")).Owner())
+	a, b := memlock.New(), memlock.New()
+	fmt.Println(a.Owner() != b.Owner())
+	// Output:
+	// worker-1
+	// true
+}
+
+// memlock accepts any positive ttl up to lock.MaxTTL.
+func ExampleLock_Limits() {
+	lim := memlock.New().Limits()
+	fmt.Println(lim.MinTTL, lim.MaxTTL == lock.MaxTTL, lim.MaxKeys == lock.MaxKeys)
+	// Output: 0s true true
+}
+
+// TryAcquire never waits: it reports ErrNotAcquired with the holder's
+// remaining ttl (lock.Acquire waits for you).
+func ExampleLock_TryAcquire() {
+	l := memlock.New()
+	ctx := context.Background()
+	h, err := l.TryAcquire(ctx, "reports/daily", time.Minute)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer h.Release(ctx)
+	_, err = l.Share().TryAcquire(ctx, "reports/daily", time.Minute)
+	fmt.Println(errors.Is(err, lock.ErrNotAcquired), lock.RemainingTTL(err) > 0)
+	// Output: true true
 }

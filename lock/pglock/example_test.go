@@ -2,6 +2,7 @@ package pglock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"strings"
@@ -116,4 +117,96 @@ func ExampleSetupStatements() {
 	// CREATE TABLE IF NOT EXISTS "locks"."leasehold_claims"
 	// CREATE INDEX IF NOT EXISTS leasehold_claims_until ON "locks"."leasehold_claims"
 	// CREATE FUNCTION "locks"."leasehold_remaining_v2"
+}
+
+// Through PgBouncer in session mode (pool_mode=session, port 6432): each
+// client connection keeps its server session, which advisory locks need.
+// Transaction mode cannot work and is refused (ErrPooler).
+func ExampleWithSessionPooler() {
+	ctx := context.Background()
+	l, err := pglock.NewFromDSN(ctx, "postgres://app@pgbouncer.internal:6432/app?sslmode=require",
+		pglock.WithSessionPooler())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := lock.HealthCheck(ctx, l); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// The token sequence and the key table in a schema of their own, created
+// once by a role that may (see Lock.Setup and SetupStatements).
+func ExampleWithSchema() {
+	ctx := context.Background()
+	l, err := pglock.NewFromDSN(ctx, "postgres://app@db.internal/app", pglock.WithSchema("locks"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	h, err := l.TryAcquire(ctx, "reports/daily", time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer h.Release(ctx)
+}
+
+// Waiting in PostgreSQL's own queue for the advisory lock: the release
+// hands the key to the first waiter; no herd wakes up. lock.Acquire does
+// this for you on pglock.
+func ExampleLock_AcquireQueued() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	l, err := pglock.NewFromDSN(ctx, "postgres://app@db.internal/app")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	h, err := l.AcquireQueued(ctx, "migrations", 5*time.Minute)
+	if err != nil {
+		log.Fatal(err) // ctx ended (nothing is held) or the server is unavailable
+	}
+	defer h.Release(context.Background())
+	if n, err := l.Waiting(ctx, "migrations"); err == nil {
+		fmt.Println(n, "other instances wait behind this one")
+	}
+}
+
+// One-off claims ("whoever claims this first does it") that hold no
+// session while they last: lock.Claim uses this on pglock.
+func ExampleLock_Claim() {
+	ctx := context.Background()
+	l, err := pglock.NewFromDSN(ctx, "postgres://app@db.internal/app")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	token, err := lock.Claim(ctx, l, "invoices/2030-01-01", 24*time.Hour)
+	switch {
+	case errors.Is(err, lock.ErrNotAcquired):
+		fmt.Println("another instance sends today's invoices")
+	case err != nil:
+		log.Fatal(err)
+	default:
+		fmt.Println("sending today's invoices, claim token", token)
+	}
+}
+
+// Who holds a key, as an operator's tool asks it.
+func ExampleLock_Inspect() {
+	ctx := context.Background()
+	l, err := pglock.NewFromDSN(ctx, "postgres://app@db.internal/app")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	g, held, err := l.Inspect(ctx, "reports/daily")
+	switch {
+	case err != nil:
+		log.Fatal(err)
+	case !held:
+		fmt.Println("free")
+	default:
+		fmt.Printf("held by %s since %v, token %d\n", g.Owner, g.Since, g.Token)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"os"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -133,5 +134,66 @@ func ExampleLock_Subscribe() {
 		if err := sub.Wait(ctx, lock.RemainingTTL(err)); err != nil {
 			log.Fatal(err)
 		}
+	}
+}
+
+// Behind Redis Sentinel: the client follows failovers. The prefix keeps
+// this application's keys apart from others' on the same server.
+func ExampleWithPrefix() {
+	client := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:    "mymaster",
+		SentinelAddrs: []string{"10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"},
+		Password:      os.Getenv("REDIS_PASSWORD"),
+	})
+	defer client.Close()
+	l, err := redislock.New(client, redislock.WithPrefix("billing:locks:"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := lock.HealthCheck(context.Background(), l); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// From a redis:// or rediss:// URL, as most deployments configure it.
+func ExampleNew_url() {
+	opts, err := redis.ParseURL("rediss://:" + os.Getenv("REDIS_PASSWORD") + "@cache.internal:6380/0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	client := redis.NewClient(opts)
+	defer client.Close()
+	l, err := redislock.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	h, err := lock.Acquire(context.Background(), l, "reports/daily", 30*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer h.Release(context.Background())
+}
+
+// Waiting in a queue kept in Redis: a release hands the key to the first
+// waiter. lock.Acquire does this for you on redislock.
+func ExampleLock_AcquireQueued() {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer client.Close()
+	l, err := redislock.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	h, err := l.AcquireQueued(ctx, "migrations", 5*time.Minute)
+	if err != nil {
+		log.Fatal(err) // ctx ended (nothing is held) or the server is unavailable
+	}
+	defer h.Release(context.Background())
+	if n, err := l.Waiting(ctx, "migrations"); err == nil {
+		fmt.Println(n, "other instances wait behind this one")
 	}
 }
