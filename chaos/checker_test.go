@@ -41,6 +41,13 @@ func TestCheckerCatchesViolations(t *testing.T) {
 		{"freed by a reset, holder told", &history{ResetFrees: true, Cuts: []cut{{Worker: 0, Kind: "reset", From: at(50), To: at(50)}},
 			Grants: []grant{{Worker: 0, Token: 1, Start: at(0), End: at(200), ValidUntil: at(300), LossSeen: true, Release: "lost", ReleaseEnd: at(201)}, ok(1, 2, 60, 300)}}, ""},
 		{"overlap across a restart", &history{Grants: []grant{ok(0, 1, 0, 200), ok(1, 2, 150, 300)}, Losses: []time.Time{at(100)}}, "loss not reported"},
+		{"a restart within the grant", &history{Grants: []grant{ok(0, 1, 0, 200), ok(1, 2, 250, 300)},
+			Losses: []time.Time{at(100)}, LossesEnd: []time.Time{at(150)}}, "loss not reported"},
+		// Seed 726664 (TestNemesisSemaphore/postgres): the restart began 2 ms
+		// before the work ended and took the server down after the Release
+		// was answered; it was flagged.
+		{"a restart that began before the grant's end and returned after", &history{Grants: []grant{ok(0, 1, 0, 60), ok(1, 2, 250, 300)},
+			Losses: []time.Time{at(58)}, LossesEnd: []time.Time{at(110)}}, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			bad := c.h.check()

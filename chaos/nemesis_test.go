@@ -182,6 +182,7 @@ func runNemesis(t *testing.T, tg target, c config) {
 				h.fault("restart the server")
 				h.restarted(time.Now(), tg.losesGrants)
 				tg.restart(t)
+				h.restartDone(time.Now(), tg.losesGrants)
 			}
 		}
 		sleep(ctx, wait)

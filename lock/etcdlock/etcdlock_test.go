@@ -179,9 +179,13 @@ func TestExtendWithAnotherTTL(t *testing.T) {
 		if err := h.Extend(ctx, ttl); err != nil {
 			t.Fatalf("Extend(%v): %v", ttl, err)
 		}
-		after := time.Now()
-		if vu := h.ValidUntil(); vu.After(before.Add(ttl)) || vu.Before(after.Add(ttl-backendkit.DriftAllowance(ttl)-100*time.Millisecond)) {
-			t.Fatalf("Extend(%v): ValidUntil in %v, want about %v", ttl, vu.Sub(before), ttl)
+		// The key may move to a spare lease granted a little earlier: a
+		// spare is used while it covers the ttl within min(ttl/10, 500 ms)
+		// (spare.fresh), so ValidUntil may start up to that much before
+		// the call (a 100 ms bound failed under load: 1.89 s for 2 s).
+		tolerance := min(ttl/10, 500*time.Millisecond)
+		if vu := h.ValidUntil(); vu.After(before.Add(ttl)) || vu.Before(before.Add(ttl-backendkit.DriftAllowance(ttl)-tolerance)) {
+			t.Fatalf("Extend(%v): ValidUntil in %v, want %v less at most the drift allowance and %v", ttl, vu.Sub(before), ttl, tolerance)
 		}
 		id, granted := lease()
 		if want := int64(ttl / time.Second); granted != want {
