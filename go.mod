@@ -92,5 +92,3 @@ require (
 )
 
 tool honnef.co/go/tools/cmd/staticcheck
-
-replace github.com/Azure/go-ansiterm => github.com/Azure/go-ansiterm v0.0.0-20250102033503-faa5f7b0171c

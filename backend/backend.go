@@ -13,15 +13,14 @@
 // refused with ErrInvalidArgument rather than ignored. Errors never
 // contain the URL's secrets: they show it as Redact does.
 //
-// Options of package lock (WithOwner, WithLogger, ...) are passed through.
-// The returned close function releases what Open made (clients, pools,
-// subscriptions); it does not release grants.
+// WithCommon's owner identity, logger and telemetry providers go to the
+// backend whole. The returned close function releases what Open made
+// (clients, pools, subscriptions); it does not release grants.
 package backend
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/url"
 	"strings"
@@ -44,39 +43,58 @@ var (
 	tables   = map[string]*memlock.Lock{}
 )
 
+// Option configures Open.
+type Option func(*config) error
+
+type config struct{ common lock.Common }
+
+// WithCommon sets the owner identity, logger and telemetry providers of the
+// backend that Open makes (see lock.Common).
+func WithCommon(c lock.Common) Option {
+	return func(cfg *config) error { cfg.common = cfg.common.Merge(c); return nil }
+}
+
 // Open returns the backend that rawURL names, and a function that closes it.
-func Open(ctx context.Context, rawURL string, opts ...lock.Option) (lock.Lock, func() error, error) {
-	l, closeFn, err := open(ctx, rawURL, opts)
+func Open(ctx context.Context, rawURL string, opts ...Option) (lock.Lock, func() error, error) {
+	var cfg config
+	if err := backendkit.Apply("backend", &cfg, opts); err != nil {
+		return nil, nil, err
+	}
+	l, closeFn, err := open(ctx, rawURL, cfg.common)
 	return l, closeFn, RedactError(err, rawURL)
 }
 
-func open(ctx context.Context, rawURL string, opts []lock.Option) (lock.Lock, func() error, error) {
+func open(ctx context.Context, rawURL string, common lock.Common) (lock.Lock, func() error, error) {
 	if !strings.Contains(rawURL, "://") {
-		return nil, nil, fmt.Errorf("%w: backend URL %s has no scheme (mem://, redis://, postgres://, etcd://, ...)", lock.ErrInvalidArgument, Redact(rawURL))
+		return nil, nil, backendkit.Invalid("backend", "backend URL %s has no scheme (mem://, redis://, postgres://, etcd://, ...)", Redact(rawURL))
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: backend URL %s: %w", lock.ErrInvalidArgument, Redact(rawURL), urlCause(err))
+		return nil, nil, backendkit.Invalid("backend", "backend URL %s: %w", Redact(rawURL), urlCause(err))
 	}
 	nop := func() error { return nil }
 	switch u.Scheme {
 	case "mem":
-		return openMem(u.Host+u.Path, opts), nop, nil
+		l, err := openMem(u.Host+u.Path, common)
+		if err != nil {
+			return nil, nil, err
+		}
+		return l, nop, nil
 	case "redis", "rediss":
 		o, err := redis.ParseURL(rawURL)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: backend URL %s: %w", lock.ErrInvalidArgument, Redact(rawURL), urlCause(err))
+			return nil, nil, backendkit.Invalid("backend", "backend URL %s: %w", Redact(rawURL), urlCause(err))
 		}
 		o.ContextTimeoutEnabled = true // calls end with their context (see redislock)
-		return openRedis(ctx, redis.NewClient(o), opts)
+		return openRedis(ctx, redis.NewClient(o), common)
 	case "redis+cluster":
 		o, err := clusterOptions(u)
 		if err != nil {
 			return nil, nil, err
 		}
-		return openRedis(ctx, redis.NewClusterClient(o), opts)
+		return openRedis(ctx, redis.NewClusterClient(o), common)
 	case "postgres", "postgresql":
-		l, err := pglock.NewFromDSN(ctx, rawURL, opts...)
+		l, err := pglock.NewFromDSN(ctx, rawURL, pglock.WithCommon(common))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -90,14 +108,14 @@ func open(ctx context.Context, rawURL string, opts []lock.Option) (lock.Lock, fu
 		if err != nil {
 			return nil, nil, backendkit.Unavailable("backend: etcd", err)
 		}
-		l, err := etcdlock.New(c, opts...)
+		l, err := etcdlock.New(c, etcdlock.WithCommon(common))
 		if err != nil {
 			_ = c.Close()
 			return nil, nil, err
 		}
 		return l, closeBoth(l, c), nil
 	}
-	return nil, nil, fmt.Errorf("%w: backend URL scheme %q is not one of mem, redis, rediss, redis+cluster, postgres, etcd", lock.ErrInvalidArgument, u.Scheme)
+	return nil, nil, backendkit.Invalid("backend", "backend URL scheme %q is not one of mem, redis, rediss, redis+cluster, postgres, etcd", u.Scheme)
 }
 
 // urlCause returns the cause of a URL parser's error, which quotes the
@@ -120,7 +138,7 @@ func hosts(u *url.URL) ([]string, error) {
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("%w: backend URL %s names no host", lock.ErrInvalidArgument, Redact(u.String()))
+		return nil, backendkit.Invalid("backend", "backend URL %s names no host", Redact(u.String()))
 	}
 	return out, nil
 }
@@ -129,7 +147,7 @@ func hosts(u *url.URL) ([]string, error) {
 // ignoring them.
 func noExtras(u *url.URL, what string) error {
 	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
-		return fmt.Errorf("%w: backend URL %s: %s takes no database path, query or fragment", lock.ErrInvalidArgument, Redact(u.String()), what)
+		return backendkit.Invalid("backend", "backend URL %s: %s takes no database path, query or fragment", Redact(u.String()), what)
 	}
 	return nil
 }
@@ -169,32 +187,35 @@ func etcdConfig(u *url.URL) (clientv3.Config, error) {
 		cfg.Username = u.User.Username()
 		cfg.Password, _ = u.User.Password()
 		if cfg.Username == "" {
-			return clientv3.Config{}, fmt.Errorf("%w: backend URL %s: etcd authentication needs a user name (etcd://user:password@host:port)", lock.ErrInvalidArgument, Redact(u.String()))
+			return clientv3.Config{}, backendkit.Invalid("backend", "backend URL %s: etcd authentication needs a user name (etcd://user:password@host:port)", Redact(u.String()))
 		}
 	}
 	return cfg, nil
 }
 
-func openMem(name string, opts []lock.Option) lock.Lock {
+func openMem(name string, c lock.Common) (*memlock.Lock, error) {
 	if name == "" {
-		return memlock.New(opts...)
+		return memlock.New(memlock.WithCommon(c))
 	}
 	tablesMu.Lock()
 	defer tablesMu.Unlock()
 	t, ok := tables[name]
 	if !ok {
-		t = memlock.New()
+		var err error
+		if t, err = memlock.New(); err != nil {
+			return nil, err
+		}
 		tables[name] = t
 	}
-	return t.Share(opts...)
+	return t.Share(memlock.WithCommon(c))
 }
 
-func openRedis(ctx context.Context, c redis.UniversalClient, opts []lock.Option) (lock.Lock, func() error, error) {
+func openRedis(ctx context.Context, c redis.UniversalClient, common lock.Common) (lock.Lock, func() error, error) {
 	if err := c.Ping(ctx).Err(); err != nil {
 		_ = c.Close()
 		return nil, nil, backendkit.Unavailable("backend: redis", err)
 	}
-	l, err := redislock.New(c, opts...)
+	l, err := redislock.New(c, redislock.WithCommon(common))
 	if err != nil {
 		_ = c.Close()
 		return nil, nil, err

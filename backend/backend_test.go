@@ -19,7 +19,7 @@ func TestOpen(t *testing.T) {
 	ctx := t.Context()
 	srv := testenv.Redis(t)
 	for _, url := range []string{"mem://", "mem://shared", "redis://" + srv.Addr() + "/0", testenv.Postgres(t).DSN(), "etcd://" + strings.Join(testenv.Etcd(t).Endpoints(), ",")} {
-		l, closeFn, err := backend.Open(ctx, url, lock.WithOwner("tester"))
+		l, closeFn, err := backend.Open(ctx, url, backend.WithCommon(lock.Common{Owner: "tester"}))
 		if err != nil {
 			t.Fatalf("%s: %v", url, err)
 		}
@@ -57,6 +57,12 @@ func TestOpenErrors(t *testing.T) {
 		if _, _, err := backend.Open(ctx, url); !errors.Is(err, lock.ErrInvalidArgument) {
 			t.Errorf("%q: %v, want ErrInvalidArgument", url, err)
 		}
+	}
+	if _, _, err := backend.Open(ctx, "mem://", nil); !errors.Is(err, lock.ErrInvalidArgument) || !strings.HasPrefix(err.Error(), "backend: invalid argument: ") {
+		t.Errorf("nil option: %v, want backend's ErrInvalidArgument", err)
+	}
+	if _, _, err := backend.Open(ctx, "mem://", backend.WithCommon(lock.Common{Owner: "bad\nowner"})); !errors.Is(err, lock.ErrInvalidArgument) {
+		t.Errorf("invalid owner: %v, want ErrInvalidArgument", err)
 	}
 	if _, _, err := backend.Open(ctx, "redis://127.0.0.1:1"); !errors.Is(err, lock.ErrUnavailable) {
 		t.Errorf("unreachable redis: %v, want ErrUnavailable", err)

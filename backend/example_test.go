@@ -15,7 +15,7 @@ import (
 
 func ExampleOpen() {
 	// "redis://127.0.0.1:6379", "postgres://...", "etcd://h1:2379,h2:2379" work the same way.
-	l, closeFn, err := backend.Open(context.Background(), "mem://demo", lock.WithOwner("cli"))
+	l, closeFn, err := backend.Open(context.Background(), "mem://demo", backend.WithCommon(lock.Common{Owner: "cli"}))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -37,7 +37,7 @@ func ExampleOpen_urls() {
 		"postgres://app:" + os.Getenv("PGPASSWORD") + "@db.internal:5432/app?sslmode=verify-full",
 		"etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379",
 	} {
-		l, closeFn, err := backend.Open(ctx, u, lock.WithOwner("worker-7"))
+		l, closeFn, err := backend.Open(ctx, u, backend.WithCommon(lock.Common{Owner: "worker-7"}))
 		if err != nil {
 			log.Fatal(err) // Open's errors do not show the password
 		}

@@ -18,14 +18,13 @@ import (
 	"github.com/leasehold-go/leasehold/jobs"
 	"github.com/leasehold-go/leasehold/jobs/pgjobs"
 	"github.com/leasehold-go/leasehold/jobs/redisjobs"
-	"github.com/leasehold-go/leasehold/lock"
 )
 
 // recoveryOptions tune jobs.Runner from its defaults (lease 15 s,
 // heartbeat 4 s, scan 5 s: recovery in about 20 s) to seconds.
-func recoveryOptions(ns string) []lock.Option {
-	return []lock.Option{jobs.WithElection(ns), jobs.WithLease(2 * time.Second),
-		jobs.WithHeartbeatEvery(500 * time.Millisecond), jobs.WithScanEvery(500 * time.Millisecond), jobs.WithBackoff(0, 0)}
+func recoveryOptions(ns string) []jobs.Option {
+	return []jobs.Option{jobs.WithElection(ns), jobs.WithTTL(2 * time.Second),
+		jobs.WithHeartbeatInterval(500 * time.Millisecond), jobs.WithScanInterval(500 * time.Millisecond), jobs.WithRetryBackoff(0, 0)}
 }
 
 // openRegistry opens the registry of the backend that backends.FromEnv

@@ -9,6 +9,7 @@ import (
 	gocronredis "github.com/go-co-op/gocron-redis-lock/v2"
 	"github.com/go-co-op/gocron/v2"
 
+	"github.com/leasehold-go/leasehold/internal/testkit"
 	"github.com/leasehold-go/leasehold/internal/testkit/backends"
 	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
 	"github.com/leasehold-go/leasehold/timers"
@@ -44,7 +45,7 @@ func BenchmarkOncePerTick(b *testing.B) {
 		start startScheduler
 	}{
 		{"leasehold", func(b *testing.B, name string, job func()) func() {
-			s := timers.New(leasehold.New(b))
+			s := testkit.Must(timers.New(leasehold.New(b)))
 			if err := s.Add(timers.Every(name, time.Second, func(context.Context) error { job(); return nil })); err != nil {
 				b.Fatal(err)
 			}

@@ -142,8 +142,8 @@ func jobWorker(ctx context.Context, id int, l lock.Lock, reg jobs.Registry, elec
 	}
 	onDead := func(_ context.Context, d jobs.DeadJob) { lg.update(func(lg *ledger) { lg.Dead[d.ID] = d.Attempt }) }
 	for ctx.Err() == nil {
-		r, err := jobs.NewRunner(reg, l, requeue, jobs.WithLease(jobLease), jobs.WithHeartbeatEvery(jobLease/4),
-			jobs.WithScanEvery(jobLease/3), jobs.WithBackoff(10*time.Millisecond, 100*time.Millisecond),
+		r, err := jobs.NewRunner(reg, l, requeue, jobs.WithTTL(jobLease), jobs.WithHeartbeatInterval(jobLease/4),
+			jobs.WithScanInterval(jobLease/3), jobs.WithRetryBackoff(10*time.Millisecond, 100*time.Millisecond),
 			jobs.WithMaxRetries(jobMaxRetries), jobs.WithElection(election), jobs.OnDead(onDead))
 		if err != nil {
 			panic(err)

@@ -431,7 +431,7 @@ func lead(ctx context.Context, id int, l lock.Lock, name string, ttl time.Durati
 		}
 		g.ValidUntil = g.End
 		return nil
-	}, leader.WithLease(ttl), leader.WithRenewEvery(ttl/3), leader.WithRetry(ttl/2), leader.OnDemoted(demoted))
+	}, leader.WithTTL(ttl), leader.WithRenewInterval(ttl/3), leader.WithRetryInterval(ttl/2), leader.OnDemoted(demoted))
 }
 
 // endOf watches ctx; the function it returns stops watching and returns

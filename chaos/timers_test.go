@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold-go/leasehold/internal/testkit"
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/timers"
 )
@@ -78,9 +79,9 @@ func runTimers(ctx context.Context, id int, l lock.Lock, name string, conc int, 
 		h.addGrant(g)
 		return nil
 	}
-	s := timers.New(l, timers.WithShutdownTimeout(time.Second))
-	if err := s.Add(timers.Every(name, timerInterval, fn, timers.MaxConcurrency(conc), timers.LeaseTTL(ttl),
-		timers.MaxRunTime(2*longest))); err != nil {
+	s := testkit.Must(timers.New(l, timers.WithShutdownTimeout(time.Second)))
+	if err := s.Add(timers.Every(name, timerInterval, fn, timers.WithMaxConcurrency(conc), timers.WithTTL(ttl),
+		timers.WithMaxRunTime(2*longest))); err != nil {
 		panic(err)
 	}
 	_ = s.Run(ctx)

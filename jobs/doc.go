@@ -18,22 +18,23 @@
 // # Input
 //
 // Job IDs are opaque keys (1 to lock.MaxKeyLen bytes, any bytes, NUL
-// included); owners and the runner's identity are identities
-// (lock.CheckOwner); the election name follows lock.CheckName; leases are
-// 1 ms to lock.MaxTTL (and within the election lock's limits), and every
-// interval of NewRunner at most lock.MaxTTL. Bad input is refused where it
-// is passed with an error matching lock.ErrInvalidArgument that names it.
+// included); owners, the runner's among them, are identities
+// (backendkit.CheckOwner); the election name (WithElection) follows
+// backendkit.CheckName; ttls are 1 ms to lock.MaxTTL (and WithTTL's within the
+// election lock's limits), and every interval of NewRunner at most
+// lock.MaxTTL. Bad input is refused where it is passed with an error that
+// matches lock.ErrInvalidArgument, starts with "jobs: " and names it.
 //
 // One process at a time — the leader of a leader.Run election on the lock
-// you pass — scans every ScanEvery for expired entries through the
-// registry's deadline index (cost grows with the expired count, not the
-// tracked count) and, for each one:
+// you pass — scans every scan interval (WithScanInterval) for expired
+// entries through the registry's deadline index (cost grows with the
+// expired count, not the tracked count) and, for each one:
 //
 //  1. reclaims it: atomically, only if it is still expired and of the same
 //     epoch, it gets a new epoch, Attempt+1 and a history entry;
-//  2. after MaxRetries recoveries, buries it in the dead set (OnDead runs),
-//     else calls your Requeue with a delay (exponential backoff with full
-//     jitter, capped);
+//  2. after WithMaxRetries recoveries, buries it in the dead set (OnDead
+//     runs), else calls your Requeue with a delay (WithRetryBackoff:
+//     exponential backoff with full jitter, capped);
 //  3. removes the entry.
 //
 // A crash at any point leaves the job either tracked (it expires again and
@@ -48,12 +49,24 @@
 // listings without payloads, for the leasehold CLI and dashboard.
 // memjobs, redisjobs and pgjobs implement both.
 //
+// # Owner, logs, metrics and traces
+//
+// WithCommon sets the runner's lock.Common. Its Owner is honoured: it is
+// the runner's owner (Runner.Owner), recorded with the jobs it tracks and
+// as the recoverer of the jobs it recovers; it defaults to the Lock's
+// owner (backendkit.OwnerOf), or a new one (lock.NewOwner) when the Lock states
+// none. The recovery election (leader.Run) is given the runner's Logger,
+// MeterProvider and TracerProvider but not its Owner: a term's owner is
+// the one its grant is stored with.
+//
 // # Timing
 //
-// Defaults: lease 15 s, heartbeat every 4 s, scan every 5 s: a crashed
-// worker's jobs are requeued about 20 s after its last heartbeat. Lower
-// them for faster recovery (seconds work); the heartbeat interval must stay
-// below a third of the lease so that two heartbeats can fail without
-// losing the jobs. A worker that cannot heartbeat cancels its jobs' contexts
-// when their lease ends by its own clock, before anyone can reclaim them.
+// Defaults: a ttl of 15 s (WithTTL: how long a job stays owned without a
+// heartbeat), a heartbeat every 4 s (WithHeartbeatInterval), a scan every
+// 5 s (WithScanInterval): a crashed worker's jobs are requeued about 20 s
+// after its last heartbeat. Lower them for faster recovery (seconds work);
+// the heartbeat interval must stay below a third of the ttl so that two
+// heartbeats can fail without losing the jobs. A worker that cannot
+// heartbeat cancels its jobs' contexts when their lease ends by its own
+// clock, before anyone can reclaim them.
 package jobs

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"time"
 
 	"github.com/leasehold-go/leasehold/jobs"
@@ -13,24 +14,27 @@ import (
 )
 
 func ExampleNewRunner() {
-	reg := memjobs.New()                         // or redisjobs / pgjobs: durable
-	l := memlock.New(lock.WithOwner("worker-1")) // elects the recoverer; its owner names this runner
+	reg := memjobs.New()                                                      // or redisjobs / pgjobs: durable
+	l, err := memlock.New(memlock.WithCommon(lock.Common{Owner: "worker-1"})) // elects the recoverer; its owner names this runner
+	if err != nil {
+		log.Fatal(err)
+	}
 	requeue := func(ctx context.Context, j jobs.Job, delay time.Duration) error {
 		return nil // put j back on your queue, to run after delay
 	}
 	// Recover a crashed worker's jobs in about 3 s rather than the
 	// defaults' 20 s, and bury a job after 3 recoveries.
 	r, err := jobs.NewRunner(reg, l, requeue,
-		jobs.WithLease(2*time.Second), jobs.WithHeartbeatEvery(500*time.Millisecond), jobs.WithScanEvery(time.Second),
+		jobs.WithTTL(2*time.Second), jobs.WithHeartbeatInterval(500*time.Millisecond), jobs.WithScanInterval(time.Second),
 		jobs.WithMaxRetries(3), jobs.WithElection("billing-jobs"))
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println(r.Identity())
+	fmt.Println(r.Owner())
 	// The configuration is checked here: a heartbeat must come at least
 	// three times per lease.
-	_, err = jobs.NewRunner(reg, l, requeue, jobs.WithLease(time.Second), jobs.WithHeartbeatEvery(time.Second))
+	_, err = jobs.NewRunner(reg, l, requeue, jobs.WithTTL(time.Second), jobs.WithHeartbeatInterval(time.Second))
 	fmt.Println(errors.Is(err, lock.ErrInvalidArgument))
 	// Output:
 	// worker-1
@@ -39,11 +43,15 @@ func ExampleNewRunner() {
 
 func ExampleRunner_Run() {
 	reg := memjobs.New()
+	l, err := memlock.New(memlock.WithCommon(lock.Common{Owner: "worker-1"}))
+	if err != nil {
+		log.Fatal(err)
+	}
 	requeued := make(chan jobs.Job, 1)
-	r, err := jobs.NewRunner(reg, memlock.New(lock.WithOwner("worker-1")), func(ctx context.Context, j jobs.Job, delay time.Duration) error {
+	r, err := jobs.NewRunner(reg, l, func(ctx context.Context, j jobs.Job, delay time.Duration) error {
 		requeued <- j
 		return nil
-	}, jobs.WithLease(3*time.Second), jobs.WithHeartbeatEvery(500*time.Millisecond), jobs.WithScanEvery(50*time.Millisecond))
+	}, jobs.WithTTL(3*time.Second), jobs.WithHeartbeatInterval(500*time.Millisecond), jobs.WithScanInterval(50*time.Millisecond))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -75,8 +83,11 @@ func ExampleRunner_Run() {
 }
 
 func ExampleRunner_Track() {
-	reg := memjobs.New()                         // or redisjobs / pgjobs: durable
-	l := memlock.New(lock.WithOwner("worker-1")) // elects the recoverer
+	reg := memjobs.New()                                                      // or redisjobs / pgjobs: durable
+	l, err := memlock.New(memlock.WithCommon(lock.Common{Owner: "worker-1"})) // elects the recoverer
+	if err != nil {
+		log.Fatal(err)
+	}
 	requeue := func(ctx context.Context, j jobs.Job, delay time.Duration) error {
 		return nil // put j back on your queue, to run after delay
 	}
@@ -98,15 +109,21 @@ func ExampleRunner_Track() {
 
 func ExampleRunner_Scan() {
 	reg := memjobs.New()
-	l := memlock.New(lock.WithOwner("recoverer"))
-	r, _ := jobs.NewRunner(reg, l, func(ctx context.Context, j jobs.Job, delay time.Duration) error {
+	l, err := memlock.New(memlock.WithCommon(lock.Common{Owner: "recoverer"}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	r, err := jobs.NewRunner(reg, l, func(ctx context.Context, j jobs.Job, delay time.Duration) error {
 		fmt.Printf("requeue %s, attempt %d, held by %s\n", j.ID, j.Attempt, j.History[0].From)
 		return nil
 	})
+	if err != nil {
+		log.Fatal(err)
+	}
 	// A worker that crashed: its job's lease runs out without a heartbeat.
 	_, _ = reg.Track(context.Background(), jobs.Job{ID: "report-9", Owner: "worker-2"}, time.Millisecond)
 	time.Sleep(5 * time.Millisecond)
-	fmt.Println("recovered:", r.Scan(context.Background())) // Run does this every ScanEvery while it leads
+	fmt.Println("recovered:", r.Scan(context.Background())) // Run does this every scan interval while it leads
 	// Output:
 	// requeue report-9, attempt 1, held by worker-2
 	// recovered: 1
@@ -114,10 +131,17 @@ func ExampleRunner_Scan() {
 
 func ExampleRunner_RetryDead() {
 	reg := memjobs.New()
-	r, _ := jobs.NewRunner(reg, memlock.New(), func(ctx context.Context, j jobs.Job, delay time.Duration) error {
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	r, err := jobs.NewRunner(reg, l, func(ctx context.Context, j jobs.Job, delay time.Duration) error {
 		fmt.Println("requeued", j.ID, "attempt", j.Attempt)
 		return nil
 	}, jobs.WithMaxRetries(0))
+	if err != nil {
+		log.Fatal(err)
+	}
 	_, _ = reg.Track(context.Background(), jobs.Job{ID: "poison"}, time.Millisecond)
 	time.Sleep(5 * time.Millisecond)
 	r.Scan(context.Background()) // MaxRetries 0: straight to the dead set
@@ -166,8 +190,12 @@ func ExampleInspector() {
 // the dead set instead of requeued, and OnDead tells you.
 func ExampleOnDead() {
 	reg := memjobs.New()
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
 	dead := make(chan jobs.DeadJob, 1)
-	r, err := jobs.NewRunner(reg, memlock.New(), func(ctx context.Context, j jobs.Job, delay time.Duration) error {
+	r, err := jobs.NewRunner(reg, l, func(ctx context.Context, j jobs.Job, delay time.Duration) error {
 		return nil
 	}, jobs.WithMaxRetries(2), jobs.OnDead(func(ctx context.Context, d jobs.DeadJob) {
 		dead <- d // page someone, with d.ID and d.Reason
@@ -181,7 +209,7 @@ func ExampleOnDead() {
 	// runs out once more.
 	_, _ = reg.Track(ctx, jobs.Job{ID: "resize-7731", Owner: "worker-3", Attempt: 2}, time.Millisecond)
 	for {
-		r.Scan(ctx) // Run scans every ScanEvery while it leads
+		r.Scan(ctx) // Run scans every scan interval while it leads
 		select {
 		case d := <-dead:
 			fmt.Printf("dead: %s at attempt %d (%s)\n", d.ID, d.Attempt, d.Reason)
@@ -195,9 +223,16 @@ func ExampleOnDead() {
 // Tracing a recovery step by step.
 func ExampleOnStep() {
 	reg := memjobs.New()
-	r, _ := jobs.NewRunner(reg, memlock.New(), func(ctx context.Context, j jobs.Job, delay time.Duration) error {
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	r, err := jobs.NewRunner(reg, l, func(ctx context.Context, j jobs.Job, delay time.Duration) error {
 		return nil // back on the queue
 	}, jobs.OnStep(func(s jobs.Step, j jobs.Job) { fmt.Println(s, j.ID, "attempt", j.Attempt) }))
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 	_, _ = reg.Track(ctx, jobs.Job{ID: "email-12", Owner: "worker-2"}, time.Millisecond)
 	for r.Scan(ctx) == 0 {
@@ -211,13 +246,20 @@ func ExampleOnStep() {
 
 // The delay Requeue receives grows with each recovery of the same job:
 // full jitter over base·2^(attempt−1), capped.
-func ExampleWithBackoff() {
+func ExampleWithRetryBackoff() {
 	reg := memjobs.New()
-	r, _ := jobs.NewRunner(reg, memlock.New(), func(ctx context.Context, j jobs.Job, delay time.Duration) error {
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	r, err := jobs.NewRunner(reg, l, func(ctx context.Context, j jobs.Job, delay time.Duration) error {
 		// e.g. queue.PublishDelayed(ctx, j.Payload, delay)
 		fmt.Println("requeue", j.ID, "attempt", j.Attempt, "within a second:", delay <= time.Second)
 		return nil
-	}, jobs.WithBackoff(time.Second, 5*time.Minute))
+	}, jobs.WithRetryBackoff(time.Second, 5*time.Minute))
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 	_, _ = reg.Track(ctx, jobs.Job{ID: "thumbnail-9", Owner: "worker-4"}, time.Millisecond)
 	for r.Scan(ctx) == 0 {

@@ -89,8 +89,8 @@ func storeFromEnv(ns string) (jobs.Registry, error) {
 }
 
 // fast is the configuration of the process tests: recovery in seconds.
-var fast = []lock.Option{jobs.WithLease(time.Second), jobs.WithHeartbeatEvery(300 * time.Millisecond), jobs.WithScanEvery(200 * time.Millisecond),
-	jobs.WithBackoff(0, 0)}
+var fast = []jobs.Option{jobs.WithTTL(time.Second), jobs.WithHeartbeatInterval(300 * time.Millisecond), jobs.WithScanInterval(200 * time.Millisecond),
+	jobs.WithRetryBackoff(0, 0)}
 
 // Child processes. JOBS_CHILD=worker tracks the jobs JOBS_IDS through a
 // Runner and prints "TRACKED <id> <owner> <attempt>", "HEARTBEAT lost=<ids>"
@@ -180,7 +180,7 @@ func child(mode string) error {
 	var mu sync.Mutex
 	say := func(format string, args ...any) { mu.Lock(); fmt.Printf(format+"\n", args...); mu.Unlock() }
 	reg := &tracking{Registry: store, say: say}
-	opts := append([]lock.Option{jobs.WithElection(os.Getenv("JOBS_NS"))}, fast...)
+	opts := append([]jobs.Option{jobs.WithElection(os.Getenv("JOBS_NS"))}, fast...)
 	if at := os.Getenv("JOBS_KILL_AT"); at != "" {
 		opts = append(opts, jobs.OnStep(func(s jobs.Step, j jobs.Job) {
 			if string(s) == at {
@@ -226,7 +226,7 @@ func child(mode string) error {
 			say("CANCELLED %s %s %s", j.ID, causeKind(cause), strings.ReplaceAll(fmt.Sprint(cause), "\n", " "))
 		}()
 		dones = append(dones, done)
-		say("TRACKED %s %s %d", j.ID, r.Identity(), j.Attempt)
+		say("TRACKED %s %s %d", j.ID, r.Owner(), j.Attempt)
 	}
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
@@ -274,7 +274,7 @@ func (r *recorder) count(id string) int {
 
 // runRecoverer runs a recovering Runner in the test process.
 func runRecoverer(t *testing.T, reg jobs.Registry, l lock.Lock, ns string, rec *recorder) {
-	r, err := jobs.NewRunner(reg, l, rec.requeue, append([]lock.Option{jobs.WithElection(ns)}, fast...)...)
+	r, err := jobs.NewRunner(reg, l, rec.requeue, append([]jobs.Option{jobs.WithElection(ns)}, fast...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -563,8 +563,8 @@ func TestPoisonJobProcess(t *testing.T) {
 			t.Fatalf("history %+v, want one entry per crash of %v", d.History, owners)
 		}
 		for i, h := range d.History {
-			if h.From != owners[i] || h.By != r.Identity() || h.Attempt != i+1 || h.At.IsZero() {
-				t.Fatalf("history entry %d: %+v, want from %s by %s, attempt %d", i, h, owners[i], r.Identity(), i+1)
+			if h.From != owners[i] || h.By != r.Owner() || h.Attempt != i+1 || h.At.IsZero() {
+				t.Fatalf("history entry %d: %+v, want from %s by %s, attempt %d", i, h, owners[i], r.Owner(), i+1)
 			}
 		}
 		if c, err := reg.Counts(t.Context()); err != nil || c.Tracked != 0 || c.Dead != 1 {

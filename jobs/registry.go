@@ -96,7 +96,7 @@ type Registry interface {
 	// from now, replacing any entry of the same ID (which then goes stale).
 	// It returns the job as recorded. Input is checked by CheckTrack: an ID
 	// is opaque bytes (1 to lock.MaxKeyLen, NUL included) and round-trips
-	// through every method; owners are identities (lock.CheckOwner) or
+	// through every method; owners are identities (backendkit.CheckOwner) or
 	// empty; the lease is within 1 ms..lock.MaxTTL (lock.ErrInvalidTTL).
 	Track(ctx context.Context, job Job, lease time.Duration) (Job, error)
 	// Heartbeat extends the deadline of every listed job whose epoch still
@@ -120,7 +120,7 @@ type Registry interface {
 	// Reclaim takes an expired job over if its epoch still matches and its
 	// deadline has still passed: a new epoch, Attempt+1, owner by, a
 	// deadline lease from now, and a history entry. Else ErrStale. by is
-	// an identity (lock.CheckOwner; CheckReclaim).
+	// an identity (backendkit.CheckOwner; CheckReclaim).
 	Reclaim(ctx context.Context, ref Ref, by string, lease time.Duration) (Job, error)
 	// Remove drops the job if its epoch matches (after a requeue), else
 	// returns ErrStale (it leaves no completion marker: a Done of that

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
 // reviveLease is the lease a revived job is tracked with: the smallest a
@@ -25,11 +25,11 @@ const reviveLease = time.Millisecond
 // A crash between the two steps leaves the job both in flight and dead,
 // never lost; Revive again, or Purge, settles it. It returns ErrNotFound
 // when id is not in the dead set, and an error matching
-// lock.ErrInvalidArgument when by is not an identity (lock.CheckOwner).
+// lock.ErrInvalidArgument when by is not an identity (backendkit.CheckOwner).
 // An application that has its Requeue at hand uses Runner.RetryDead
 // instead, which requeues at once.
 func Revive(ctx context.Context, reg Registry, id, by string) (Job, error) {
-	if err := lock.CheckOwner("by", by); err != nil {
+	if err := backendkit.CheckOwner("by", by); err != nil {
 		return Job{}, err
 	}
 	d, err := reg.DeadJob(ctx, id)

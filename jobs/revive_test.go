@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/leasehold-go/leasehold/internal/testkit"
 	"github.com/leasehold-go/leasehold/jobs"
 	"github.com/leasehold-go/leasehold/jobs/memjobs"
 	"github.com/leasehold-go/leasehold/lock"
@@ -23,7 +24,7 @@ func TestReviveThenScanRequeues(t *testing.T) {
 		ctx := t.Context()
 		reg := memjobs.New()
 		q := &queue{}
-		r, err := jobs.NewRunner(reg, memlock.New(), q.requeue, jobs.WithMaxRetries(1))
+		r, err := jobs.NewRunner(reg, testkit.Must(memlock.New()), q.requeue, jobs.WithMaxRetries(1))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,16 +16,16 @@ import (
 	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
-// Defaults: a crashed worker's jobs are requeued about Lease + ScanEvery =
-// 20 s after its last heartbeat.
+// Defaults: a crashed worker's jobs are requeued about DefaultTTL +
+// DefaultScanInterval = 20 s after its last heartbeat.
 const (
-	DefaultLease          = 15 * time.Second
-	DefaultHeartbeatEvery = 4 * time.Second
-	DefaultScanEvery      = 5 * time.Second
-	DefaultMaxRetries     = 5
-	DefaultBackoffBase    = time.Second
-	DefaultBackoffCap     = 5 * time.Minute
-	DefaultScanBatch      = 1000
+	DefaultTTL               = 15 * time.Second
+	DefaultHeartbeatInterval = 4 * time.Second
+	DefaultScanInterval      = 5 * time.Second
+	DefaultMaxRetries        = 5
+	DefaultRetryBackoffBase  = time.Second
+	DefaultRetryBackoffCap   = 5 * time.Minute
+	DefaultScanBatch         = 1000
 )
 
 // Requeue puts a recovered job back on the user's queue, to run after
@@ -44,18 +44,18 @@ const (
 	StepBuried    Step = "buried"    // moved to the dead set after MaxRetries
 )
 
-type settings struct {
-	lease, heartbeat, scan time.Duration
-	maxRetries             int
-	base, cap              time.Duration
-	batch                  int
-	election               string
-	onDead                 func(context.Context, DeadJob)
-	onStep                 func(Step, Job)
-}
+// Option configures NewRunner.
+type Option func(*settings) error
 
-func opt[T any](name string, f func(*settings, T) error, v T) lock.Option {
-	return lock.BackendOption("jobs."+name, func(s *settings) error { return f(s, v) })
+type settings struct {
+	ttl, heartbeat, scan time.Duration
+	maxRetries           int
+	base, cap            time.Duration
+	batch                int
+	election             string
+	onDead               func(context.Context, DeadJob)
+	onStep               func(Step, Job)
+	common               lock.Common
 }
 
 // MaxScanBatch is the most expired jobs one scan reads (WithScanBatch), so
@@ -73,90 +73,101 @@ func interval(what string, d time.Duration) error {
 	return nil
 }
 
-// WithLease sets how long a job stays owned without a heartbeat: at least
-// a millisecond, at most lock.MaxTTL and the election lock's MaxTTL (it is
-// also the recovery election's lease); else NewRunner returns an error
-// matching lock.ErrInvalidTTL.
-func WithLease(d time.Duration) lock.Option {
-	return opt("WithLease", func(s *settings, d time.Duration) error { s.lease = d; return nil }, d)
+// WithTTL sets how long a job stays owned without a heartbeat (default
+// DefaultTTL): at least a millisecond, at most lock.MaxTTL and the
+// election lock's MaxTTL (it is also the recovery election's ttl); else
+// NewRunner returns an error matching lock.ErrInvalidTTL.
+func WithTTL(d time.Duration) Option {
+	return func(s *settings) error { s.ttl = d; return nil }
 }
 
-// WithHeartbeatEvery sets the period of the one batched heartbeat a process
-// sends for all its jobs: at least 1 ms, and below a third of the lease.
-func WithHeartbeatEvery(d time.Duration) lock.Option {
-	return opt("WithHeartbeatEvery", func(s *settings, d time.Duration) error { s.heartbeat = d; return interval("heartbeat interval", d) }, d)
+// WithHeartbeatInterval sets the period of the one batched heartbeat a
+// process sends for all its jobs (default DefaultHeartbeatInterval): at
+// least 1 ms, and below a third of the ttl.
+func WithHeartbeatInterval(d time.Duration) Option {
+	return func(s *settings) error { s.heartbeat = d; return interval("heartbeat interval", d) }
 }
 
-// WithScanEvery sets how often the recoverer looks for expired jobs
-// (1 ms to lock.MaxTTL).
-func WithScanEvery(d time.Duration) lock.Option {
-	return opt("WithScanEvery", func(s *settings, d time.Duration) error { s.scan = d; return interval("scan interval", d) }, d)
+// WithScanInterval sets how often the recoverer looks for expired jobs
+// (default DefaultScanInterval; 1 ms to lock.MaxTTL).
+func WithScanInterval(d time.Duration) Option {
+	return func(s *settings) error { s.scan = d; return interval("scan interval", d) }
 }
 
 // WithMaxRetries sets how many recoveries a job gets before the dead set:
 // 0 to MaxAttempt.
-func WithMaxRetries(n int) lock.Option {
-	return opt("WithMaxRetries", func(s *settings, n int) error {
+func WithMaxRetries(n int) Option {
+	return func(s *settings) error {
 		if n < 0 || n > MaxAttempt {
 			return fmt.Errorf("max retries %d is outside 0..%d", n, MaxAttempt)
 		}
 		s.maxRetries = n
 		return nil
-	}, n)
+	}
 }
 
-// WithBackoff sets the requeue delay: full jitter over base·2^(attempt−1),
-// capped at cap; 0 ≤ base ≤ cap ≤ lock.MaxTTL.
-func WithBackoff(base, cap time.Duration) lock.Option {
-	return opt("WithBackoff", func(s *settings, v [2]time.Duration) error {
-		if v[0] < 0 || v[1] < v[0] || v[1] > lock.MaxTTL {
-			return fmt.Errorf("backoff base %v, cap %v: want 0 ≤ base ≤ cap ≤ %v", v[0], v[1], lock.MaxTTL)
+// WithRetryBackoff sets the delay before a recovered job is requeued: full
+// jitter over base·2^(attempt−1), capped at cap; 0 ≤ base ≤ cap ≤
+// lock.MaxTTL.
+func WithRetryBackoff(base, cap time.Duration) Option {
+	return func(s *settings) error {
+		if base < 0 || cap < base || cap > lock.MaxTTL {
+			return fmt.Errorf("retry backoff base %v, cap %v: want 0 ≤ base ≤ cap ≤ %v", base, cap, lock.MaxTTL)
 		}
-		s.base, s.cap = v[0], v[1]
+		s.base, s.cap = base, cap
 		return nil
-	}, [2]time.Duration{base, cap})
+	}
 }
 
 // WithScanBatch sets how many expired jobs one scan handles at most: 1 to
 // MaxScanBatch.
-func WithScanBatch(n int) lock.Option {
-	return opt("WithScanBatch", func(s *settings, n int) error {
+func WithScanBatch(n int) Option {
+	return func(s *settings) error {
 		if n < 1 || n > MaxScanBatch {
 			return fmt.Errorf("scan batch %d is outside 1..%d", n, MaxScanBatch)
 		}
 		s.batch = n
 		return nil
-	}, n)
+	}
 }
 
 // WithElection names the leader election that gates recovery (default
 // "jobs-recovery"); runners of one registry must share it. NewRunner
-// checks it with lock.CheckName (the rule for election names).
-func WithElection(name string) lock.Option {
-	return opt("WithElection", func(s *settings, n string) error { s.election = n; return nil }, name)
+// checks it with backendkit.CheckName (the rule for election names).
+func WithElection(name string) Option {
+	return func(s *settings) error { s.election = name; return nil }
 }
 
 // OnDead runs after a job was moved to the dead set.
-func OnDead(f func(context.Context, DeadJob)) lock.Option {
-	return opt("OnDead", func(s *settings, f func(context.Context, DeadJob)) error { s.onDead = f; return nil }, f)
+func OnDead(f func(context.Context, DeadJob)) Option {
+	return func(s *settings) error { s.onDead = f; return nil }
 }
 
 // OnStep runs after each step of a recovery: for tracing, and for fault
 // tests that stop a recoverer between two steps.
-func OnStep(f func(Step, Job)) lock.Option {
-	return opt("OnStep", func(s *settings, f func(Step, Job)) error { s.onStep = f; return nil }, f)
+func OnStep(f func(Step, Job)) Option {
+	return func(s *settings) error { s.onStep = f; return nil }
+}
+
+// WithCommon sets the runner's owner identity, recorded with its jobs and
+// as the recoverer of the jobs it recovers (default: the Lock's,
+// backendkit.OwnerOf), and where logs, metrics and spans go; its recovery
+// election is given them too.
+func WithCommon(c lock.Common) Option {
+	return func(s *settings) error { s.common = s.common.Merge(c); return nil }
 }
 
 // Runner tracks the jobs of one worker process and, while it leads the
 // recovery election, recovers the jobs of crashed workers.
 type Runner struct {
-	reg      Registry
-	l        lock.Lock
-	requeue  Requeue
-	s        *settings
-	cfg      *lock.Config
-	identity string
-	m        *metrics
+	reg     Registry
+	l       lock.Lock
+	requeue Requeue
+	s       *settings
+	common  lock.Common
+	m       *metrics
+
+	electionCommon lock.Common // common less the owner: leader.Run's
 
 	mu       sync.Mutex
 	inflight map[string]*inflight
@@ -168,45 +179,55 @@ type inflight struct {
 	validUntil time.Time
 }
 
-// NewRunner returns a runner over reg, electing its recoverer on l. Options
-// are this package's and package lock's (WithOwner, WithLogger, ...); they
-// are validated here.
-func NewRunner(reg Registry, l lock.Lock, requeue Requeue, opts ...lock.Option) (*Runner, error) {
-	s := &settings{lease: DefaultLease, heartbeat: DefaultHeartbeatEvery, scan: DefaultScanEvery,
-		maxRetries: DefaultMaxRetries, base: DefaultBackoffBase, cap: DefaultBackoffCap,
+// NewRunner returns a runner over reg, electing its recoverer on l. It
+// fails, with an error that matches lock.ErrInvalidArgument, on a nil
+// argument or an invalid option.
+func NewRunner(reg Registry, l lock.Lock, requeue Requeue, opts ...Option) (*Runner, error) {
+	s := &settings{ttl: DefaultTTL, heartbeat: DefaultHeartbeatInterval, scan: DefaultScanInterval,
+		maxRetries: DefaultMaxRetries, base: DefaultRetryBackoffBase, cap: DefaultRetryBackoffCap,
 		batch: DefaultScanBatch, election: "jobs-recovery"}
-	cfg, err := lock.NewConfig(s, opts)
-	if err != nil {
+	if err := backendkit.Apply("jobs", s, opts); err != nil {
 		return nil, err
 	}
 	if reg == nil || l == nil || requeue == nil {
-		return nil, fmt.Errorf("%w: jobs.NewRunner: nil registry, lock or requeue function", lock.ErrInvalidArgument)
+		return nil, backendkit.Invalid("jobs", "nil registry, lock or requeue function")
 	}
-	// The lease is the registry's and the election's: within both limits.
-	if err := leaseLimits.CheckTTL(s.lease); err != nil {
-		return nil, fmt.Errorf("jobs.WithLease: %w", err)
+	// The ttl is the registry's and the election's: within both limits.
+	if err := leaseLimits.CheckTTL(s.ttl); err != nil {
+		return nil, backendkit.Invalid("jobs", "WithTTL: %w", err)
 	}
-	if err := lock.LimitsOf(l).CheckTTL(s.lease); err != nil {
-		return nil, fmt.Errorf("jobs.WithLease (the election lock's limits): %w", err)
+	if err := lock.LimitsOf(l).CheckTTL(s.ttl); err != nil {
+		return nil, backendkit.Invalid("jobs", "WithTTL (the election lock's limits): %w", err)
 	}
-	// lease ≤ lock.MaxTTL, so 3·heartbeat below it does not overflow.
-	if s.heartbeat >= s.lease || s.heartbeat*3 >= s.lease {
-		return nil, fmt.Errorf("%w: jobs: the heartbeat interval %v must be below a third of the lease %v", lock.ErrInvalidArgument, s.heartbeat, s.lease)
+	// ttl ≤ lock.MaxTTL, so 3·heartbeat below it does not overflow.
+	if s.heartbeat >= s.ttl || s.heartbeat*3 >= s.ttl {
+		return nil, backendkit.Invalid("jobs", "the heartbeat interval %v must be below a third of the ttl %v", s.heartbeat, s.ttl)
 	}
 	if err := checkElection(s.election); err != nil {
 		return nil, err
 	}
-	r := &Runner{reg: reg, l: l, requeue: requeue, s: s, cfg: cfg, identity: lock.OwnerOf(l, cfg.Owner),
-		inflight: map[string]*inflight{}, m: newMetrics(cfg)}
-	// The identity is recorded in the registry as owner and recoverer.
-	if err := lock.CheckOwner("runner identity (lock.WithOwner or the Lock's owner)", r.identity); err != nil {
+	// The owner is recorded in the registry as owner and recoverer.
+	c, err := backendkit.Resolve("jobs", s.common, backendkit.OwnerOf(l, ""))
+	if err != nil {
 		return nil, err
 	}
-	return r, nil
+	// Resolve checks a configured owner only: the Lock's, its default, must
+	// not corrupt a record either.
+	if err := backendkit.CheckOwner("runner owner (WithCommon or the Lock's owner)", c.Owner); err != nil {
+		return nil, backendkit.Invalid("jobs", "%w", err)
+	}
+	tel := backendkit.NewTelemetry(c)
+	// The election's grants carry the Lock's owner, whatever the runner's.
+	ec := c
+	if backendkit.OwnerOf(l, "") != "" {
+		ec.Owner = "" // the Lock's, which leader.Run requires
+	}
+	return &Runner{reg: reg, l: l, requeue: requeue, s: s, common: c, electionCommon: ec,
+		inflight: map[string]*inflight{}, m: newMetrics(tel)}, nil
 }
 
-// Identity is the owner recorded with this runner's jobs.
-func (r *Runner) Identity() string { return r.identity }
+// Owner is the owner identity recorded with this runner's jobs.
+func (r *Runner) Owner() string { return r.common.Owner }
 
 // Track records that this process started job and returns a context for
 // the work, cancelled (cause matching ErrStale or lock.ErrLost) when the
@@ -215,14 +236,14 @@ func (r *Runner) Identity() string { return r.identity }
 // metrics). done returns ErrStale when the job was reclaimed meanwhile: the
 // completion is rejected and the job runs (or ran) elsewhere too.
 func (r *Runner) Track(ctx context.Context, job Job) (context.Context, func(err error) error, error) {
-	job.Owner = r.identity
+	job.Owner = r.common.Owner
 	sent := time.Now()
-	tracked, err := r.reg.Track(ctx, job, r.s.lease)
+	tracked, err := r.reg.Track(ctx, job, r.s.ttl)
 	if err != nil {
 		return nil, nil, err
 	}
 	jctx, cancel := context.WithCancelCause(ctx)
-	f := &inflight{ref: tracked.Ref(), cancel: cancel, validUntil: backendkit.ValidUntil(sent, r.s.lease)}
+	f := &inflight{ref: tracked.Ref(), cancel: cancel, validUntil: backendkit.ValidUntil(sent, r.s.ttl)}
 	r.mu.Lock()
 	if old, ok := r.inflight[job.ID]; ok {
 		old.cancel(fmt.Errorf("%w: tracked again", ErrStale))
@@ -245,7 +266,7 @@ func (r *Runner) Track(ctx context.Context, job Job) (context.Context, func(err 
 			switch {
 			case errors.Is(err, ErrStale):
 				outcome = "stale"
-				r.cfg.Logger.Warn("leasehold: job completion rejected: it was reclaimed", "job", job.ID, "epoch", f.ref.Epoch)
+				r.common.Logger.Warn("leasehold: job completion rejected: it was reclaimed", "job", job.ID, "epoch", f.ref.Epoch)
 			case result != nil:
 				outcome = "failed"
 			}
@@ -262,13 +283,13 @@ func (r *Runner) Track(ctx context.Context, job Job) (context.Context, func(err 
 // ends.
 func (r *Runner) Run(ctx context.Context) error {
 	if ctx == nil {
-		return fmt.Errorf("%w: nil context", lock.ErrInvalidArgument)
+		return backendkit.Invalid("jobs", "nil context")
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { r.heartbeats(ctx) })
 	err := leader.Run(ctx, r.l, r.s.election, r.recover,
-		leader.WithLease(r.s.lease), leader.WithRenewEvery(r.s.lease/3), leader.WithRetry(r.s.scan),
-		lock.WithLogger(r.cfg.Logger), lock.WithMeterProvider(r.cfg.MeterProvider), lock.WithTracerProvider(r.cfg.TracerProvider))
+		leader.WithTTL(r.s.ttl), leader.WithRenewInterval(r.s.ttl/3), leader.WithRetryInterval(r.s.scan),
+		leader.WithCommon(r.electionCommon))
 	wg.Wait()
 	return err
 }
@@ -315,11 +336,11 @@ func (r *Runner) heartbeat(ctx context.Context) {
 		end = first
 	}
 	hctx, cancel := context.WithDeadline(ctx, end)
-	lost, err := r.reg.Heartbeat(hctx, refs, r.s.lease)
+	lost, err := r.reg.Heartbeat(hctx, refs, r.s.ttl)
 	cancel()
 	if err != nil {
 		r.m.heartbeats.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attribute.String("leasehold.outcome", "error")))
-		r.cfg.Logger.Warn("leasehold: job heartbeat failed; jobs stay valid until their lease ends", "jobs", len(refs), "err", err)
+		r.common.Logger.Warn("leasehold: job heartbeat failed; jobs stay valid until their lease ends", "jobs", len(refs), "err", err)
 		return
 	}
 	r.m.heartbeats.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attribute.String("leasehold.outcome", "ok")))
@@ -327,7 +348,7 @@ func (r *Runner) heartbeat(ctx context.Context) {
 	for _, id := range lost {
 		gone[id] = true
 	}
-	validUntil := backendkit.ValidUntil(sent, r.s.lease)
+	validUntil := backendkit.ValidUntil(sent, r.s.ttl)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, ref := range refs {
@@ -338,7 +359,7 @@ func (r *Runner) heartbeat(ctx context.Context) {
 		if gone[ref.ID] {
 			f.cancel(fmt.Errorf("%w: %s was reclaimed elsewhere", ErrStale, ref.ID))
 			delete(r.inflight, ref.ID)
-			r.cfg.Logger.Warn("leasehold: job lost: reclaimed elsewhere", "job", ref.ID, "epoch", ref.Epoch)
+			r.common.Logger.Warn("leasehold: job lost: reclaimed elsewhere", "job", ref.ID, "epoch", ref.Epoch)
 			continue
 		}
 		f.validUntil = validUntil
@@ -354,7 +375,7 @@ func (r *Runner) expireLocal() {
 		if !now.Before(f.validUntil) {
 			f.cancel(backendkit.Lost("the job's lease ended without a successful heartbeat"))
 			delete(r.inflight, id)
-			r.cfg.Logger.Warn("leasehold: job lost: no heartbeat within its lease", "job", id)
+			r.common.Logger.Warn("leasehold: job lost: no heartbeat within its lease", "job", id)
 		}
 	}
 }
@@ -377,7 +398,7 @@ func (r *Runner) firstValidUntil() time.Time {
 	return next
 }
 
-// recover scans every ScanEvery while this process leads the election.
+// recover scans every scan interval while this process leads the election.
 func (r *Runner) recover(ctx context.Context) error {
 	tick := time.NewTicker(r.s.scan)
 	defer tick.Stop()
@@ -398,7 +419,7 @@ func (r *Runner) Scan(ctx context.Context) int {
 	defer func() { r.m.scan.Record(context.WithoutCancel(ctx), time.Since(start).Seconds()) }()
 	expired, err := r.reg.Expired(ctx, r.s.batch)
 	if err != nil {
-		r.cfg.Logger.Warn("leasehold: recovery scan failed", "err", err)
+		r.common.Logger.Warn("leasehold: recovery scan failed", "err", err)
 		return 0
 	}
 	r.m.expired.Add(context.WithoutCancel(ctx), int64(len(expired)))
@@ -424,10 +445,10 @@ func (r *Runner) step(s Step, j Job) {
 // two steps leaves the entry tracked under the recoverer's epoch; it
 // expires again and is recovered again: never lost, at worst requeued twice.
 func (r *Runner) recoverOne(ctx context.Context, j Job) bool {
-	c, err := r.reg.Reclaim(ctx, j.Ref(), r.identity, r.s.lease)
+	c, err := r.reg.Reclaim(ctx, j.Ref(), r.common.Owner, r.s.ttl)
 	if err != nil {
 		if !errors.Is(err, ErrStale) {
-			r.cfg.Logger.Warn("leasehold: reclaiming a job failed", "job", j.ID, "err", err)
+			r.common.Logger.Warn("leasehold: reclaiming a job failed", "job", j.ID, "err", err)
 		}
 		return false
 	}
@@ -435,12 +456,12 @@ func (r *Runner) recoverOne(ctx context.Context, j Job) bool {
 	if c.Attempt > r.s.maxRetries {
 		reason := fmt.Sprintf("recovered %d times (MaxRetries %d): its workers keep crashing", c.Attempt-1, r.s.maxRetries)
 		if err := r.reg.Bury(ctx, c.Ref(), reason); err != nil {
-			r.cfg.Logger.Warn("leasehold: burying a job failed", "job", c.ID, "err", err)
+			r.common.Logger.Warn("leasehold: burying a job failed", "job", c.ID, "err", err)
 			return false
 		}
 		r.step(StepBuried, c)
 		r.m.dead.Add(context.WithoutCancel(ctx), 1)
-		r.cfg.Logger.Warn("leasehold: job moved to the dead set", "job", c.ID, "attempt", c.Attempt, "reason", reason)
+		r.common.Logger.Warn("leasehold: job moved to the dead set", "job", c.ID, "attempt", c.Attempt, "reason", reason)
 		if r.s.onDead != nil {
 			r.s.onDead(ctx, DeadJob{Job: c, DiedAt: time.Now(), Reason: reason})
 		}
@@ -448,17 +469,17 @@ func (r *Runner) recoverOne(ctx context.Context, j Job) bool {
 	}
 	delay := r.backoff(c.Attempt)
 	if err := r.requeue(ctx, c, delay); err != nil {
-		r.cfg.Logger.Warn("leasehold: requeueing a recovered job failed; it will be retried", "job", c.ID, "err", err)
+		r.common.Logger.Warn("leasehold: requeueing a recovered job failed; it will be retried", "job", c.ID, "err", err)
 		return false
 	}
 	r.step(StepRequeued, c)
 	if err := r.reg.Remove(ctx, c.Ref()); err != nil && !errors.Is(err, ErrStale) {
-		r.cfg.Logger.Warn("leasehold: removing a requeued job failed; it may be requeued again", "job", c.ID, "err", err)
+		r.common.Logger.Warn("leasehold: removing a requeued job failed; it may be requeued again", "job", c.ID, "err", err)
 		return true
 	}
 	r.step(StepRemoved, c)
 	r.m.recovered.Add(context.WithoutCancel(ctx), 1)
-	r.cfg.Logger.Info("leasehold: job recovered", "job", c.ID, "attempt", c.Attempt, "from", j.Owner, "delay", delay)
+	r.common.Logger.Info("leasehold: job recovered", "job", c.ID, "attempt", c.Attempt, "from", j.Owner, "delay", delay)
 	return true
 }
 
@@ -503,8 +524,8 @@ type metrics struct {
 	scan                     metric.Float64Histogram
 }
 
-func newMetrics(cfg *lock.Config) *metrics {
-	m := backendkit.TelemetryOf(cfg).Meter
+func newMetrics(tel *backendkit.Telemetry) *metrics {
+	m := tel.Meter
 	out := &metrics{}
 	out.tracked, _ = m.Int64UpDownCounter("leasehold.jobs.tracked", metric.WithDescription("Jobs in flight in this process."))
 	out.heartbeats, _ = m.Int64Counter("leasehold.jobs.heartbeats", metric.WithDescription("Batched heartbeats, by outcome."))

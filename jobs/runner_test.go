@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/leasehold-go/leasehold/internal/testkit"
 	"github.com/leasehold-go/leasehold/jobs"
 	"github.com/leasehold-go/leasehold/jobs/memjobs"
 	"github.com/leasehold-go/leasehold/leader"
@@ -44,7 +45,7 @@ func (q *queue) len() int {
 	return len(q.jobs)
 }
 
-func newRunner(t *testing.T, reg jobs.Registry, l lock.Lock, q *queue, opts ...lock.Option) *jobs.Runner {
+func newRunner(t *testing.T, reg jobs.Registry, l lock.Lock, q *queue, opts ...jobs.Option) *jobs.Runner {
 	t.Helper()
 	r, err := jobs.NewRunner(reg, l, q.requeue, opts...)
 	if err != nil {
@@ -57,10 +58,10 @@ func newRunner(t *testing.T, reg jobs.Registry, l lock.Lock, q *queue, opts ...l
 // lease + scan interval; the defaults make that about 20 s.
 func TestCrashedWorkerIsRecoveredWithinLeasePlusScan(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		reg, table := memjobs.New(), memlock.New()
+		reg, table := memjobs.New(), testkit.Must(memlock.New())
 		var q queue
-		worker := newRunner(t, reg, table.Share(lock.WithOwner("worker")), &q)
-		recoverer := newRunner(t, reg, table.Share(lock.WithOwner("recoverer")), &q)
+		worker := newRunner(t, reg, testkit.Must(table.Share(memlock.WithCommon(lock.Common{Owner: "worker"}))), &q)
+		recoverer := newRunner(t, reg, testkit.Must(table.Share(memlock.WithCommon(lock.Common{Owner: "recoverer"}))), &q)
 		wctx, crash := context.WithCancel(t.Context())
 		go worker.Run(wctx)
 		rctx, stop := context.WithCancel(t.Context())
@@ -81,7 +82,7 @@ func TestCrashedWorkerIsRecoveredWithinLeasePlusScan(t *testing.T) {
 		for q.len() < 3 {
 			time.Sleep(100 * time.Millisecond)
 		}
-		if took := q.at[2].Sub(crashed); took > jobs.DefaultLease+jobs.DefaultScanEvery {
+		if took := q.at[2].Sub(crashed); took > jobs.DefaultTTL+jobs.DefaultScanInterval {
 			t.Fatalf("requeued %v after the crash, more than lease + scan (20 s)", took)
 		}
 		for _, j := range q.jobs {
@@ -106,10 +107,10 @@ func (cutOff) Heartbeat(context.Context, []jobs.Ref, time.Duration) ([]string, e
 // its lease ends by its own clock, and its late Done is rejected.
 func TestZombieWorker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		reg, table := memjobs.New(), memlock.New()
+		reg, table := memjobs.New(), testkit.Must(memlock.New())
 		var q queue
-		worker := newRunner(t, cutOff{reg}, table.Share(), &q)
-		recoverer := newRunner(t, reg, table.Share(), &q)
+		worker := newRunner(t, cutOff{reg}, testkit.Must(table.Share()), &q)
+		recoverer := newRunner(t, reg, testkit.Must(table.Share()), &q)
 		ctx, stop := context.WithCancel(t.Context())
 		defer stop()
 		go worker.Run(ctx)
@@ -119,10 +120,10 @@ func TestZombieWorker(t *testing.T) {
 		}
 		tracked := time.Now()
 		<-jctx.Done()
-		if lived := time.Since(tracked); lived > jobs.DefaultLease {
+		if lived := time.Since(tracked); lived > jobs.DefaultTTL {
 			t.Fatalf("job context lived %v without a heartbeat, longer than the lease", lived)
 		}
-		time.Sleep(jobs.DefaultScanEvery + time.Second)
+		time.Sleep(jobs.DefaultScanInterval + time.Second)
 		recoverer.Scan(t.Context()) // whoever leads the recovery has requeued it by now
 		if q.len() != 1 {
 			t.Fatalf("requeued %d jobs, want 1", q.len())
@@ -140,9 +141,9 @@ func TestZombieWorker(t *testing.T) {
 // A heartbeat that finds the job re-tracked elsewhere cancels it at once.
 func TestHeartbeatCancelsAReclaimedJob(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		reg, table := memjobs.New(), memlock.New()
+		reg, table := memjobs.New(), testkit.Must(memlock.New())
 		var q queue
-		worker := newRunner(t, reg, table.Share(), &q)
+		worker := newRunner(t, reg, testkit.Must(table.Share()), &q)
 		ctx, stop := context.WithCancel(t.Context())
 		defer stop()
 		go worker.Run(ctx)
@@ -153,7 +154,7 @@ func TestHeartbeatCancelsAReclaimedJob(t *testing.T) {
 		if _, err := reg.Track(t.Context(), jobs.Job{ID: "j", Owner: "someone else"}, time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(jobs.DefaultHeartbeatEvery)
+		time.Sleep(jobs.DefaultHeartbeatInterval)
 		synctest.Wait()
 		if !errors.Is(context.Cause(jctx), jobs.ErrStale) {
 			t.Fatalf("job context after its entry went stale: %v", context.Cause(jctx))
@@ -165,17 +166,17 @@ func TestHeartbeatCancelsAReclaimedJob(t *testing.T) {
 // MaxRetries, with its history; RetryDead requeues it.
 func TestPoisonJobGoesToTheDeadSet(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		reg, table := memjobs.New(), memlock.New()
+		reg, table := memjobs.New(), testkit.Must(memlock.New())
 		var q queue
 		var dead []jobs.DeadJob
-		crashing := newRunner(t, reg, table.Share(lock.WithOwner("crashing")), &q)
-		recoverer := newRunner(t, reg, table.Share(lock.WithOwner("recoverer")), &q,
+		crashing := newRunner(t, reg, testkit.Must(table.Share(memlock.WithCommon(lock.Common{Owner: "crashing"}))), &q)
+		recoverer := newRunner(t, reg, testkit.Must(table.Share(memlock.WithCommon(lock.Common{Owner: "recoverer"}))), &q,
 			jobs.WithMaxRetries(2), jobs.OnDead(func(_ context.Context, d jobs.DeadJob) { dead = append(dead, d) }))
 		if _, _, err := crashing.Track(t.Context(), jobs.Job{ID: "poison"}); err != nil {
 			t.Fatal(err)
 		}
 		for round := 0; len(dead) == 0 && round < 10; round++ {
-			time.Sleep(jobs.DefaultLease + time.Second)
+			time.Sleep(jobs.DefaultTTL + time.Second)
 			recoverer.Scan(t.Context())
 			if n := q.len(); n > 0 { // a worker picks the requeued job up and crashes again
 				j := q.jobs[n-1]
@@ -208,9 +209,9 @@ func TestPoisonJobGoesToTheDeadSet(t *testing.T) {
 // recovered by a later scan: never lost.
 func TestFailedRequeueIsRetried(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		reg, table := memjobs.New(), memlock.New()
+		reg, table := memjobs.New(), testkit.Must(memlock.New())
 		q := queue{fail: true}
-		recoverer := newRunner(t, reg, table.Share(), &q)
+		recoverer := newRunner(t, reg, testkit.Must(table.Share()), &q)
 		if _, err := reg.Track(t.Context(), jobs.Job{ID: "x"}, time.Second); err != nil {
 			t.Fatal(err)
 		}
@@ -221,7 +222,7 @@ func TestFailedRequeueIsRetried(t *testing.T) {
 		q.mu.Lock()
 		q.fail = false
 		q.mu.Unlock()
-		time.Sleep(jobs.DefaultLease + time.Second)
+		time.Sleep(jobs.DefaultTTL + time.Second)
 		if n := recoverer.Scan(t.Context()); n != 1 || q.len() != 1 {
 			t.Fatalf("recovered %d after the queue came back", n)
 		}
@@ -235,12 +236,12 @@ func TestFailedRequeueIsRetried(t *testing.T) {
 func TestBackoffIsFullJitterUnderTheCap(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const perAttempt = 32
-		reg, table := memjobs.New(), memlock.New()
+		reg, table := memjobs.New(), testkit.Must(memlock.New())
 		delays := map[int][]time.Duration{} // by the attempt requeued
 		r, err := jobs.NewRunner(reg, table, func(_ context.Context, j jobs.Job, d time.Duration) error {
 			delays[j.Attempt] = append(delays[j.Attempt], d)
 			return nil
-		}, jobs.WithBackoff(time.Second, 4*time.Second), jobs.WithMaxRetries(100))
+		}, jobs.WithRetryBackoff(time.Second, 4*time.Second), jobs.WithMaxRetries(100))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -285,9 +286,9 @@ func TestBackoffIsFullJitterUnderTheCap(t *testing.T) {
 // failures sends it to the dead set.
 func TestFailedJobsAreNotRecoveries(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		reg, table := memjobs.New(), memlock.New()
+		reg, table := memjobs.New(), testkit.Must(memlock.New())
 		var q queue
-		r := newRunner(t, reg, table.Share(), &q, jobs.WithMaxRetries(1))
+		r := newRunner(t, reg, testkit.Must(table.Share()), &q, jobs.WithMaxRetries(1))
 		j := jobs.Job{ID: "flaky", Payload: []byte("p")}
 		for range 5 {
 			_, done, err := r.Track(t.Context(), j)
@@ -317,24 +318,24 @@ func TestFailedJobsAreNotRecoveries(t *testing.T) {
 }
 
 func TestConfigIsValidated(t *testing.T) {
-	reg, l := memjobs.New(), memlock.New()
+	reg, l := memjobs.New(), testkit.Must(memlock.New())
 	rq := func(context.Context, jobs.Job, time.Duration) error { return nil }
-	for name, opts := range map[string][]lock.Option{
-		"heartbeat at lease/3":  {jobs.WithLease(15 * time.Second), jobs.WithHeartbeatEvery(5 * time.Second)},
-		"zero lease":            {jobs.WithLease(0)},
+	for name, opts := range map[string][]jobs.Option{
+		"heartbeat at lease/3":  {jobs.WithTTL(15 * time.Second), jobs.WithHeartbeatInterval(5 * time.Second)},
+		"zero lease":            {jobs.WithTTL(0)},
 		"negative retries":      {jobs.WithMaxRetries(-1)},
-		"cap below base":        {jobs.WithBackoff(time.Minute, time.Second)},
-		"zero scan":             {jobs.WithScanEvery(0)},
+		"cap below base":        {jobs.WithRetryBackoff(time.Minute, time.Second)},
+		"zero scan":             {jobs.WithScanInterval(0)},
 		"zero batch":            {jobs.WithScanBatch(0)},
 		"empty election":        {jobs.WithElection("")},
 		"election key too long": {jobs.WithElection(strings.Repeat("e", lock.MaxKeyLen-len(leader.Key(""))+1))},
 		// 3 × heartbeat overflowed to a negative duration and passed.
-		"overflowing heartbeat": {jobs.WithLease(time.Hour), jobs.WithHeartbeatEvery(math.MaxInt64/2 + 1)},
-		"huge heartbeat":        {jobs.WithLease(lock.MaxTTL), jobs.WithHeartbeatEvery(math.MaxInt64)},
-		"huge scan":             {jobs.WithScanEvery(math.MaxInt64)},
-		"nanosecond scan":       {jobs.WithScanEvery(time.Nanosecond)},
-		"microsecond heartbeat": {jobs.WithLease(time.Second), jobs.WithHeartbeatEvery(time.Microsecond)},
-		"huge backoff cap":      {jobs.WithBackoff(time.Second, math.MaxInt64)},
+		"overflowing heartbeat": {jobs.WithTTL(time.Hour), jobs.WithHeartbeatInterval(math.MaxInt64/2 + 1)},
+		"huge heartbeat":        {jobs.WithTTL(lock.MaxTTL), jobs.WithHeartbeatInterval(math.MaxInt64)},
+		"huge scan":             {jobs.WithScanInterval(math.MaxInt64)},
+		"nanosecond scan":       {jobs.WithScanInterval(time.Nanosecond)},
+		"microsecond heartbeat": {jobs.WithTTL(time.Second), jobs.WithHeartbeatInterval(time.Microsecond)},
+		"huge backoff cap":      {jobs.WithRetryBackoff(time.Second, math.MaxInt64)},
 		"huge retries":          {jobs.WithMaxRetries(math.MaxInt)},
 		"huge batch":            {jobs.WithScanBatch(math.MaxInt)},
 		"NUL in election":       {jobs.WithElection("a\x00b")},
@@ -345,11 +346,15 @@ func TestConfigIsValidated(t *testing.T) {
 			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
 		}
 	}
-	// The identity (the Lock's owner) is recorded as owner and recoverer:
-	// an identity that would corrupt a record is refused.
+	// The runner's owner (WithCommon's, else the Lock's) is recorded as
+	// owner and recoverer: an owner that would corrupt a record is refused,
+	// whichever it is.
 	for _, id := range []string{"host\x1eover", "host\x1f", "host\nforged line"} {
-		if _, err := jobs.NewRunner(reg, owned{l, id}, rq); !errors.Is(err, lock.ErrInvalidArgument) || !strings.Contains(fmt.Sprint(err), "identity") {
-			t.Errorf("identity %q: %v, want ErrInvalidArgument naming the identity", id, err)
+		if _, err := jobs.NewRunner(reg, owned{l, id}, rq); !errors.Is(err, lock.ErrInvalidArgument) || !strings.HasPrefix(fmt.Sprint(err), "jobs: ") || !strings.Contains(fmt.Sprint(err), "owner") {
+			t.Errorf("the Lock's owner %q: %v, want a jobs error matching ErrInvalidArgument naming the owner", id, err)
+		}
+		if _, err := jobs.NewRunner(reg, l, rq, jobs.WithCommon(lock.Common{Owner: id})); !errors.Is(err, lock.ErrInvalidArgument) || !strings.HasPrefix(fmt.Sprint(err), "jobs: ") || !strings.Contains(fmt.Sprint(err), "owner") {
+			t.Errorf("WithCommon's owner %q: %v, want a jobs error matching ErrInvalidArgument naming the owner", id, err)
 		}
 	}
 	// Leases: within lock.MaxTTL and the election lock's limits, refused
@@ -357,16 +362,16 @@ func TestConfigIsValidated(t *testing.T) {
 	short := limited{l, lock.Limits{MaxTTL: time.Minute}}
 	for name, tc := range map[string]struct {
 		l    lock.Lock
-		opts []lock.Option
+		opts []jobs.Option
 	}{
-		"max int64 lease":            {l, []lock.Option{jobs.WithLease(math.MaxInt64)}},
-		"lease above lock.MaxTTL":    {l, []lock.Option{jobs.WithLease(lock.MaxTTL + time.Millisecond)}},
-		"lease below a millisecond":  {l, []lock.Option{jobs.WithLease(time.Microsecond)}},
-		"lease above the lock's max": {short, []lock.Option{jobs.WithLease(2 * time.Minute)}},
-		"negative lease":             {l, []lock.Option{jobs.WithLease(-time.Second)}},
+		"max int64 lease":            {l, []jobs.Option{jobs.WithTTL(math.MaxInt64)}},
+		"lease above lock.MaxTTL":    {l, []jobs.Option{jobs.WithTTL(lock.MaxTTL + time.Millisecond)}},
+		"lease below a millisecond":  {l, []jobs.Option{jobs.WithTTL(time.Microsecond)}},
+		"lease above the lock's max": {short, []jobs.Option{jobs.WithTTL(2 * time.Minute)}},
+		"negative lease":             {l, []jobs.Option{jobs.WithTTL(-time.Second)}},
 	} {
-		if _, err := jobs.NewRunner(reg, tc.l, rq, tc.opts...); !errors.Is(err, lock.ErrInvalidTTL) || !strings.Contains(fmt.Sprint(err), "WithLease") {
-			t.Errorf("%s: %v, want ErrInvalidTTL naming WithLease", name, err)
+		if _, err := jobs.NewRunner(reg, tc.l, rq, tc.opts...); !errors.Is(err, lock.ErrInvalidTTL) || !strings.Contains(fmt.Sprint(err), "WithTTL") {
+			t.Errorf("%s: %v, want ErrInvalidTTL naming WithTTL", name, err)
 		}
 	}
 	for _, name := range []string{"", "a\x00b", strings.Repeat("e", lock.MaxNameLen+1)} {
@@ -378,8 +383,8 @@ func TestConfigIsValidated(t *testing.T) {
 	if _, err := jobs.NewRunner(reg, l, rq, jobs.WithElection(strings.Repeat("e", lock.MaxNameLen))); err != nil {
 		t.Errorf("an election name at the limit: %v", err)
 	}
-	if _, err := jobs.NewRunner(reg, l, rq, jobs.WithLease(lock.MaxTTL), jobs.WithHeartbeatEvery(lock.MaxTTL/3-1),
-		jobs.WithScanEvery(lock.MaxTTL), jobs.WithBackoff(lock.MaxTTL, lock.MaxTTL), jobs.WithMaxRetries(jobs.MaxAttempt),
+	if _, err := jobs.NewRunner(reg, l, rq, jobs.WithTTL(lock.MaxTTL), jobs.WithHeartbeatInterval(lock.MaxTTL/3-1),
+		jobs.WithScanInterval(lock.MaxTTL), jobs.WithRetryBackoff(lock.MaxTTL, lock.MaxTTL), jobs.WithMaxRetries(jobs.MaxAttempt),
 		jobs.WithScanBatch(jobs.MaxScanBatch)); err != nil {
 		t.Errorf("the largest settings: %v", err)
 	}
@@ -387,7 +392,7 @@ func TestConfigIsValidated(t *testing.T) {
 		t.Errorf("nil registry: %v", err)
 	}
 	// Seconds instead of the defaults' 20 s are fine.
-	if _, err := jobs.NewRunner(reg, l, rq, jobs.WithLease(time.Second), jobs.WithHeartbeatEvery(300*time.Millisecond), jobs.WithScanEvery(200*time.Millisecond)); err != nil {
+	if _, err := jobs.NewRunner(reg, l, rq, jobs.WithTTL(time.Second), jobs.WithHeartbeatInterval(300*time.Millisecond), jobs.WithScanInterval(200*time.Millisecond)); err != nil {
 		t.Errorf("a fast configuration: %v", err)
 	}
 }
@@ -422,10 +427,10 @@ func (stalledHeartbeats) Heartbeat(ctx context.Context, _ []jobs.Ref, _ time.Dur
 // heartbeat interval (it was; the job then ended up to one interval late).
 func TestJobEndsAtItsLeaseWhileHeartbeatsHang(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		reg, table := stalledHeartbeats{memjobs.New()}, memlock.New()
+		reg, table := stalledHeartbeats{memjobs.New()}, testkit.Must(memlock.New())
 		var q queue
 		const lease, every = 3500 * time.Millisecond, time.Second
-		worker := newRunner(t, reg, table.Share(), &q, jobs.WithLease(lease), jobs.WithHeartbeatEvery(every))
+		worker := newRunner(t, reg, testkit.Must(table.Share()), &q, jobs.WithTTL(lease), jobs.WithHeartbeatInterval(every))
 		ctx, stop := context.WithCancel(t.Context())
 		defer stop()
 		go worker.Run(ctx)
@@ -437,6 +442,66 @@ func TestJobEndsAtItsLeaseWhileHeartbeatsHang(t *testing.T) {
 		<-jctx.Done()
 		if d, want := time.Since(start), lease-backendkit.DriftAllowance(lease); d != want {
 			t.Fatalf("job context ended %v after Track, want at its lease end (less the drift allowance), %v", d, want)
+		}
+	})
+}
+
+// A runner's owner is WithCommon's when it is given one, whatever the
+// Lock's (unlike a leader's term, whose owner is its grant's): it is
+// recorded with the jobs it tracks and as the recoverer of the jobs it
+// recovers, and its recovery election still runs (on the Lock's owner).
+// Without WithCommon it is the Lock's owner, or a default one when the Lock
+// states none.
+func TestConfiguredOwnerIsHonoured(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg := memjobs.New()
+		l := testkit.Must(memlock.New(memlock.WithCommon(lock.Common{Owner: "lock-owner"})))
+		var q queue
+		if got := newRunner(t, reg, l, &q).Owner(); got != "lock-owner" {
+			t.Errorf("no configured owner: Owner %q, want the Lock's %q", got, "lock-owner")
+		}
+		if got := newRunner(t, reg, struct{ lock.Lock }{l}, &q).Owner(); got == "" || got == "lock-owner" {
+			t.Errorf("a Lock that states no owner, none configured: Owner %q, want a default one (lock.NewOwner)", got)
+		}
+		if got := newRunner(t, reg, struct{ lock.Lock }{l}, &q, jobs.WithCommon(lock.Common{Owner: "runner-1"})).Owner(); got != "runner-1" {
+			t.Errorf("a Lock that states no owner, one configured: Owner %q, want %q", got, "runner-1")
+		}
+
+		r := newRunner(t, reg, l, &q, jobs.WithCommon(lock.Common{Owner: "runner-1"}), jobs.WithCommon(lock.Common{}),
+			jobs.WithTTL(3*time.Second), jobs.WithHeartbeatInterval(900*time.Millisecond), jobs.WithScanInterval(time.Second))
+		if got := r.Owner(); got != "runner-1" {
+			t.Fatalf("configured owner: Owner %q, want %q (two WithCommon merge)", got, "runner-1")
+		}
+		ctx, stop := context.WithCancel(t.Context())
+		defer stop()
+		ran := make(chan error, 1)
+		go func() { ran <- r.Run(ctx) }()
+		if _, _, err := r.Track(t.Context(), jobs.Job{ID: "mine"}); err != nil {
+			t.Fatal(err)
+		}
+		in, err := reg.InFlight(t.Context(), 10)
+		if err != nil || len(in) != 1 || in[0].Owner != "runner-1" {
+			t.Fatalf("in flight: %+v, %v; want job mine owned by runner-1", in, err)
+		}
+		// A crashed worker's job: r leads the recovery election and
+		// recovers it, as runner-1.
+		if _, err := reg.Track(t.Context(), jobs.Job{ID: "orphan", Owner: "crashed"}, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if q.len() != 1 || q.jobs[0].ID != "orphan" || len(q.jobs[0].History) != 1 ||
+			q.jobs[0].History[0].From != "crashed" || q.jobs[0].History[0].By != "runner-1" {
+			t.Fatalf("requeued %+v, want orphan recovered from crashed by runner-1", q.jobs)
+		}
+		select {
+		case err := <-ran:
+			t.Fatalf("Run returned %v while its context was live", err)
+		default:
+		}
+		stop()
+		if err := <-ran; err != nil {
+			t.Fatalf("Run: %v", err)
 		}
 	})
 }

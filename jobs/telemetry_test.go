@@ -7,6 +7,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/leasehold-go/leasehold/internal/testkit"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/leasehold-go/leasehold/internal/testkit/metrictest"
@@ -25,7 +26,7 @@ func TestMetrics(t *testing.T) {
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 		reg := memjobs.New()
 		var q queue
-		r := newRunner(t, reg, memlock.New(), &q, lock.WithMeterProvider(mp), jobs.WithMaxRetries(1))
+		r := newRunner(t, reg, testkit.Must(memlock.New()), &q, jobs.WithCommon(lock.Common{MeterProvider: mp}), jobs.WithMaxRetries(1))
 		ctx, stop := context.WithCancel(t.Context())
 		stopped := make(chan struct{})
 		go func() { _ = r.Run(ctx); close(stopped) }()
@@ -55,7 +56,7 @@ func TestMetrics(t *testing.T) {
 		if _, err := reg.Track(t.Context(), jobs.Job{ID: "poison", Owner: "other", Attempt: 1}, time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(2*jobs.DefaultScanEvery + time.Second) // heartbeats at 4 s and 8 s, scans at 5 s and 10 s
+		time.Sleep(2*jobs.DefaultScanInterval + time.Second) // heartbeats at 4 s and 8 s, scans at 5 s and 10 s
 		synctest.Wait()
 		if !errors.Is(context.Cause(staleCtx), jobs.ErrStale) {
 			t.Fatalf("the re-tracked job's context: %v", context.Cause(staleCtx))

@@ -31,7 +31,7 @@ func CheckID(ctx context.Context, id string) error {
 		return err
 	}
 	if err := lock.CheckKey(id); err != nil {
-		return fmt.Errorf("job ID: %w", err)
+		return backendkit.Invalid("jobs", "job ID: %w", err)
 	}
 	return nil
 }
@@ -44,7 +44,7 @@ func CheckLease(ctx context.Context, id string, lease time.Duration) error {
 		return err
 	}
 	if err := leaseLimits.CheckTTL(lease); err != nil {
-		return fmt.Errorf("job lease: %w", err)
+		return backendkit.Invalid("jobs", "job lease: %w", err)
 	}
 	return nil
 }
@@ -56,11 +56,11 @@ func CheckHeartbeat(ctx context.Context, refs []Ref, lease time.Duration) error 
 		return err
 	}
 	if err := leaseLimits.CheckTTL(lease); err != nil {
-		return fmt.Errorf("job lease: %w", err)
+		return backendkit.Invalid("jobs", "job lease: %w", err)
 	}
 	for i, ref := range refs {
 		if err := lock.CheckKey(ref.ID); err != nil {
-			return fmt.Errorf("job ID refs[%d]: %w", i, err)
+			return backendkit.Invalid("jobs", "job ID refs[%d]: %w", i, err)
 		}
 	}
 	return nil
@@ -68,7 +68,7 @@ func CheckHeartbeat(ctx context.Context, refs []Ref, lease time.Duration) error 
 
 // CheckTrack is the input check of Registry.Track: the context, the ID and
 // the lease (CheckLease); an Owner that is empty (none) or a valid identity
-// (lock.CheckOwner); an Attempt from 0 to MaxAttempt; and a History whose
+// (backendkit.CheckOwner); an Attempt from 0 to MaxAttempt; and a History whose
 // owners are empty or valid identities and whose attempts are within
 // bounds, so that nothing a caller passes can corrupt the stored record.
 func CheckTrack(ctx context.Context, job Job, lease time.Duration) error {
@@ -96,12 +96,12 @@ func CheckTrack(ctx context.Context, job Job, lease time.Duration) error {
 }
 
 // CheckReclaim is the input check of Registry.Reclaim: the context, the
-// ID, the lease, and the recoverer's identity by (lock.CheckOwner).
+// ID, the lease, and the recoverer's identity by (backendkit.CheckOwner).
 func CheckReclaim(ctx context.Context, ref Ref, by string, lease time.Duration) error {
 	if err := CheckLease(ctx, ref.ID, lease); err != nil {
 		return err
 	}
-	return lock.CheckOwner("reclaiming owner (by)", by)
+	return invalid(backendkit.CheckOwner("reclaiming owner (by)", by))
 }
 
 // CheckBury is the input check of Registry.Bury: the context, the ID, and
@@ -121,7 +121,7 @@ func CheckBury(ctx context.Context, ref Ref, reason string) error {
 		bad = "contains a NUL"
 	}
 	if bad != "" {
-		return fmt.Errorf("%w: bury reason %.64q %s", lock.ErrInvalidArgument, reason, bad)
+		return backendkit.Invalid("jobs", "bury reason %.64q %s", reason, bad)
 	}
 	return nil
 }
@@ -130,18 +130,26 @@ func checkOptionalOwner(what, owner string) error {
 	if owner == "" {
 		return nil
 	}
-	return lock.CheckOwner(what, owner)
+	return invalid(backendkit.CheckOwner(what, owner))
 }
 
 func checkAttempt(what string, n, max int) error {
 	if n < 0 || n > max {
-		return fmt.Errorf("%w: %s %d is outside 0..%d", lock.ErrInvalidArgument, what, n, max)
+		return backendkit.Invalid("jobs", "%s %d is outside 0..%d", what, n, max)
 	}
 	return nil
 }
 
 // checkElection rejects an election name that leader.Run would refuse
-// (lock.CheckName, the one rule for election names).
+// (backendkit.CheckName, the one rule for election names).
 func checkElection(name string) error {
-	return lock.CheckName("election name (jobs.WithElection)", name)
+	return invalid(backendkit.CheckName("election name (jobs.WithElection)", name))
+}
+
+// invalid names this package in an input error of lock's.
+func invalid(err error) error {
+	if err == nil {
+		return nil
+	}
+	return backendkit.Invalid("jobs", "%w", err)
 }

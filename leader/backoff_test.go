@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/leasehold-go/leasehold/internal/testkit"
 	"github.com/leasehold-go/leasehold/leader"
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/backendkit"
@@ -15,7 +16,7 @@ import (
 )
 
 // timing is the election timing of the tests under synctest.
-var timing = []lock.Option{leader.WithLease(15 * time.Second), leader.WithRenewEvery(5 * time.Second), leader.WithRetry(2 * time.Second)}
+var timing = []leader.Option{leader.WithTTL(15 * time.Second), leader.WithRenewInterval(5 * time.Second), leader.WithRetryInterval(2 * time.Second)}
 
 const retryEvery = 2 * time.Second
 
@@ -26,7 +27,7 @@ func TestRetryAfterFnError(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		var starts, ends []time.Time
-		_ = leader.Run(ctx, memlock.New(), "fnerr", func(ctx context.Context) error {
+		_ = leader.Run(ctx, testkit.Must(memlock.New()), "fnerr", func(ctx context.Context) error {
 			starts = append(starts, time.Now())
 			if len(starts) == 3 {
 				cancel()
@@ -72,7 +73,7 @@ func (f *flaky) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 // backend is back, it is elected within a retry interval.
 func TestRetryWhileUnavailable(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := &flaky{Lock: memlock.New(), down: true}
+		l := &flaky{Lock: testkit.Must(memlock.New()), down: true}
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		elected := make(chan time.Time, 1)
@@ -142,7 +143,7 @@ func TestFollowerWithoutNotifications(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				table := memlock.New()
+				table := testkit.Must(memlock.New())
 				ctx, cancel := context.WithCancel(t.Context())
 				defer cancel()
 				aCtx, resign := context.WithCancel(ctx)
@@ -154,9 +155,9 @@ func TestFollowerWithoutNotifications(t *testing.T) {
 						return nil
 					}, timing...)
 				}
-				go run(aCtx, table.Share())
+				go run(aCtx, testkit.Must(table.Share()))
 				<-elected
-				go run(ctx, follower(table.Share()))
+				go run(ctx, follower(testkit.Must(table.Share())))
 				time.Sleep(20 * time.Second) // the leader renews; the follower waits
 				synctest.Wait()
 				resign()

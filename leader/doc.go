@@ -20,12 +20,12 @@
 //	    backend is unavailable it retries with jittered exponential backoff
 //	    that starts at a quarter of the retry interval (100 ms at most) and
 //	    grows to the retry interval.
-//	  - Leader: renew every RenewEvery. An unknown renewal outcome is retried;
-//	    if no renewal has succeeded when less than RenewEvery of the lease is
-//	    left, the leader steps down: fn's context is cancelled (cause
-//	    lock.ErrLost) while the lease is still valid, so fn has that margin
-//	    to stop before anyone else can be elected. A renewal that reports the
-//	    lease gone cancels fn at once.
+//	  - Leader: renew once per renew interval (WithRenewInterval). An
+//	    unknown renewal outcome is retried; if no renewal has succeeded when
+//	    less than a renew interval of the lease is left, the leader steps
+//	    down: fn's context is cancelled (cause lock.ErrLost) while the lease
+//	    is still valid, so fn has that margin to stop before anyone else can
+//	    be elected. A renewal that reports the lease gone cancels fn at once.
 //	  - Shutdown: when Run's context ends, fn's context is cancelled; when fn
 //	    returns the lease is released, which wakes the followers: a peer
 //	    leads within a round trip (graceful resign).
@@ -39,21 +39,32 @@
 // a successor was elected. Stamp writes with the term and have the resource
 // refuse terms older than the newest it has seen.
 //
-// Defaults follow Kubernetes' client-go: lease 15 s, renew every 5 s, retry
-// every 2 s (plus notifications). RenewEvery must be at most a third of the
-// lease.
+// Defaults follow Kubernetes' client-go: a ttl of 15 s (WithTTL, how long a
+// crashed leader blocks the election), renew every 5 s (WithRenewInterval),
+// retry every 2 s (WithRetryInterval, plus notifications). The renew
+// interval must be at most a third of the ttl.
+//
+// # Owner, logs, metrics and traces
+//
+// WithCommon sets the lock.Common of Run: its Logger, MeterProvider and
+// TracerProvider. A term's owner (Term.Owner, shown by Observe and the CLI)
+// is the one its grant is stored with: the Lock's own (lock.Owned) when it
+// states one, and then an Owner in WithCommon that differs from it is
+// refused. A Lock that states none (a wrapper that hides its backend)
+// reports the configured Owner, or a new one (lock.NewOwner).
 //
 // # Bad input
 //
 // Run refuses, before it campaigns, with an error that matches
-// lock.ErrInvalidArgument and names the argument or the option: an
-// election name outside lock.CheckName's rule (1 to lock.MaxNameLen bytes
-// of UTF-8, no control characters, no braces; Observe and ObserveAll's
-// prefix follow the same rule); a lease outside the backend's limits
-// (lock.LimitsOf; lock.ErrInvalidTTL); a renew or retry interval below
-// MinInterval (1 ms: a busy loop) or above lock.MaxTTL; a renew interval
-// above a third of the lease.
+// lock.ErrInvalidArgument, starts with "leader: " and names the argument
+// or the option: an election name outside backendkit.CheckName's rule (1 to
+// lock.MaxNameLen bytes of UTF-8, no control characters, no braces; Observe
+// and ObserveAll's prefix follow the same rule); a ttl outside the
+// backend's limits (lock.LimitsOf; lock.ErrInvalidTTL); a renew or retry
+// interval below MinInterval (1 ms: a busy loop) or above lock.MaxTTL; a
+// renew interval above a third of the ttl; a nil option; an owner that is
+// not the Lock's.
 //
-// Observe reports the current leader (identity, term, since) without
+// Observe reports the current leader (owner, term, since) without
 // campaigning; it needs a backend with lock.Inspector.
 package leader

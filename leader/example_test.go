@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"time"
 
@@ -13,10 +14,13 @@ import (
 )
 
 func ExampleRun() {
-	l := memlock.New(lock.WithOwner("host-a")) // any lock.Lock shared by the candidates
+	l, err := memlock.New(memlock.WithCommon(lock.Common{Owner: "host-a"})) // any lock.Lock shared by the candidates
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	err := leader.Run(ctx, l, "recovery-scan", func(ctx context.Context) error {
+	err = leader.Run(ctx, l, "recovery-scan", func(ctx context.Context) error {
 		term, _ := lock.TokenFrom(ctx)
 		fmt.Println("leading, term", term)
 		// The singleton work runs here until ctx ends (leadership lost or
@@ -24,7 +28,7 @@ func ExampleRun() {
 		cancel()
 		<-ctx.Done()
 		return nil
-	}, leader.WithLease(15*time.Second), leader.WithRenewEvery(5*time.Second), leader.WithRetry(2*time.Second))
+	}, leader.WithTTL(15*time.Second), leader.WithRenewInterval(5*time.Second), leader.WithRetryInterval(2*time.Second))
 	fmt.Println("Run returned", err)
 	// Output:
 	// leading, term 1
@@ -32,7 +36,10 @@ func ExampleRun() {
 }
 
 func ExampleObserve() {
-	l := memlock.New(lock.WithOwner("host-a"))
+	l, err := memlock.New(memlock.WithCommon(lock.Common{Owner: "host-a"}))
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	elected := make(chan struct{})
 	done := make(chan struct{})
@@ -45,18 +52,25 @@ func ExampleObserve() {
 		})
 	}()
 	<-elected
-	t, ok, _ := leader.Observe(context.Background(), l.Share(), "reports")
-	fmt.Println(ok, t.Identity, t.Term)
+	observer, err := l.Share() // another host on the same backend
+	if err != nil {
+		log.Fatal(err)
+	}
+	t, ok, _ := leader.Observe(context.Background(), observer, "reports")
+	fmt.Println(ok, t.Owner, t.Term)
 	cancel()
 	<-done
 	// Output: true host-a 1
 }
 
 func ExampleOnElected() {
-	l := memlock.New(lock.WithOwner("host-b"))
+	l, err := memlock.New(memlock.WithCommon(lock.Common{Owner: "host-b"}))
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	_ = leader.Run(ctx, l, "compaction", func(ctx context.Context) error { cancel(); return nil },
-		leader.OnElected(func(t leader.Term) { fmt.Println("elected:", t.Identity, "term", t.Term) }),
+		leader.OnElected(func(t leader.Term) { fmt.Println("elected:", t.Owner, "term", t.Term) }),
 		leader.OnDemoted(func(t leader.Term, cause error) { fmt.Println("demoted: term", t.Term, "cause:", cause) }))
 	// Output:
 	// elected: host-b term 1
@@ -64,7 +78,10 @@ func ExampleOnElected() {
 }
 
 func ExampleObserveAll() {
-	l := memlock.New(lock.WithOwner("host-a"))
+	l, err := memlock.New(memlock.WithCommon(lock.Common{Owner: "host-a"}))
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	elected := make(chan struct{})
 	done := make(chan struct{})
@@ -77,9 +94,13 @@ func ExampleObserveAll() {
 		})
 	}()
 	<-elected
-	all, _ := leader.ObserveAll(context.Background(), l.Share(), "billing/")
+	observer, err := l.Share()
+	if err != nil {
+		log.Fatal(err)
+	}
+	all, _ := leader.ObserveAll(context.Background(), observer, "billing/")
 	for _, o := range all {
-		fmt.Println(o.Name, o.Identity, o.Term.Term)
+		fmt.Println(o.Name, o.Owner, o.Term.Term)
 	}
 	cancel()
 	<-done
@@ -90,12 +111,15 @@ func ExampleObserveAll() {
 // is fenced with the term's token, and the loop stops as soon as the term
 // ends (lost lease or shutdown). Every replica runs the same code.
 func ExampleRun_loop() {
-	l := memlock.New(lock.WithOwner("replica-1")) // redislock, pglock, etcdlock in production
+	l, err := memlock.New(memlock.WithCommon(lock.Common{Owner: "replica-1"})) // redislock, pglock, etcdlock in production
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx, shutdown := context.WithCancel(context.Background())
 	defer shutdown()
 	var store lock.Fence // stands for the database that checks tokens
 	passes := 0
-	err := leader.Run(ctx, l, "billing/sweeper", func(ctx context.Context) error {
+	err = leader.Run(ctx, l, "billing/sweeper", func(ctx context.Context) error {
 		term, _ := lock.TokenFrom(ctx)
 		tick := time.NewTicker(10 * time.Millisecond)
 		defer tick.Stop()
@@ -113,7 +137,7 @@ func ExampleRun_loop() {
 				shutdown() // the example stops after three passes
 			}
 		}
-	}, leader.WithLease(15*time.Second))
+	}, leader.WithTTL(15*time.Second))
 	fmt.Println("Run returned", err)
 	// Output:
 	// sweep 1 under term 1
@@ -122,21 +146,24 @@ func ExampleRun_loop() {
 	// Run returned <nil>
 }
 
-// The timing of an election: a crashed leader is replaced within the lease
+// The timing of an election: a crashed leader is replaced within the ttl
 // (15 s) plus a follower's retry (at most 2 s, less when the backend
 // announces releases); a live leader renews every 5 s and steps down
-// before its lease can run out when renewals fail.
-func ExampleWithLease() {
-	l := memlock.New()
+// before its grant can run out when renewals fail.
+func ExampleWithTTL() {
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	err := leader.Run(ctx, l, "compaction", func(ctx context.Context) error {
+	err = leader.Run(ctx, l, "compaction", func(ctx context.Context) error {
 		cancel()
 		return nil
-	}, leader.WithLease(15*time.Second), leader.WithRenewEvery(5*time.Second), leader.WithRetry(2*time.Second))
+	}, leader.WithTTL(15*time.Second), leader.WithRenewInterval(5*time.Second), leader.WithRetryInterval(2*time.Second))
 	fmt.Println(err)
 	// Bad timing is refused by Run.
 	err = leader.Run(context.Background(), l, "compaction", func(ctx context.Context) error { return nil },
-		leader.WithLease(5*time.Second), leader.WithRenewEvery(5*time.Second))
+		leader.WithTTL(5*time.Second), leader.WithRenewInterval(5*time.Second))
 	fmt.Println(errors.Is(err, lock.ErrInvalidArgument))
 	// Output:
 	// <nil>
@@ -151,14 +178,17 @@ func ExampleKey() {
 
 // A hook for metrics or logs when this replica loses leadership, and why.
 func ExampleOnDemoted() {
-	l := memlock.New(lock.WithOwner("replica-2"))
+	l, err := memlock.New(memlock.WithCommon(lock.Common{Owner: "replica-2"}))
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	_ = leader.Run(ctx, l, "reports", func(ctx context.Context) error {
 		return errors.New("report store unreachable") // ends the term
 	}, leader.OnDemoted(func(t leader.Term, cause error) {
-		fmt.Println("demoted:", t.Identity, "term", t.Term, "cause:", cause)
+		fmt.Println("demoted:", t.Owner, "term", t.Term, "cause:", cause)
 		cancel() // the example stops here; Run would campaign again
-	}), lock.WithLogger(slog.New(slog.DiscardHandler)))
+	}), leader.WithCommon(lock.Common{Logger: slog.New(slog.DiscardHandler)}))
 	// Output: demoted: replica-2 term 1 cause: report store unreachable
 }

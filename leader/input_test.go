@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/leasehold-go/leasehold/internal/testkit"
 	"github.com/leasehold-go/leasehold/leader"
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/memlock"
@@ -25,7 +26,7 @@ func (l limited) Limits() lock.Limits { return l.lim }
 // runBriefly runs leader.Run until its first term or for at most a minute
 // of bubble time: input that Run used to accept campaigned (or looped)
 // until its context ended, and returned nil then.
-func runBriefly(t *testing.T, l lock.Lock, name string, opts ...lock.Option) (err error, elected bool) {
+func runBriefly(t *testing.T, l lock.Lock, name string, opts ...leader.Option) (err error, elected bool) {
 	t.Helper()
 	synctest.Test(t, func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -39,7 +40,7 @@ func runBriefly(t *testing.T, l lock.Lock, name string, opts ...lock.Option) (er
 	return err, elected
 }
 
-// One rule for election names (lock.CheckName), in Run, Observe and
+// One rule for election names (backendkit.CheckName), in Run, Observe and
 // ObserveAll's prefix: Run accepted a NUL that Observe refused.
 func TestElectionNames(t *testing.T) {
 	for what, name := range map[string]string{
@@ -51,23 +52,23 @@ func TestElectionNames(t *testing.T) {
 		"brace":        "a{b}",
 		"too long":     strings.Repeat("x", lock.MaxNameLen+1),
 	} {
-		err, elected := runBriefly(t, memlock.New(), name)
+		err, elected := runBriefly(t, testkit.Must(memlock.New()), name)
 		if !errors.Is(err, lock.ErrInvalidArgument) || !strings.Contains(err.Error(), "election name") || elected {
 			t.Errorf("Run, %s: %v (elected %v), want ErrInvalidArgument about the election name", what, err, elected)
 		}
-		_, _, err = leader.Observe(t.Context(), memlock.New(), name)
+		_, _, err = leader.Observe(t.Context(), testkit.Must(memlock.New()), name)
 		if !errors.Is(err, lock.ErrInvalidArgument) || !strings.Contains(err.Error(), "election name") {
 			t.Errorf("Observe, %s: %v", what, err)
 		}
 		if name == "" {
 			continue // ObserveAll's "" is every election
 		}
-		if _, err := leader.ObserveAll(t.Context(), memlock.New(), name); !errors.Is(err, lock.ErrInvalidArgument) || !strings.Contains(err.Error(), "election name prefix") {
+		if _, err := leader.ObserveAll(t.Context(), testkit.Must(memlock.New()), name); !errors.Is(err, lock.ErrInvalidArgument) || !strings.Contains(err.Error(), "election name prefix") {
 			t.Errorf("ObserveAll, %s: %v", what, err)
 		}
 	}
 	long := strings.Repeat("é", lock.MaxNameLen/2)
-	if err, elected := runBriefly(t, memlock.New(), long); err != nil || !elected {
+	if err, elected := runBriefly(t, testkit.Must(memlock.New()), long); err != nil || !elected {
 		t.Errorf("a name of %d bytes: %v (elected %v)", len(long), err, elected)
 	}
 }
@@ -78,29 +79,29 @@ func TestElectionNames(t *testing.T) {
 // overflowed the "at most a third of the lease" check, so every term
 // ended at once and Run campaigned again, forever.
 func TestDurationOptionsWithinLimits(t *testing.T) {
-	l := limited{memlock.New(), lock.Limits{MinTTL: 10 * time.Millisecond, MaxTTL: time.Hour}}
+	l := limited{testkit.Must(memlock.New()), lock.Limits{MinTTL: 10 * time.Millisecond, MaxTTL: time.Hour}}
 	for _, c := range []struct {
 		option string
-		opts   []lock.Option
+		opts   []leader.Option
 		target error
 	}{
-		{"WithLease", []lock.Option{leader.WithLease(math.MaxInt64)}, lock.ErrInvalidTTL},
-		{"WithLease", []lock.Option{leader.WithLease(2 * time.Hour)}, lock.ErrInvalidTTL}, // above the backend's maximum
-		{"WithLease", []lock.Option{leader.WithLease(6 * time.Millisecond), leader.WithRenewEvery(2 * time.Millisecond)}, lock.ErrInvalidTTL},
-		{"WithRenewEvery", []lock.Option{leader.WithRenewEvery(math.MaxInt64 / 2)}, lock.ErrInvalidArgument},
-		{"WithRenewEvery", []lock.Option{leader.WithLease(30 * time.Minute), leader.WithRenewEvery(math.MaxInt64 / 2)}, lock.ErrInvalidArgument},
-		{"WithRenewEvery", []lock.Option{leader.WithLease(time.Second), leader.WithRenewEvery(time.Nanosecond)}, lock.ErrInvalidArgument},
-		{"WithRetry", []lock.Option{leader.WithRetry(time.Nanosecond)}, lock.ErrInvalidArgument},
-		{"WithRetry", []lock.Option{leader.WithRetry(math.MaxInt64)}, lock.ErrInvalidArgument},
+		{"WithTTL", []leader.Option{leader.WithTTL(math.MaxInt64)}, lock.ErrInvalidTTL},
+		{"WithTTL", []leader.Option{leader.WithTTL(2 * time.Hour)}, lock.ErrInvalidTTL}, // above the backend's maximum
+		{"WithTTL", []leader.Option{leader.WithTTL(6 * time.Millisecond), leader.WithRenewInterval(2 * time.Millisecond)}, lock.ErrInvalidTTL},
+		{"WithRenewInterval", []leader.Option{leader.WithRenewInterval(math.MaxInt64 / 2)}, lock.ErrInvalidArgument},
+		{"WithRenewInterval", []leader.Option{leader.WithTTL(30 * time.Minute), leader.WithRenewInterval(math.MaxInt64 / 2)}, lock.ErrInvalidArgument},
+		{"WithRenewInterval", []leader.Option{leader.WithTTL(time.Second), leader.WithRenewInterval(time.Nanosecond)}, lock.ErrInvalidArgument},
+		{"WithRetryInterval", []leader.Option{leader.WithRetryInterval(time.Nanosecond)}, lock.ErrInvalidArgument},
+		{"WithRetryInterval", []leader.Option{leader.WithRetryInterval(math.MaxInt64)}, lock.ErrInvalidArgument},
 	} {
 		err, elected := runBriefly(t, l, "limits", c.opts...)
 		if !errors.Is(err, c.target) || !errors.Is(err, lock.ErrInvalidArgument) || !strings.Contains(err.Error(), c.option) || elected {
 			t.Errorf("%s: %v (elected %v), want %v naming the option", c.option, err, elected, c.target)
 		}
 	}
-	for _, opts := range [][]lock.Option{
-		{leader.WithLease(time.Hour), leader.WithRenewEvery(20 * time.Minute), leader.WithRetry(lock.MaxTTL)},
-		{leader.WithLease(10 * time.Millisecond), leader.WithRenewEvery(3 * time.Millisecond), leader.WithRetry(leader.MinInterval)},
+	for _, opts := range [][]leader.Option{
+		{leader.WithTTL(time.Hour), leader.WithRenewInterval(20 * time.Minute), leader.WithRetryInterval(lock.MaxTTL)},
+		{leader.WithTTL(10 * time.Millisecond), leader.WithRenewInterval(3 * time.Millisecond), leader.WithRetryInterval(leader.MinInterval)},
 	} {
 		if err, elected := runBriefly(t, l, "limits", opts...); err != nil || !elected {
 			t.Errorf("options at their limits: %v (elected %v)", err, elected)

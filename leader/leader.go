@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -16,78 +17,90 @@ import (
 
 // Defaults (as Kubernetes' client-go).
 const (
-	DefaultLease      = 15 * time.Second
-	DefaultRenewEvery = 5 * time.Second
-	DefaultRetry      = 2 * time.Second
+	DefaultTTL           = 15 * time.Second
+	DefaultRenewInterval = 5 * time.Second
+	DefaultRetryInterval = 2 * time.Second
 )
 
 // MinInterval is the shortest renew and retry interval: shorter ones
 // would have a leader or a follower call the backend in a busy loop. The
-// lease is within the backend's limits (lock.LimitsOf) and at least three
+// ttl is within the backend's limits (lock.LimitsOf) and at least three
 // renew intervals; every duration is at most lock.MaxTTL.
 const MinInterval = time.Millisecond
 
 // Term is one leadership: who, which term (the fencing token), since when.
 type Term struct {
-	Identity string
-	Term     uint64
-	Since    time.Time
+	Owner string // the leader's owner identity: its backend's (lock.Owned)
+	Term  uint64
+	Since time.Time
 }
 
-type settings struct {
-	lease, renew, retry time.Duration
-	onElected           func(Term)
-	onDemoted           func(Term, error)
+// Option configures Run.
+type Option func(*config) error
+
+type config struct {
+	ttl, renew, retry time.Duration
+	onElected         func(Term)
+	onDemoted         func(Term, error)
+	common            lock.Common
 }
 
-// WithLease sets the lease: how long a crashed leader blocks the election.
-// It is a ttl: Run checks it against the backend's limits (an error that
-// matches lock.ErrInvalidTTL).
-func WithLease(d time.Duration) lock.Option {
-	return lock.BackendOption("leader.WithLease", func(s *settings) error {
+// WithTTL sets the leader's ttl (default DefaultTTL): how long a crashed
+// leader blocks the election. Run checks it against the backend's limits
+// (an error that matches lock.ErrInvalidTTL).
+func WithTTL(d time.Duration) Option {
+	return func(c *config) error {
 		if err := lock.DefaultLimits.CheckTTL(d); err != nil {
-			return fmt.Errorf("lease: %w", err)
+			return fmt.Errorf("WithTTL(%v): %w", d, err)
 		}
-		s.lease = d
+		c.ttl = d
 		return nil
-	})
+	}
 }
 
-// WithRenewEvery sets how often the leader renews its lease; at most a
-// third of the lease, so that two renewals can fail before it steps down.
-func WithRenewEvery(d time.Duration) lock.Option {
-	return lock.BackendOption("leader.WithRenewEvery", func(s *settings) error {
+// WithRenewInterval sets how often the leader renews its grant (default
+// DefaultRenewInterval); at most a third of the ttl, so that two renewals
+// can fail before it steps down.
+func WithRenewInterval(d time.Duration) Option {
+	return func(c *config) error {
 		if d < MinInterval || d > lock.MaxTTL {
-			return fmt.Errorf("renew interval %v must be in [%v, %v]", d, MinInterval, lock.MaxTTL)
+			return fmt.Errorf("WithRenewInterval(%v): the renew interval must be in [%v, %v]", d, MinInterval, lock.MaxTTL)
 		}
-		s.renew = d
+		c.renew = d
 		return nil
-	})
+	}
 }
 
-// WithRetry sets the longest a follower waits between two attempts when no
-// release notification arrives.
-func WithRetry(d time.Duration) lock.Option {
-	return lock.BackendOption("leader.WithRetry", func(s *settings) error {
+// WithRetryInterval sets the longest a follower waits between two attempts
+// when no release notification arrives (default DefaultRetryInterval).
+func WithRetryInterval(d time.Duration) Option {
+	return func(c *config) error {
 		if d < MinInterval || d > lock.MaxTTL {
-			return fmt.Errorf("retry interval %v must be in [%v, %v]", d, MinInterval, lock.MaxTTL)
+			return fmt.Errorf("WithRetryInterval(%v): the retry interval must be in [%v, %v]", d, MinInterval, lock.MaxTTL)
 		}
-		s.retry = d
+		c.retry = d
 		return nil
-	})
+	}
 }
 
 // OnElected runs f (synchronously, before fn) each time this process is
 // elected.
-func OnElected(f func(Term)) lock.Option {
-	return lock.BackendOption("leader.OnElected", func(s *settings) error { s.onElected = f; return nil })
+func OnElected(f func(Term)) Option {
+	return func(c *config) error { c.onElected = f; return nil }
 }
 
-// OnDemoted runs f after fn has returned and the lease was released, with
+// OnDemoted runs f after fn has returned and the grant was released, with
 // why the term ended: an error matching lock.ErrLost, the context's cause on
 // shutdown, fn's error, or nil when fn returned nil.
-func OnDemoted(f func(Term, error)) lock.Option {
-	return lock.BackendOption("leader.OnDemoted", func(s *settings) error { s.onDemoted = f; return nil })
+func OnDemoted(f func(Term, error)) Option {
+	return func(c *config) error { c.onDemoted = f; return nil }
+}
+
+// WithCommon sets where logs, metrics and spans go (lock.Common). A term's
+// owner is the one its grant is stored with, the backend's: an Owner that
+// differs from the Lock's (lock.Owned) is refused.
+func WithCommon(c lock.Common) Option {
+	return func(cfg *config) error { cfg.common = cfg.common.Merge(c); return nil }
 }
 
 // Key is the lock key of the election called name.
@@ -98,50 +111,56 @@ func Key(name string) string { return "leader/" + name }
 // ends, and an error only for invalid arguments or options. fn's errors end
 // the term (they are logged and passed to OnDemoted); Run then campaigns
 // again after the retry interval.
-func Run(ctx context.Context, l lock.Lock, name string, fn func(ctx context.Context) error, opts ...lock.Option) error {
-	s := &settings{lease: DefaultLease, renew: DefaultRenewEvery, retry: DefaultRetry}
-	cfg, err := lock.NewConfig(s, opts)
-	if err != nil {
+func Run(ctx context.Context, l lock.Lock, name string, fn func(ctx context.Context) error, opts ...Option) error {
+	s := &config{ttl: DefaultTTL, renew: DefaultRenewInterval, retry: DefaultRetryInterval}
+	if err := backendkit.Apply("leader", s, opts); err != nil {
 		return err
 	}
 	switch {
 	case l == nil || fn == nil:
-		return fmt.Errorf("%w: leader.Run: nil Lock or function", lock.ErrInvalidArgument)
+		return backendkit.Invalid("leader", "nil Lock or function")
 	case ctx == nil:
-		return fmt.Errorf("%w: leader.Run: nil context", lock.ErrInvalidArgument)
-	case s.renew > s.lease/3: // renew*3 > lease, without overflow
-		return fmt.Errorf("%w: leader: WithRenewEvery(%v) is more than a third of the lease %v", lock.ErrInvalidArgument, s.renew, s.lease)
+		return backendkit.Invalid("leader", "nil context")
+	case s.renew > s.ttl/3: // renew*3 > ttl, without overflow
+		return backendkit.Invalid("leader", "WithRenewInterval(%v) is more than a third of the ttl %v", s.renew, s.ttl)
 	}
-	if err := lock.LimitsOf(l).CheckTTL(s.lease); err != nil {
-		return fmt.Errorf("leader: WithLease(%v): %w", s.lease, err)
+	if err := lock.LimitsOf(l).CheckTTL(s.ttl); err != nil {
+		return backendkit.Invalid("leader", "WithTTL(%v): %w", s.ttl, err)
 	}
-	if err := lock.CheckName("election name", name); err != nil {
+	if err := backendkit.CheckName("election name", name); err != nil {
+		return backendkit.Invalid("leader", "%w", err)
+	}
+	c, err := backendkit.ResolveOn("leader", s.common, l)
+	if err != nil {
 		return err
 	}
-	e := &election{l: l, key: Key(name), identity: lock.OwnerOf(l, cfg.Owner), fn: fn, s: s, cfg: cfg, m: newMetrics(cfg, name)}
+	tel := backendkit.NewTelemetry(c)
+	e := &election{l: l, key: Key(name), owner: c.Owner, fn: fn, s: s, log: c.Logger, m: newMetrics(tel, name)}
+	// A follower waits for a release notification, the ttl a failed
+	// attempt reported as remaining, or the retry interval.
+	e.acquireOpts = []lock.Option{tel.HelperOption(c), lock.WithBackoff(min(s.retry/4, 100*time.Millisecond), s.retry)}
+	e.holdOpts = []lock.Option{tel.HelperOption(c), lock.WithRenewInterval(s.renew), lock.WithMargin(s.renew)}
 	return e.run(ctx)
 }
 
 type election struct {
-	l        lock.Lock
-	key      string
-	identity string
-	fn       func(context.Context) error
-	s        *settings
-	cfg      *lock.Config
-	m        *metrics
+	l           lock.Lock
+	key         string
+	owner       string
+	fn          func(context.Context) error
+	s           *config
+	log         *slog.Logger
+	m           *metrics
+	acquireOpts []lock.Option
+	holdOpts    []lock.Option
 }
 
 func (e *election) run(ctx context.Context) error {
-	// A follower waits for a release notification, the lease a failed
-	// attempt reported as remaining, or the retry interval.
-	acq := *e.cfg
-	acq.MinBackoff, acq.MaxBackoff = min(e.s.retry/4, 100*time.Millisecond), e.s.retry
 	for {
-		h, err := backendkit.AcquireWith(ctx, &acq, e.l, []string{e.key}, func(ctx context.Context) (lock.Handle, error) {
-			h, err := e.l.TryAcquire(ctx, e.key, e.s.lease)
+		h, err := backendkit.AcquireWith(ctx, e.l, []string{e.key}, func(ctx context.Context) (lock.Handle, error) {
+			h, err := e.l.TryAcquire(ctx, e.key, e.s.ttl)
 			return h, e.capHint(err)
-		})
+		}, e.acquireOpts...)
 		if ctx.Err() != nil {
 			if h != nil {
 				_ = h.Release(context.WithoutCancel(ctx))
@@ -152,7 +171,7 @@ func (e *election) run(ctx context.Context) error {
 			if errors.Is(err, lock.ErrInvalidArgument) {
 				return err
 			}
-			e.cfg.Logger.Warn("leasehold: leader campaign failed, retrying", "election", e.key, "err", err)
+			e.log.Warn("leasehold: leader campaign failed, retrying", "election", e.key, "err", err)
 			if backendkit.Sleep(ctx, e.s.retry) != nil {
 				return nil
 			}
@@ -182,23 +201,21 @@ func (e *election) capHint(err error) error {
 
 // lead runs one term and returns why it ended.
 func (e *election) lead(ctx context.Context, h lock.Handle) error {
-	term := Term{Identity: e.identity, Term: h.Token(), Since: time.Now()}
-	e.cfg.Logger.Info("leasehold: elected leader", "election", e.key, "term", term.Term, "identity", term.Identity)
+	term := Term{Owner: e.owner, Term: h.Token(), Since: time.Now()}
+	e.log.Info("leasehold: elected leader", "election", e.key, "term", term.Term, "owner", term.Owner)
 	e.m.transitions.Add(context.WithoutCancel(ctx), 1, e.m.elected)
 	e.m.leading.Add(context.WithoutCancel(ctx), 1, e.m.attrs)
 	if e.s.onElected != nil {
 		e.s.onElected(term)
 	}
-	err := lock.Hold(ctx, h, e.s.lease, e.fn,
-		lock.WithRenewInterval(e.s.renew), lock.WithMargin(e.s.renew),
-		lock.WithLogger(e.cfg.Logger), lock.WithMeterProvider(e.cfg.MeterProvider), lock.WithTracerProvider(e.cfg.TracerProvider))
+	err := lock.Hold(ctx, h, e.s.ttl, e.fn, e.holdOpts...)
 	cause := err
 	if ctx.Err() != nil && !errors.Is(err, lock.ErrLost) {
 		cause = context.Cause(ctx)
 	}
-	level, msg := e.cfg.Logger.Info, "leasehold: resigned leadership"
+	level, msg := e.log.Info, "leasehold: resigned leadership"
 	if errors.Is(cause, lock.ErrLost) {
-		level, msg = e.cfg.Logger.Warn, "leasehold: lost leadership"
+		level, msg = e.log.Warn, "leasehold: lost leadership"
 	}
 	level(msg, "election", e.key, "term", term.Term, "held", time.Since(term.Since).Round(time.Millisecond), "cause", cause)
 	e.m.leading.Add(context.WithoutCancel(ctx), -1, e.m.attrs)
@@ -216,10 +233,10 @@ func (e *election) lead(ctx context.Context, h lock.Handle) error {
 func Observe(ctx context.Context, l lock.Lock, name string) (t Term, ok bool, err error) {
 	in, isInspector := l.(lock.Inspector)
 	if !isInspector {
-		return Term{}, false, fmt.Errorf("%w: leader.Observe: %T cannot say who holds a key", lock.ErrInvalidArgument, l)
+		return Term{}, false, backendkit.Invalid("leader", "Observe: %T cannot say who holds a key", l)
 	}
-	if err := lock.CheckName("election name", name); err != nil {
-		return Term{}, false, err
+	if err := backendkit.CheckName("election name", name); err != nil {
+		return Term{}, false, backendkit.Invalid("leader", "%w", err)
 	}
 	g, ok, err := in.Inspect(ctx, Key(name))
 	if err != nil || !ok {
@@ -228,7 +245,7 @@ func Observe(ctx context.Context, l lock.Lock, name string) (t Term, ok bool, er
 	return termOf(g), true, nil
 }
 
-func termOf(g lock.Grant) Term { return Term{Identity: g.Owner, Term: g.Token, Since: g.Since} }
+func termOf(g lock.Grant) Term { return Term{Owner: g.Owner, Term: g.Token, Since: g.Since} }
 
 // Observed is one election's current leader, as ObserveAll reports it.
 type Observed struct {
@@ -243,11 +260,11 @@ type Observed struct {
 func ObserveAll(ctx context.Context, l lock.Lock, prefix string) ([]Observed, error) {
 	in, isInspector := l.(lock.Inspector)
 	if !isInspector {
-		return nil, fmt.Errorf("%w: leader.ObserveAll: %T cannot list its grants", lock.ErrInvalidArgument, l)
+		return nil, backendkit.Invalid("leader", "ObserveAll: %T cannot list its grants", l)
 	}
 	if prefix != "" {
-		if err := lock.CheckName("election name prefix", prefix); err != nil {
-			return nil, err
+		if err := backendkit.CheckName("election name prefix", prefix); err != nil {
+			return nil, backendkit.Invalid("leader", "%w", err)
 		}
 	}
 	grants, err := in.List(ctx, Key(prefix))
@@ -269,8 +286,8 @@ type metrics struct {
 	elected, demoted metric.MeasurementOption
 }
 
-func newMetrics(cfg *lock.Config, name string) *metrics {
-	m := backendkit.TelemetryOf(cfg).Meter
+func newMetrics(tel *backendkit.Telemetry, name string) *metrics {
+	m := tel.Meter
 	el := attribute.String("leasehold.election", name)
 	out := &metrics{
 		attrs:   metric.WithAttributeSet(attribute.NewSet(el)),

@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/leasehold-go/leasehold/internal/testkit"
 	"github.com/leasehold-go/leasehold/internal/testkit/backends"
 	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
 	"github.com/leasehold-go/leasehold/leader"
@@ -54,7 +55,7 @@ func (h *countingHandle) Extend(ctx context.Context, ttl time.Duration) error {
 // lease left when renewals fail.
 func TestRenewCadenceAndStepDown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := &countingLock{Lock: memlock.New()}
+		l := &countingLock{Lock: testkit.Must(memlock.New())}
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		electedAt := make(chan time.Time, 10)
@@ -64,7 +65,7 @@ func TestRenewCadenceAndStepDown(t *testing.T) {
 			<-ctx.Done()
 			stepped <- time.Now()
 			return nil
-		}, leader.WithLease(15*time.Second), leader.WithRenewEvery(5*time.Second))
+		}, leader.WithTTL(15*time.Second), leader.WithRenewInterval(5*time.Second))
 		elected := <-electedAt
 		time.Sleep(31 * time.Second)
 		synctest.Wait()
@@ -83,8 +84,8 @@ func TestRenewCadenceAndStepDown(t *testing.T) {
 // resigning leader hands over at the instant it releases.
 func TestFailoverTiming(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		table := memlock.New()
-		opts := []lock.Option{leader.WithLease(3 * time.Second), leader.WithRenewEvery(time.Second), leader.WithRetry(2 * time.Second)}
+		table := testkit.Must(memlock.New())
+		opts := []leader.Option{leader.WithTTL(3 * time.Second), leader.WithRenewInterval(time.Second), leader.WithRetryInterval(2 * time.Second)}
 		// A "crashed" leader: a grant nobody renews.
 		if _, err := table.TryAcquire(t.Context(), leader.Key("failover"), 3*time.Second); err != nil {
 			t.Fatal(err)
@@ -102,7 +103,7 @@ func TestFailoverTiming(t *testing.T) {
 		}
 		aCtx, stopA := context.WithCancel(ctx)
 		go func() {
-			_ = leader.Run(aCtx, table.Share(), "failover", func(ctx context.Context) error {
+			_ = leader.Run(aCtx, testkit.Must(table.Share()), "failover", func(ctx context.Context) error {
 				elected <- time.Now()
 				<-ctx.Done()
 				return nil
@@ -112,7 +113,7 @@ func TestFailoverTiming(t *testing.T) {
 		if d := first.Sub(start); d < 3*time.Second || d > 3*time.Second+25*time.Millisecond {
 			t.Fatalf("takeover %v after a crash with a 3 s lease", d)
 		}
-		go follower(table.Share())
+		go follower(testkit.Must(table.Share()))
 		time.Sleep(10 * time.Second) // the follower waits, the leader renews
 		synctest.Wait()
 		resigned := time.Now()
@@ -124,7 +125,7 @@ func TestFailoverTiming(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
-	l := memlock.New()
+	l := testkit.Must(memlock.New())
 	fn := func(context.Context) error { return nil }
 	var nilCtx context.Context
 	for name, err := range map[string]error{
@@ -132,10 +133,10 @@ func TestBadInput(t *testing.T) {
 		"nil fn":          leader.Run(t.Context(), l, "x", nil),
 		"nil ctx":         leader.Run(nilCtx, l, "x", fn),
 		"empty name":      leader.Run(t.Context(), l, "", fn),
-		"renew too slow":  leader.Run(t.Context(), l, "x", fn, leader.WithLease(time.Second), leader.WithRenewEvery(500*time.Millisecond)),
-		"zero lease":      leader.Run(t.Context(), l, "x", fn, leader.WithLease(0)),
-		"negative retry":  leader.Run(t.Context(), l, "x", fn, leader.WithRetry(-1)),
-		"foreign option":  leader.Run(t.Context(), l, "x", fn, lock.BackendOption("x", func(*struct{}) error { return nil })),
+		"renew too slow":  leader.Run(t.Context(), l, "x", fn, leader.WithTTL(time.Second), leader.WithRenewInterval(500*time.Millisecond)),
+		"zero lease":      leader.Run(t.Context(), l, "x", fn, leader.WithTTL(0)),
+		"negative retry":  leader.Run(t.Context(), l, "x", fn, leader.WithRetryInterval(-1)),
+		"nil option":      leader.Run(t.Context(), l, "x", fn, nil),
 		"observe no name": func() error { _, _, err := leader.Observe(t.Context(), l, ""); return err }(),
 	} {
 		if !errors.Is(err, lock.ErrInvalidArgument) {
@@ -154,7 +155,7 @@ func TestSuite(t *testing.T) {
 	})
 }
 
-var quick = []lock.Option{leader.WithLease(3 * time.Second), leader.WithRenewEvery(time.Second), leader.WithRetry(500 * time.Millisecond)}
+var quick = []leader.Option{leader.WithTTL(3 * time.Second), leader.WithRenewInterval(time.Second), leader.WithRetryInterval(500 * time.Millisecond)}
 
 // Three candidates: one leads at a time, terms grow, each term's writes are
 // fenced; when the leader resigns another takes over.
@@ -214,19 +215,19 @@ func testResign(t *testing.T, b backends.Backend) {
 	defer cancel()
 	aCtx, stopA := context.WithCancel(ctx)
 	elected := make(chan string, 2)
-	run := func(ctx context.Context, l lock.Lock, who string, opts ...lock.Option) {
+	run := func(ctx context.Context, l lock.Lock, who string, opts ...leader.Option) {
 		_ = leader.Run(ctx, l, name, func(ctx context.Context) error {
 			elected <- who
 			<-ctx.Done()
 			return nil
-		}, append(append(quick, leader.WithLease(30*time.Second)), opts...)...)
+		}, append(append(quick, leader.WithTTL(30*time.Second)), opts...)...)
 	}
 	go run(aCtx, b.New(t), "a")
 	if who := <-elected; who != "a" {
 		t.Fatalf("%s elected first", who)
 	}
 	probe := backends.NewProbe(t, b.New(t))
-	go run(ctx, probe, "b", leader.WithRetry(time.Minute))
+	go run(ctx, probe, "b", leader.WithRetryInterval(time.Minute))
 	probe.WaitRejected(t, 10*time.Second) // b campaigned and lost: it now waits
 	stopA()
 	resigned := time.Now()
@@ -269,7 +270,7 @@ func testObserve(t *testing.T, b backends.Backend) {
 	if err != nil || !ok {
 		t.Fatalf("Observe: %v %v", ok, err)
 	}
-	if seen.Term != term.Term || seen.Identity != term.Identity || seen.Identity == "" {
+	if seen.Term != term.Term || seen.Owner != term.Owner || seen.Owner == "" {
 		t.Fatalf("Observe = %+v, the leader says %+v", seen, term)
 	}
 	if seen.Since.IsZero() || seen.Since.Sub(term.Since).Abs() > time.Second {

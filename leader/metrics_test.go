@@ -7,6 +7,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/leasehold-go/leasehold/internal/testkit"
 	"github.com/leasehold-go/leasehold/internal/testkit/metrictest"
 	"github.com/leasehold-go/leasehold/leader"
 	"github.com/leasehold-go/leasehold/lock"
@@ -26,7 +27,7 @@ func TestMetrics(t *testing.T) {
 			tenure      = "leasehold.leader.tenure{leasehold.election=m}"
 		)
 		terms := 0
-		_ = leader.Run(ctx, memlock.New(), "m", func(ctx context.Context) error {
+		_ = leader.Run(ctx, testkit.Must(memlock.New()), "m", func(ctx context.Context) error {
 			terms++
 			got := metrictest.Collect(t, reader)
 			if got[leading].Value != 1 || got[transitions+"elected}"].Value != int64(terms) {
@@ -39,7 +40,7 @@ func TestMetrics(t *testing.T) {
 			time.Sleep(3 * time.Second)
 			cancel()
 			return nil
-		}, append(timing, lock.WithMeterProvider(mp))...)
+		}, append(timing, leader.WithCommon(lock.Common{MeterProvider: mp}))...)
 		got := metrictest.Collect(t, reader)
 		for series, want := range map[string]metrictest.Point{
 			transitions + "elected}": {Value: 2},

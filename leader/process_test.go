@@ -27,7 +27,7 @@ import (
 
 const childEnv = "LEADER_CHILD"
 
-var processOpts = []lock.Option{leader.WithLease(time.Second), leader.WithRenewEvery(300 * time.Millisecond), leader.WithRetry(500 * time.Millisecond)}
+var processOpts = []leader.Option{leader.WithTTL(time.Second), leader.WithRenewInterval(300 * time.Millisecond), leader.WithRetryInterval(500 * time.Millisecond)}
 
 const lease, retry = time.Second, 500 * time.Millisecond
 

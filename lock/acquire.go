@@ -16,7 +16,14 @@ import (
 
 // The toolkit functions whose only copy is here, handed to backendkit.
 func init() {
-	kit.AcquireWith = acquireWith
+	kit.AcquireWith = func(ctx context.Context, l Lock, keys []string, try func(context.Context) (Handle, error), opts []Option) (Handle, error) {
+		cfg, err := newOptions(opts)
+		if err != nil {
+			return nil, err
+		}
+		return acquireWith(ctx, cfg, l, keys, try)
+	}
+	kit.HelperOption = withTelemetry
 	kit.CheckContext = checkContext
 	kit.Validate = validate
 	kit.Lost = lost
@@ -35,14 +42,14 @@ func init() {
 // unavailable are retried with backoff too; invalid input is returned at
 // once. When ctx ends, the error is ctx's cause.
 func Acquire(ctx context.Context, l Lock, key string, ttl time.Duration, opts ...Option) (Handle, error) {
-	cfg, err := NewConfig(nil, opts)
+	cfg, err := newOptions(opts)
 	if err != nil {
 		return nil, err
 	}
 	return acquire(ctx, cfg, l, key, ttl)
 }
 
-func acquire(ctx context.Context, cfg *Config, l Lock, key string, ttl time.Duration) (Handle, error) {
+func acquire(ctx context.Context, cfg *options, l Lock, key string, ttl time.Duration) (Handle, error) {
 	if l == nil {
 		return nil, fmt.Errorf("%w: nil Lock", ErrInvalidArgument)
 	}
@@ -69,8 +76,8 @@ type lockOnly struct{ Lock }
 // it). try makes one attempt over keys; acquireWith subscribes to keys'
 // releases when l is a Waiter and retries try until it succeeds, fails with
 // an error other than ErrNotAcquired or ErrUnavailable, or ctx ends.
-func acquireWith(ctx context.Context, cfg *Config, l Lock, keys []string, try func(context.Context) (Handle, error)) (h Handle, err error) {
-	tel := kit.TelemetryOf(cfg.MeterProvider, cfg.TracerProvider)
+func acquireWith(ctx context.Context, cfg *options, l Lock, keys []string, try func(context.Context) (Handle, error)) (h Handle, err error) {
+	tel := cfg.tel
 	start := time.Now()
 	ctx, span := tel.Tracer.Start(ctx, "leasehold.lock.Acquire",
 		trace.WithAttributes(attribute.StringSlice("leasehold.keys", keys)))
@@ -100,14 +107,14 @@ func acquireWith(ctx context.Context, cfg *Config, l Lock, keys []string, try fu
 				return nil, err
 			}
 			// No notifications: fall back to backoff, which is still correct.
-			cfg.Logger.Debug("leasehold: release notifications unavailable, polling", "keys", keys, "err", err)
+			cfg.common.Logger.Debug("leasehold: release notifications unavailable, polling", "keys", keys, "err", err)
 			sub = nil
 		} else {
 			defer sub.Close()
 		}
 	}
 
-	b := backoff{min: cfg.MinBackoff, max: cfg.MaxBackoff}
+	b := backoff{min: cfg.minBackoff, max: cfg.maxBackoff}
 	for {
 		h, err := try(ctx)
 		if err == nil {
@@ -126,14 +133,14 @@ func acquireWith(ctx context.Context, cfg *Config, l Lock, keys []string, try fu
 		case sub != nil && notAcquired:
 			// A release notification is the fast path; the hint covers a
 			// holder that crashed and will never release.
-			wait := cfg.MaxBackoff
+			wait := cfg.maxBackoff
 			if hint > 0 {
 				wait = hint + jitter(hint)
 			}
 			werr = sub.Wait(ctx, wait)
 		default:
 			if !notAcquired {
-				cfg.Logger.Debug("leasehold: acquire attempt failed, retrying", "keys", keys, "err", err)
+				cfg.common.Logger.Debug("leasehold: acquire attempt failed, retrying", "keys", keys, "err", err)
 			}
 			d := b.next()
 			if notAcquired && hint > 0 && hint < d {

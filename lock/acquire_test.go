@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"github.com/leasehold-go/leasehold/internal/testkit"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -23,11 +24,11 @@ func (p pollingOnly) TryAcquire(ctx context.Context, key string, ttl time.Durati
 
 func TestAcquireWakesAtTheReleaseInstant(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := memlock.New()
+		l := testkit.Must(memlock.New())
 		h, _ := l.TryAcquire(t.Context(), "k", time.Hour)
 		got := make(chan time.Time)
 		go func() {
-			hb, err := lock.Acquire(t.Context(), l.Share(), "k", time.Minute)
+			hb, err := lock.Acquire(t.Context(), testkit.Must(l.Share()), "k", time.Minute)
 			if err != nil {
 				t.Error(err)
 			}
@@ -46,10 +47,10 @@ func TestAcquireWakesAtTheReleaseInstant(t *testing.T) {
 
 func TestAcquireRetriesWhenTheHolderCrashed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := memlock.New()
+		l := testkit.Must(memlock.New())
 		h, _ := l.TryAcquire(t.Context(), "k", 10*time.Second) // never released
 		start := time.Now()
-		hb, err := lock.Acquire(t.Context(), l.Share(), "k", time.Minute)
+		hb, err := lock.Acquire(t.Context(), testkit.Must(l.Share()), "k", time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -65,10 +66,10 @@ func TestAcquireRetriesWhenTheHolderCrashed(t *testing.T) {
 
 func TestAcquireWithoutWaiterBacksOffWithinBounds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := memlock.New()
+		l := testkit.Must(memlock.New())
 		h, _ := l.TryAcquire(t.Context(), "k", time.Hour)
 		var attempts atomic.Int32
-		p := countingLock{pollingOnly{l.Share()}, &attempts}
+		p := countingLock{pollingOnly{testkit.Must(l.Share())}, &attempts}
 		got := make(chan time.Time)
 		go func() {
 			hb, err := lock.Acquire(t.Context(), p, "k", time.Minute, lock.WithBackoff(10*time.Millisecond, 200*time.Millisecond))
@@ -93,10 +94,10 @@ func TestAcquireWithoutWaiterBacksOffWithinBounds(t *testing.T) {
 
 func TestAcquireWithoutWaiterUsesTheHint(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := memlock.New()
+		l := testkit.Must(memlock.New())
 		_, _ = l.TryAcquire(t.Context(), "k", 150*time.Millisecond)
 		start := time.Now()
-		_, err := lock.Acquire(t.Context(), pollingOnly{l.Share()}, "k", time.Minute, lock.WithBackoff(time.Second, 10*time.Second))
+		_, err := lock.Acquire(t.Context(), pollingOnly{testkit.Must(l.Share())}, "k", time.Minute, lock.WithBackoff(time.Second, 10*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,7 +132,7 @@ func (f *flaky) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 
 func TestAcquireRetriesAnUnavailableBackend(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &flaky{Lock: memlock.New()}
+		f := &flaky{Lock: testkit.Must(memlock.New())}
 		f.failures.Store(3)
 		h, err := lock.Acquire(t.Context(), f, "k", time.Minute)
 		if err != nil {
@@ -143,15 +144,24 @@ func TestAcquireRetriesAnUnavailableBackend(t *testing.T) {
 
 func TestAcquireEndsWithItsContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := memlock.New()
+		l := testkit.Must(memlock.New())
 		_, _ = l.TryAcquire(t.Context(), "k", time.Hour)
 		ctx, cancel := context.WithTimeoutCause(t.Context(), time.Second, errors.New("shutting down"))
 		defer cancel()
-		_, err := lock.Acquire(ctx, l.Share(), "k", time.Minute)
+		other := testkit.Must(l.Share())
+		_, err := lock.Acquire(ctx, struct {
+			lock.Lock
+			lock.Waiter
+		}{other, other}, "k", time.Minute) // the path of a Waiter that has no Queue
 		if !errors.Is(err, lock.ErrNotAcquired) || !strings.Contains(err.Error(), "shutting down") {
 			t.Fatalf("Acquire at its deadline: %v; want the cause and ErrNotAcquired", err)
 		}
-		f := &flaky{Lock: l.Share()}
+		qctx, qcancel := context.WithTimeoutCause(t.Context(), time.Second, errors.New("shutting down"))
+		defer qcancel()
+		if _, err := lock.Acquire(qctx, other, "k", time.Minute); !strings.Contains(err.Error(), "shutting down") {
+			t.Fatalf("Acquire in a queue at its deadline: %v; want the cause", err)
+		}
+		f := &flaky{Lock: testkit.Must(l.Share())}
 		f.failures.Store(1 << 30)
 		ctx2, cancel2 := context.WithTimeout(t.Context(), time.Second)
 		defer cancel2()
@@ -163,11 +173,11 @@ func TestAcquireEndsWithItsContext(t *testing.T) {
 
 func TestDo(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := memlock.New()
+		l := testkit.Must(memlock.New())
 		var token uint64
 		err := lock.Do(t.Context(), l, "k", func(ctx context.Context) error {
 			token, _ = lock.TokenFrom(ctx)
-			if _, err := l.Share().TryAcquire(ctx, "k", time.Second); !errors.Is(err, lock.ErrNotAcquired) {
+			if _, err := testkit.Must(l.Share()).TryAcquire(ctx, "k", time.Second); !errors.Is(err, lock.ErrNotAcquired) {
 				t.Errorf("key free inside Do: %v", err)
 			}
 			time.Sleep(time.Minute) // past the 30 s default ttl: Keep renews
@@ -176,7 +186,7 @@ func TestDo(t *testing.T) {
 		if err != nil || token == 0 {
 			t.Fatalf("Do: %v, token %d", err, token)
 		}
-		if h, err := l.Share().TryAcquire(t.Context(), "k", time.Second); err != nil || h.Token() <= token {
+		if h, err := testkit.Must(l.Share()).TryAcquire(t.Context(), "k", time.Second); err != nil || h.Token() <= token {
 			t.Fatalf("after Do the key must be free: %v", err)
 		}
 		boom := errors.New("boom")
@@ -188,7 +198,7 @@ func TestDo(t *testing.T) {
 
 func TestDoReportsALossEvenIfFnIgnoresIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := memlock.New()
+		l := testkit.Must(memlock.New())
 		err := lock.Do(t.Context(), l, "k", func(ctx context.Context) error {
 			_, _ = l.ForceRelease(ctx, "k")
 			time.Sleep(time.Second)
@@ -202,10 +212,10 @@ func TestDoReportsALossEvenIfFnIgnoresIt(t *testing.T) {
 
 func TestDoReleasesAfterItsContextEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := memlock.New()
+		l := testkit.Must(memlock.New())
 		ctx, cancel := context.WithCancel(t.Context())
 		_ = lock.Do(ctx, l, "k", func(ctx context.Context) error { cancel(); return nil })
-		if h, err := l.Share().TryAcquire(t.Context(), "k", time.Second); err != nil {
+		if h, err := testkit.Must(l.Share()).TryAcquire(t.Context(), "k", time.Second); err != nil {
 			t.Fatalf("key not released after Do with a cancelled context: %v", err)
 		} else {
 			_ = h.Release(t.Context())
@@ -214,7 +224,7 @@ func TestDoReleasesAfterItsContextEnds(t *testing.T) {
 }
 
 func TestHealthCheck(t *testing.T) {
-	d, err := lock.HealthCheck(t.Context(), memlock.New())
+	d, err := lock.HealthCheck(t.Context(), testkit.Must(memlock.New()))
 	if err != nil || d <= 0 {
 		t.Fatalf("HealthCheck: %v, %v", d, err)
 	}

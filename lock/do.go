@@ -16,25 +16,25 @@ import (
 // nil, because fn's work may have overlapped another holder's (that is what
 // fencing tokens are for). The lease ttl is WithTTL (default 30 s).
 func Do(ctx context.Context, l Lock, key string, fn func(ctx context.Context) error, opts ...Option) error {
-	cfg, err := NewConfig(nil, opts)
+	cfg, err := newOptions(opts)
 	if err != nil {
 		return err
 	}
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
 	}
-	h, err := acquire(ctx, cfg, l, key, cfg.TTL)
+	h, err := acquire(ctx, cfg, l, key, cfg.ttl)
 	if err != nil {
 		return err
 	}
-	return hold(ctx, cfg, h, cfg.TTL, fn)
+	return hold(ctx, cfg, h, cfg.ttl, fn)
 }
 
 // Hold runs fn while keeping h alive: Keep, fn, Release. It is Do for a
 // grant that is already held (a semaphore permit, a leader's term), with
 // the same rules for fn's context and the returned error.
 func Hold(ctx context.Context, h Handle, ttl time.Duration, fn func(ctx context.Context) error, opts ...Option) error {
-	cfg, err := NewConfig(nil, opts)
+	cfg, err := newOptions(opts)
 	if err != nil {
 		return err
 	}
@@ -44,7 +44,7 @@ func Hold(ctx context.Context, h Handle, ttl time.Duration, fn func(ctx context.
 	return hold(ctx, cfg, h, ttl, fn)
 }
 
-func hold(ctx context.Context, cfg *Config, h Handle, ttl time.Duration, fn func(ctx context.Context) error) error {
+func hold(ctx context.Context, cfg *options, h Handle, ttl time.Duration, fn func(ctx context.Context) error) error {
 	lease, err := keep(ctx, cfg, h, ttl)
 	if err != nil {
 		if h != nil {

@@ -33,6 +33,10 @@ var (
 
 	// ErrInvalidTTL: the ttl is zero, negative or below the backend's minimum.
 	ErrInvalidTTL error = &invalidError{"lock: invalid ttl"}
+
+	// ErrStaleToken is returned by a fenced resource (Fence) that has
+	// already accepted a write under a newer grant.
+	ErrStaleToken = errors.New("lock: stale fencing token")
 )
 
 // invalidError makes every specific input error also match ErrInvalidArgument.

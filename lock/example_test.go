@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"os"
 	"strings"
@@ -13,13 +14,17 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 	"github.com/leasehold-go/leasehold/lock/memlock"
 )
 
 func ExampleDo() {
-	l := memlock.New() // or redislock, pglock, etcdlock: the same contract
+	l, err := memlock.New() // or redislock, pglock, etcdlock: the same contract
+	if err != nil {
+		log.Fatal(err)
+	}
 	var ledger lock.Fence
-	err := lock.Do(context.Background(), l, "reports/daily", func(ctx context.Context) error {
+	err = lock.Do(context.Background(), l, "reports/daily", func(ctx context.Context) error {
 		token, _ := lock.TokenFrom(ctx)
 		return ledger.Do(token, func() { fmt.Println("writing the report under token", token) })
 	}, lock.WithTTL(10*time.Second))
@@ -30,7 +35,10 @@ func ExampleDo() {
 }
 
 func ExampleAcquire() {
-	l := memlock.New()
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	h, err := lock.Acquire(ctx, l, "inventory", 10*time.Second)
@@ -44,7 +52,10 @@ func ExampleAcquire() {
 }
 
 func ExampleKeep() {
-	l := memlock.New()
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 	h, err := l.TryAcquire(ctx, "compaction", 3*time.Second)
 	if err != nil {
@@ -71,10 +82,17 @@ func ExampleKeep() {
 }
 
 func ExampleLock_tryAcquire() {
-	l := memlock.New()
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 	h, _ := l.TryAcquire(ctx, "k", time.Minute)
-	_, err := l.Share().TryAcquire(ctx, "k", time.Minute)
+	other, err := l.Share() // a second instance over the same grants: another host
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = other.TryAcquire(ctx, "k", time.Minute)
 	fmt.Println(errors.Is(err, lock.ErrNotAcquired))
 	_ = h.Release(ctx)
 	fmt.Println(errors.Is(h.Release(ctx), lock.ErrLost)) // a second Release
@@ -98,7 +116,10 @@ func ExampleFence() {
 }
 
 func ExampleTokenFrom() {
-	l := memlock.New()
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
 	_ = lock.Do(context.Background(), l, "report", func(ctx context.Context) error {
 		token, ok := lock.TokenFrom(ctx) // pass it to the protected resource
 		fmt.Println(token, ok)
@@ -108,25 +129,39 @@ func ExampleTokenFrom() {
 }
 
 func ExampleOwnerOf() {
-	l := memlock.New(lock.WithOwner("worker-1"))
-	fmt.Println(lock.OwnerOf(l, "configured"))
+	l, err := memlock.New(memlock.WithCommon(lock.Common{Owner: "worker-1"}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(backendkit.OwnerOf(l, "configured"))
 	hidden := struct{ lock.Lock }{l} // a wrapper that is not lock.Owned
-	fmt.Println(lock.OwnerOf(hidden, "configured"))
+	fmt.Println(backendkit.OwnerOf(hidden, "configured"))
 	// Output:
 	// worker-1
 	// configured
 }
 
 func ExampleHealthCheck() {
-	_, err := lock.HealthCheck(context.Background(), memlock.New())
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = lock.HealthCheck(context.Background(), l)
 	fmt.Println("healthy:", err == nil)
 	// Output: healthy: true
 }
 
 func ExampleRemainingTTL() {
-	l := memlock.New()
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
 	_, _ = l.TryAcquire(context.Background(), "k", time.Minute)
-	_, err := l.Share().TryAcquire(context.Background(), "k", time.Minute)
+	other, err := l.Share() // a second instance over the same grants: another host
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = other.TryAcquire(context.Background(), "k", time.Minute)
 	fmt.Println(lock.RemainingTTL(err) > 59*time.Second)
 	// Output: true
 }
@@ -134,7 +169,10 @@ func ExampleRemainingTTL() {
 // Whoever claims a one-off key first does the work; the others see it
 // taken. The claim is never released: it lapses after its ttl.
 func ExampleClaim() {
-	l := memlock.New()
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 	for _, host := range []string{"host-a", "host-b"} {
 		token, err := lock.Claim(ctx, l, "invoices/2026-11-22", time.Hour)
@@ -153,7 +191,10 @@ func ExampleClaim() {
 }
 
 func ExampleHold() {
-	l := memlock.New()
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 	// A grant taken some other way (TryAcquire, a semaphore permit, an
 	// election); Hold keeps it alive while fn runs, then releases it.
@@ -162,13 +203,17 @@ func ExampleHold() {
 		fmt.Println(err)
 		return
 	}
-	var log lock.Fence
+	var fence lock.Fence
 	err = lock.Hold(ctx, h, 10*time.Second, func(ctx context.Context) error {
 		token, _ := lock.TokenFrom(ctx)
-		return log.Do(token, func() { fmt.Println("leading under token", token) })
+		return fence.Do(token, func() { fmt.Println("leading under token", token) })
 	})
 	fmt.Println("err:", err)
-	_, err = l.Share().TryAcquire(ctx, "leader", time.Second)
+	other, err := l.Share() // a second instance over the same grants: another host
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = other.TryAcquire(ctx, "leader", time.Second)
 	fmt.Println("released:", err == nil)
 	// Output:
 	// leading under token 1
@@ -178,10 +223,10 @@ func ExampleHold() {
 
 // A fresh identity per process: readable in listings ("hostname/pid/random")
 // and unique even when a host runs several processes. Backends use it when
-// no WithOwner is given.
+// no Common.Owner is given.
 func ExampleNewOwner() {
 	owner := lock.NewOwner()
-	fmt.Println(lock.CheckOwner("owner", owner) == nil, owner != lock.NewOwner())
+	fmt.Println(backendkit.CheckOwner("owner", owner) == nil, owner != lock.NewOwner())
 	// Output: true true
 }
 
@@ -202,7 +247,7 @@ func ExampleCheckKey() {
 // timers): check a name taken from configuration before building on it.
 func ExampleCheckName() {
 	for _, name := range []string{"billing/eu", "gpu{pool}", ""} {
-		if err := lock.CheckName("semaphore name", name); err != nil {
+		if err := backendkit.CheckName("semaphore name", name); err != nil {
 			fmt.Println(errors.Is(err, lock.ErrInvalidArgument), err)
 			continue
 		}
@@ -218,7 +263,7 @@ func ExampleCheckName() {
 // it is stored with every grant.
 func ExampleCheckOwner() {
 	for _, owner := range []string{"billing-7f9c-x2", "pod\nforged"} {
-		fmt.Println(errors.Is(lock.CheckOwner("worker identity", owner), lock.ErrInvalidArgument))
+		fmt.Println(errors.Is(backendkit.CheckOwner("worker identity", owner), lock.ErrInvalidArgument))
 	}
 	// Output:
 	// false
@@ -236,7 +281,10 @@ func ExampleFence_Highest() {
 // A lease tells its holder the moment the grant is gone: here an operator
 // force-releases the key while the work runs.
 func ExampleLease_Err() {
-	l := memlock.New()
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 	h, err := l.TryAcquire(ctx, "migrations", time.Minute)
 	if err != nil {
@@ -259,7 +307,10 @@ func ExampleLease_Err() {
 
 // What a lease exposes to the work it protects.
 func ExampleLease() {
-	l := memlock.New()
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 	h, _ := l.TryAcquire(ctx, "exports/eu", 30*time.Second)
 	lease, err := lock.Keep(ctx, h, 30*time.Second, lock.WithRenewInterval(5*time.Second))
@@ -278,7 +329,10 @@ func ExampleLease() {
 
 // Renewing by hand, without Keep: the three outcomes of Extend.
 func ExampleHandle() {
-	l := memlock.New()
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 	h, err := l.TryAcquire(ctx, "index/rebuild", 30*time.Second)
 	if err != nil {
@@ -301,10 +355,17 @@ func ExampleHandle() {
 
 // A caller that wants the holder's remaining ttl reads it from the error.
 func ExampleNotAcquiredError() {
-	l := memlock.New()
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 	_, _ = l.TryAcquire(ctx, "reports/daily", time.Hour)
-	_, err := l.Share().TryAcquire(ctx, "reports/daily", time.Minute)
+	other, err := l.Share() // a second instance over the same grants: another host
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = other.TryAcquire(ctx, "reports/daily", time.Minute)
 	var held *lock.NotAcquiredError
 	if errors.As(err, &held) {
 		fmt.Println(held.Key, "is held for about", held.Remaining.Round(time.Hour))
@@ -318,7 +379,11 @@ func ExampleNotAcquiredError() {
 // A tool that takes ttls from its configuration checks them against the
 // backend's limits where they are read, not at the first acquire.
 func ExampleLimitsOf() {
-	lim := lock.LimitsOf(memlock.New())
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	lim := lock.LimitsOf(l)
 	fmt.Println(lim.CheckTTL(30*time.Second) == nil)
 	fmt.Println(errors.Is(lim.CheckTTL(0), lock.ErrInvalidTTL))
 	fmt.Println(errors.Is(lim.CheckTTL(lock.MaxTTL+time.Hour), lock.ErrInvalidTTL))
@@ -329,7 +394,11 @@ func ExampleLimitsOf() {
 }
 
 func ExampleLimits_CheckKeys() {
-	lim := lock.LimitsOf(memlock.New())
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	lim := lock.LimitsOf(l)
 	fmt.Println(lim.CheckKeys([]string{"gpu/0", "gpu/1"}))
 	fmt.Println(errors.Is(lim.CheckKeys(nil), lock.ErrInvalidArgument))
 	// Output:
@@ -339,7 +408,11 @@ func ExampleLimits_CheckKeys() {
 
 // Inspector is optional: assert it, as an operator's tool does.
 func ExampleInspector() {
-	var l lock.Lock = memlock.New(lock.WithOwner("host-a"))
+	l2, err := memlock.New(memlock.WithCommon(lock.Common{Owner: "host-a"}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	var l lock.Lock = l2
 	ctx := context.Background()
 	_, _ = l.TryAcquire(ctx, "reports/daily", time.Minute)
 	insp, ok := l.(lock.Inspector)
@@ -355,7 +428,10 @@ func ExampleInspector() {
 // A handle whose backend learns of a loss by itself closes Lost; Keep
 // watches it for you, a hand-written loop can too.
 func ExampleLossNotifier() {
-	l := memlock.New()
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 	h, _ := l.TryAcquire(ctx, "k", time.Hour)
 	ln, ok := h.(lock.LossNotifier)
@@ -371,7 +447,11 @@ func ExampleLossNotifier() {
 // The first free key of a set in one call, when the backend can; the
 // semaphore package does this for you.
 func ExampleMultiLock() {
-	var l lock.Lock = memlock.New()
+	l2, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	var l lock.Lock = l2
 	ctx := context.Background()
 	_, _ = l.TryAcquire(ctx, "gpu/0", time.Minute)
 	keys := []string{"gpu/0", "gpu/1", "gpu/2"}
@@ -389,7 +469,7 @@ func ExampleMultiLock() {
 	// Output: true <nil>
 }
 
-// Queue is optional (pglock and redislock keep a server-side queue):
+// Queue is optional (memlock, pglock and redislock queue their waiters):
 // an operator's tool asks how many callers wait for a key.
 func ExampleQueue() {
 	waiting := func(ctx context.Context, l lock.Lock, key string) string {
@@ -403,14 +483,21 @@ func ExampleQueue() {
 		}
 		return fmt.Sprint(n, " waiting")
 	}
-	fmt.Println(waiting(context.Background(), memlock.New(), "reports/daily"))
-	// Output: no server-side queue
+	l2, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(waiting(context.Background(), l2, "reports/daily"))
+	// Output: 0 waiting
 }
 
 // Waiting for a release without polling: subscribe first, then try.
 // lock.Acquire does this for you.
 func ExampleWaiter() {
-	l := memlock.New()
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 	held, _ := l.TryAcquire(ctx, "k", time.Hour)
 	w, ok := lock.Lock(l).(lock.Waiter)
@@ -442,7 +529,11 @@ func ExampleWaiter() {
 // (here, a wrapper that hides memlock's) makes Acquire retry with
 // backoff, never sleeping past the holder's remaining ttl.
 func ExampleWithBackoff() {
-	l := struct{ lock.Lock }{memlock.New()} // not a lock.Waiter
+	l2, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	l := struct{ lock.Lock }{l2} // not a lock.Waiter
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	h, err := lock.Acquire(ctx, l, "k", time.Minute, lock.WithBackoff(10*time.Millisecond, time.Second))
@@ -459,7 +550,10 @@ func ExampleWithBackoff() {
 // ValidUntil when renewals keep failing: the work has 5 s to stop before
 // anyone else can be granted the key.
 func ExampleWithMargin() {
-	l := memlock.New()
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 	h, _ := l.TryAcquire(ctx, "ledger", 30*time.Second)
 	lease, err := lock.Keep(ctx, h, 30*time.Second, lock.WithRenewInterval(10*time.Second), lock.WithMargin(5*time.Second))
@@ -472,22 +566,45 @@ func ExampleWithMargin() {
 
 // Do's lease: its ttl and how often it is renewed.
 func ExampleWithTTL() {
-	err := lock.Do(context.Background(), memlock.New(), "nightly-export", func(ctx context.Context) error {
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = lock.Do(context.Background(), l, "nightly-export", func(ctx context.Context) error {
 		return nil // the export; ctx ends if the lease is lost
 	}, lock.WithTTL(2*time.Minute), lock.WithRenewInterval(20*time.Second))
 	fmt.Println(err)
 	// Output: <nil>
 }
 
-// Owner identity, logs, metrics and traces of a backend instance.
-func ExampleWithOwner() {
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	l := memlock.New(
-		lock.WithOwner("billing-7f9c-x2"), // stored with each grant, shown by Inspect
-		lock.WithLogger(logger),
-		lock.WithMeterProvider(metricnoop.NewMeterProvider()), // otel: your SDK's provider
-		lock.WithTracerProvider(tracenoop.NewTracerProvider()),
-	)
+// Owner identity, logs, metrics and traces: one value, given whole to a
+// backend and to every tool built on it.
+func ExampleCommon() {
+	common := lock.Common{
+		Owner:          "billing-7f9c-x2", // stored with each grant, shown by Inspect
+		Logger:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		MeterProvider:  metricnoop.NewMeterProvider(), // otel: your SDK's provider
+		TracerProvider: tracenoop.NewTracerProvider(),
+	}
+	l, err := memlock.New(memlock.WithCommon(common))
+	if err != nil {
+		log.Fatal(err)
+	}
 	fmt.Println(l.Owner())
-	// Output: billing-7f9c-x2
+	// The helpers log and record through the same providers.
+	err = lock.Do(context.Background(), l, "reports/daily", func(ctx context.Context) error {
+		return nil
+	}, lock.WithCommon(common))
+	fmt.Println(err)
+	// Output:
+	// billing-7f9c-x2
+	// <nil>
+}
+
+// WithCommon merges: a zero field leaves what an earlier one set.
+func ExampleCommon_Merge() {
+	base := lock.Common{Owner: "host-a"}
+	c := base.Merge(lock.Common{Logger: slog.New(slog.DiscardHandler)})
+	fmt.Println(c.Owner, c.Logger != nil)
+	// Output: host-a true
 }

@@ -1,14 +1,9 @@
 package lock
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 )
-
-// ErrStaleToken is returned by a fenced resource that has already accepted a
-// write under a newer grant.
-var ErrStaleToken = errors.New("lock: stale fencing token")
 
 // Fence is the in-process form of a fenced resource: it runs a write only if
 // the writer's token is at least the highest token it has admitted, so a

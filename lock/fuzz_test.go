@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/leasehold-go/leasehold/internal/testkit"
 	"log/slog"
 	"math"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 	"github.com/leasehold-go/leasehold/lock/memlock"
 	"github.com/leasehold-go/leasehold/semaphore"
 )
@@ -42,8 +44,9 @@ func FuzzHelpers(f *testing.F) {
 
 func fuzzHelpers(t *testing.T, key string, ttl time.Duration, name string, size int) {
 	ctx := context.Background()
-	quiet := lock.WithLogger(slog.New(slog.DiscardHandler))
-	l := memlock.New()
+	common := lock.Common{Logger: slog.New(slog.DiscardHandler)}
+	quiet := lock.WithCommon(common)
+	l := testkit.Must(memlock.New())
 	keyOK := lock.CheckKey(key) == nil
 	ttlOK := lock.DefaultLimits.CheckTTL(ttl) == nil
 	// Do and Keep renew every ttl/3, at least lock.MinRenewInterval apart.
@@ -100,8 +103,8 @@ func fuzzHelpers(t *testing.T, key string, ttl time.Duration, name string, size 
 		}
 	}
 
-	sem, err := semaphore.New(l, name, size, quiet)
-	nameOK := lock.CheckName("semaphore name", name) == nil
+	sem, err := semaphore.New(l, name, size, semaphore.WithCommon(common))
+	nameOK := backendkit.CheckName("semaphore name", name) == nil
 	check("semaphore.New", nameOK && size >= 1 && size <= semaphore.MaxSize, err)
 	if sem != nil {
 		p, err := sem.TryAcquire(ctx, ttl)

@@ -17,7 +17,7 @@ type Lease struct {
 	h      Handle
 	ttl    time.Duration
 	every  time.Duration
-	cfg    *Config
+	cfg    *options
 	tel    *kit.Telemetry
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -44,14 +44,14 @@ type Lease struct {
 // keeps its grant while it winds down, so no successor overlaps it. Always
 // call Release (Do does it for you).
 func Keep(ctx context.Context, h Handle, ttl time.Duration, opts ...Option) (*Lease, error) {
-	cfg, err := NewConfig(nil, opts)
+	cfg, err := newOptions(opts)
 	if err != nil {
 		return nil, err
 	}
 	return keep(ctx, cfg, h, ttl)
 }
 
-func keep(ctx context.Context, cfg *Config, h Handle, ttl time.Duration) (*Lease, error) {
+func keep(ctx context.Context, cfg *options, h Handle, ttl time.Duration) (*Lease, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", ErrInvalidArgument)
 	}
@@ -63,10 +63,10 @@ func keep(ctx context.Context, cfg *Config, h Handle, ttl time.Duration) (*Lease
 	if err := LimitsOf(h).CheckTTL(ttl); err != nil {
 		return nil, err
 	}
-	if cfg.Margin >= ttl {
-		return nil, fmt.Errorf("%w: margin %v must be below the ttl %v", ErrInvalidArgument, cfg.Margin, ttl)
+	if cfg.margin >= ttl {
+		return nil, fmt.Errorf("%w: margin %v must be below the ttl %v", ErrInvalidArgument, cfg.margin, ttl)
 	}
-	every := cfg.RenewInterval
+	every := cfg.renew
 	if every == 0 {
 		every = ttl / 3
 	}
@@ -74,11 +74,11 @@ func keep(ctx context.Context, cfg *Config, h Handle, ttl time.Duration) (*Lease
 		// A shorter period renews in a busy loop against the backend.
 		return nil, fmt.Errorf("%w: renew interval %v is below the minimum %v (a ttl of at least %v renews every ttl/3)", ErrInvalidArgument, every, MinRenewInterval, 3*MinRenewInterval)
 	}
-	if every >= ttl-cfg.Margin {
-		return nil, fmt.Errorf("%w: renew interval %v must be below the ttl %v (less the margin %v)", ErrInvalidArgument, every, ttl, cfg.Margin)
+	if every >= ttl-cfg.margin {
+		return nil, fmt.Errorf("%w: renew interval %v must be below the ttl %v (less the margin %v)", ErrInvalidArgument, every, ttl, cfg.margin)
 	}
 	l := &Lease{
-		h: h, ttl: ttl, every: every, cfg: cfg, tel: kit.TelemetryOf(cfg.MeterProvider, cfg.TracerProvider),
+		h: h, ttl: ttl, every: every, cfg: cfg, tel: cfg.tel,
 		stop: make(chan struct{}), done: make(chan struct{}),
 		validUntil: h.ValidUntil(),
 	}
@@ -136,7 +136,7 @@ func (l *Lease) renew() {
 	}
 	next := time.NewTimer(l.every)
 	defer next.Stop()
-	deadline := time.NewTimer(time.Until(l.ValidUntil().Add(-l.cfg.Margin)))
+	deadline := time.NewTimer(time.Until(l.ValidUntil().Add(-l.cfg.margin)))
 	defer deadline.Stop()
 	for {
 		select {
@@ -146,8 +146,8 @@ func (l *Lease) renew() {
 			l.lose("backend", lost("the backend reported the grant gone"))
 			return
 		case <-deadline.C:
-			if l.cfg.Margin > 0 {
-				l.lose("deadline", lost(fmt.Sprintf("no successful renewal with %v of validity left", l.cfg.Margin)))
+			if l.cfg.margin > 0 {
+				l.lose("deadline", lost(fmt.Sprintf("no successful renewal with %v of validity left", l.cfg.margin)))
 			} else {
 				l.lose("deadline", lost("validity ended without a successful renewal"))
 			}
@@ -155,7 +155,7 @@ func (l *Lease) renew() {
 		case <-next.C:
 		}
 		until := l.ValidUntil()
-		ectx, cancel := context.WithDeadline(context.Background(), until.Add(-l.cfg.Margin))
+		ectx, cancel := context.WithDeadline(context.Background(), until.Add(-l.cfg.margin))
 		// Extend runs on its own goroutine so that the deadline ends the
 		// lease on time even if the backend holds the call past ectx (a
 		// driver that ignores contexts on a stalled connection); the loop
@@ -185,7 +185,7 @@ func (l *Lease) renew() {
 			l.validUntil = until
 			l.mu.Unlock()
 			l.tel.Renewal("renewed")
-			deadline.Reset(time.Until(until.Add(-l.cfg.Margin)))
+			deadline.Reset(time.Until(until.Add(-l.cfg.margin)))
 			next.Reset(l.every)
 		case errors.Is(err, ErrInvalidArgument):
 			// Refused input is refused again: retrying it until ValidUntil
@@ -201,7 +201,7 @@ func (l *Lease) renew() {
 			// Unknown: the grant may still be ours until ValidUntil. Try
 			// again soon; the deadline timer ends it if nothing succeeds.
 			l.tel.Renewal("unknown")
-			l.cfg.Logger.Debug("leasehold: renewal failed, retrying", "key", l.h.Key(), "valid_until", until, "err", err)
+			l.cfg.common.Logger.Debug("leasehold: renewal failed, retrying", "key", l.h.Key(), "valid_until", until, "err", err)
 			next.Reset(max(l.every/4, 10*time.Millisecond))
 		}
 	}
@@ -209,6 +209,6 @@ func (l *Lease) renew() {
 
 func (l *Lease) lose(reason string, cause error) {
 	l.tel.Loss(reason)
-	l.cfg.Logger.Warn("leasehold: lease lost", "key", l.h.Key(), "token", l.h.Token(), "reason", cause)
+	l.cfg.common.Logger.Warn("leasehold: lease lost", "key", l.h.Key(), "token", l.h.Token(), "reason", cause)
 	l.cancel(cause)
 }

@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"github.com/leasehold-go/leasehold/internal/testkit"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -31,7 +32,7 @@ func (s *scripted) Extend(ctx context.Context, ttl time.Duration) error {
 
 func TestKeepRenewsEveryThirdOfTTL(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := memlock.New()
+		l := testkit.Must(memlock.New())
 		h, err := l.TryAcquire(t.Context(), "k", 3*time.Second)
 		if err != nil {
 			t.Fatal(err)
@@ -49,7 +50,7 @@ func TestKeepRenewsEveryThirdOfTTL(t *testing.T) {
 		if err := lease.Context().Err(); err != nil {
 			t.Fatalf("lease ended while renewals succeed: %v", context.Cause(lease.Context()))
 		}
-		if _, err := l.Share().TryAcquire(t.Context(), "k", time.Second); !errors.Is(err, lock.ErrNotAcquired) {
+		if _, err := testkit.Must(l.Share()).TryAcquire(t.Context(), "k", time.Second); !errors.Is(err, lock.ErrNotAcquired) {
 			t.Fatalf("kept key acquirable by another owner: %v", err)
 		}
 		if err := lease.Release(t.Context()); err != nil {
@@ -64,7 +65,7 @@ func TestKeepRenewsEveryThirdOfTTL(t *testing.T) {
 
 func TestKeepUnknownOutcomesEndAtValidUntil(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := memlock.New()
+		l := testkit.Must(memlock.New())
 		h, _ := l.TryAcquire(t.Context(), "k", 3*time.Second)
 		validUntil := h.ValidUntil()
 		s := &scripted{Handle: h, extend: func(context.Context, time.Duration) error {
@@ -90,7 +91,7 @@ func TestKeepUnknownOutcomesEndAtValidUntil(t *testing.T) {
 // ValidUntil, and Release still waits for the hung call to return.
 func TestKeepEndsAtValidUntilWhileARenewalHangs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := memlock.New()
+		l := testkit.Must(memlock.New())
 		h, _ := l.TryAcquire(t.Context(), "k", 3*time.Second)
 		validUntil := h.ValidUntil()
 		unblock := make(chan struct{})
@@ -124,7 +125,7 @@ func TestKeepEndsAtValidUntilWhileARenewalHangs(t *testing.T) {
 
 func TestKeepLostOnRenewal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := memlock.New()
+		l := testkit.Must(memlock.New())
 		h, _ := l.TryAcquire(t.Context(), "k", 3*time.Second)
 		start := time.Now()
 		s := &scripted{Handle: h, extend: func(context.Context, time.Duration) error { return lock.ErrLost }}
@@ -145,7 +146,7 @@ func TestKeepLostOnRenewal(t *testing.T) {
 
 func TestKeepLostWhenTheBackendSaysSo(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := memlock.New()
+		l := testkit.Must(memlock.New())
 		h, _ := l.TryAcquire(t.Context(), "k", time.Minute)
 		lease, _ := lock.Keep(t.Context(), h, time.Minute)
 		time.Sleep(time.Second)
@@ -167,7 +168,7 @@ func TestKeepLostWhenTheBackendSaysSo(t *testing.T) {
 // that re-acquired on Extend would hold the key again.
 func TestKeepReleaseWaitsForRenewal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := memlock.New()
+		l := testkit.Must(memlock.New())
 		h, _ := l.TryAcquire(t.Context(), "k", 3*time.Second)
 		var mu sync.Mutex
 		var events []string
@@ -216,7 +217,7 @@ func (r *recordRelease) Release(ctx context.Context) error {
 
 func TestKeepGoesOnAfterParentContextEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := memlock.New()
+		l := testkit.Must(memlock.New())
 		h, _ := l.TryAcquire(t.Context(), "k", 3*time.Second)
 		ctx, cancel := context.WithCancel(t.Context())
 		lease, _ := lock.Keep(ctx, h, 3*time.Second)
@@ -228,7 +229,7 @@ func TestKeepGoesOnAfterParentContextEnds(t *testing.T) {
 		if !errors.Is(lease.Context().Err(), context.Canceled) {
 			t.Fatalf("lease context should follow its parent: %v", lease.Context().Err())
 		}
-		if _, err := l.Share().TryAcquire(t.Context(), "k", time.Second); !errors.Is(err, lock.ErrNotAcquired) {
+		if _, err := testkit.Must(l.Share()).TryAcquire(t.Context(), "k", time.Second); !errors.Is(err, lock.ErrNotAcquired) {
 			t.Fatalf("key free before Release: %v", err)
 		}
 		if err := lease.Release(t.Context()); err != nil {
@@ -238,17 +239,16 @@ func TestKeepGoesOnAfterParentContextEnds(t *testing.T) {
 }
 
 func TestKeepRejectsBadInput(t *testing.T) {
-	l := memlock.New()
+	l := testkit.Must(memlock.New())
 	h, _ := l.TryAcquire(t.Context(), "k", time.Second)
 	defer h.Release(t.Context())
 	var nilCtx context.Context
 	for name, fn := range map[string]func() error{
-		"nil context":    func() error { _, err := lock.Keep(nilCtx, h, time.Second); return err },
-		"nil handle":     func() error { _, err := lock.Keep(t.Context(), nil, time.Second); return err },
-		"zero ttl":       func() error { _, err := lock.Keep(t.Context(), h, 0); return err },
-		"zero interval":  func() error { _, err := lock.Keep(t.Context(), h, time.Second, lock.WithRenewInterval(0)); return err },
-		"nil option":     func() error { _, err := lock.Keep(t.Context(), h, time.Second, nil); return err },
-		"backend option": func() error { _, err := lock.Keep(t.Context(), h, time.Second, foreignOption); return err },
+		"nil context":   func() error { _, err := lock.Keep(nilCtx, h, time.Second); return err },
+		"nil handle":    func() error { _, err := lock.Keep(t.Context(), nil, time.Second); return err },
+		"zero ttl":      func() error { _, err := lock.Keep(t.Context(), h, 0); return err },
+		"zero interval": func() error { _, err := lock.Keep(t.Context(), h, time.Second, lock.WithRenewInterval(0)); return err },
+		"nil option":    func() error { _, err := lock.Keep(t.Context(), h, time.Second, nil); return err },
 	} {
 		if err := fn(); !errors.Is(err, lock.ErrInvalidArgument) {
 			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
@@ -256,16 +256,9 @@ func TestKeepRejectsBadInput(t *testing.T) {
 	}
 }
 
-type someBackendSettings struct{ prefix string }
-
-var foreignOption = lock.BackendOption("WithPrefix", func(s *someBackendSettings) error {
-	s.prefix = "x"
-	return nil
-})
-
 func TestKeepStepsDownWithItsMargin(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := memlock.New()
+		l := testkit.Must(memlock.New())
 		h, _ := l.TryAcquire(t.Context(), "k", 15*time.Second)
 		validUntil := h.ValidUntil()
 		s := &scripted{Handle: h, extend: func(context.Context, time.Duration) error {
@@ -291,7 +284,7 @@ func TestKeepStepsDownWithItsMargin(t *testing.T) {
 
 func TestHold(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := memlock.New()
+		l := testkit.Must(memlock.New())
 		h, _ := l.TryAcquire(t.Context(), "k", 3*time.Second)
 		err := lock.Hold(t.Context(), h, 3*time.Second, func(ctx context.Context) error {
 			if tok, _ := lock.TokenFrom(ctx); tok != h.Token() {
@@ -303,7 +296,7 @@ func TestHold(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := l.Share().TryAcquire(t.Context(), "k", time.Second); err != nil {
+		if _, err := testkit.Must(l.Share()).TryAcquire(t.Context(), "k", time.Second); err != nil {
 			t.Fatalf("not released after Hold: %v", err)
 		}
 		var nilCtx context.Context

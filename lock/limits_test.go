@@ -3,7 +3,9 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"github.com/leasehold-go/leasehold/internal/testkit"
 	"math"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -54,7 +56,7 @@ func (h limitedHandle) Extend(ctx context.Context, ttl time.Duration) error {
 // memlock states lock.DefaultLimits; every helper refuses a ttl above
 // lock.MaxTTL with ErrInvalidTTL, at once.
 func TestMaxTTLEverywhere(t *testing.T) {
-	l := memlock.New()
+	l := testkit.Must(memlock.New())
 	ctx := t.Context()
 	if got := lock.LimitsOf(l); got != lock.DefaultLimits {
 		t.Fatalf("memlock limits %+v, want DefaultLimits", got)
@@ -89,7 +91,7 @@ func TestMaxTTLEverywhere(t *testing.T) {
 // A backend's own (smaller) limits are checked by the helpers before the
 // backend is called: lock.Claim's TryAcquire fallback, Acquire and Do.
 func TestHelpersCheckTheBackendsLimits(t *testing.T) {
-	b := limited{memlock.New(), lock.Limits{MinTTL: time.Second, MaxTTL: time.Hour, MaxKeys: 2}, true}
+	b := limited{testkit.Must(memlock.New()), lock.Limits{MinTTL: time.Second, MaxTTL: time.Hour, MaxKeys: 2}, true}
 	ctx := t.Context()
 	fn := func(context.Context) error { return nil }
 	for name, call := range map[string]func() error{
@@ -112,12 +114,12 @@ func TestHelpersCheckTheBackendsLimits(t *testing.T) {
 // third-party backend may refuse 5 s), and a nil context is refused before
 // the backend is called.
 func TestHealthCheckRespectsMinTTL(t *testing.T) {
-	b := limited{memlock.New(), lock.Limits{MinTTL: 10 * time.Second}, false}
+	b := limited{testkit.Must(memlock.New()), lock.Limits{MinTTL: 10 * time.Second}, false}
 	if _, err := lock.HealthCheck(t.Context(), b); err != nil {
 		t.Fatalf("HealthCheck on a backend with a 10 s minimum ttl: %v", err)
 	}
 	var nilCtx context.Context
-	if _, err := lock.HealthCheck(nilCtx, memlock.New()); !errors.Is(err, lock.ErrInvalidArgument) {
+	if _, err := lock.HealthCheck(nilCtx, testkit.Must(memlock.New())); !errors.Is(err, lock.ErrInvalidArgument) {
 		t.Fatalf("HealthCheck(nil ctx): %v", err)
 	}
 }
@@ -126,7 +128,7 @@ func TestHealthCheckRespectsMinTTL(t *testing.T) {
 // refused) and above its maximum, and a renew interval that is not below
 // the ttl (less the margin): the grant would lapse between renewals.
 func TestKeepLimits(t *testing.T) {
-	l := memlock.New()
+	l := testkit.Must(memlock.New())
 	ctx := t.Context()
 	h, err := l.TryAcquire(ctx, "k", time.Minute)
 	if err != nil {
@@ -178,7 +180,7 @@ func TestKeepLimits(t *testing.T) {
 // refused call until ValidUntil.
 func TestKeepEndsOnARefusedRenewal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := memlock.New()
+		l := testkit.Must(memlock.New())
 		h, err := l.TryAcquire(t.Context(), "k", 3*time.Second)
 		if err != nil {
 			t.Fatal(err)
@@ -228,15 +230,21 @@ func TestHugeBackoff(t *testing.T) {
 	})
 }
 
-// WithOwner follows CheckOwner: an owner with a control character (it is
-// stored in records and printed on lines) is refused.
-func TestWithOwnerFollowsCheckOwner(t *testing.T) {
-	for _, owner := range []string{"", "a\nb", "a\x1eb", "\xff", string(make([]byte, lock.MaxKeyLen+1))} {
-		if _, err := lock.NewConfig(nil, []lock.Option{lock.WithOwner(owner)}); !errors.Is(err, lock.ErrInvalidArgument) {
-			t.Errorf("WithOwner(%.20q): %v, want ErrInvalidArgument", owner, err)
+// Common.Owner follows CheckOwner: an owner with a control character (it is
+// stored in records and printed on lines) is refused, with an error that
+// names the package that refused it. An empty one means a fresh NewOwner.
+func TestCommonOwnerFollowsCheckOwner(t *testing.T) {
+	for _, owner := range []string{"a\nb", "a\x1eb", "\xff", string(make([]byte, lock.MaxKeyLen+1))} {
+		if _, err := memlock.New(memlock.WithCommon(lock.Common{Owner: owner})); !errors.Is(err, lock.ErrInvalidArgument) {
+			t.Errorf("Owner %.20q: %v, want ErrInvalidArgument", owner, err)
+		} else if !strings.HasPrefix(err.Error(), "memlock: invalid argument: ") {
+			t.Errorf("Owner %.20q: %q does not name memlock", owner, err)
 		}
 	}
-	if _, err := lock.NewConfig(nil, []lock.Option{lock.WithOwner("host/1/é")}); err != nil {
-		t.Errorf("WithOwner of a plain identity: %v", err)
+	if l, err := memlock.New(memlock.WithCommon(lock.Common{})); err != nil || l.Owner() == "" {
+		t.Errorf("empty Owner: %v, owner %q, want a fresh one", err, l.Owner())
+	}
+	if _, err := memlock.New(memlock.WithCommon(lock.Common{Owner: "host/1/é"})); err != nil {
+		t.Errorf("Owner of a plain identity: %v", err)
 	}
 }

@@ -99,7 +99,7 @@ type MultiLock interface {
 // Grant describes a current grant, as an Inspector reports it.
 type Grant struct {
 	Key       string        // the key as its holder passed it
-	Owner     string        // the holder's owner identity (WithOwner)
+	Owner     string        // the holder's owner identity (Common.Owner)
 	Token     uint64        // the grant's fencing token
 	Remaining time.Duration // remaining ttl as the backend saw it
 	Since     time.Time     // when the grant was made (server time where the backend has one)
@@ -129,9 +129,9 @@ type LossNotifier interface {
 
 // Owned is implemented by backends (and by wrappers of them) that have an
 // owner identity: the one stored with each of their grants, shown by an
-// Inspector as Grant.Owner, and set with WithOwner. A wrapper that hides
+// Inspector as Grant.Owner, and set with the backend's WithCommon. A wrapper that hides
 // its backend should implement it too, by passing the call on. Read it
-// with OwnerOf.
+// with backendkit.OwnerOf.
 type Owned interface {
 	// Owner is the instance's owner identity.
 	Owner() string

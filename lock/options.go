@@ -1,19 +1,19 @@
 package lock
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/leasehold-go/leasehold/lock/internal/kit"
 )
 
 // Defaults of the helpers.
 const (
-	DefaultTTL        = 30 * time.Second       // Do's lease
+	DefaultTTL        = 30 * time.Second       // Do's ttl
 	DefaultMinBackoff = 5 * time.Millisecond   // first retry of Acquire without a Waiter
 	DefaultMaxBackoff = 500 * time.Millisecond // longest retry of Acquire without a hint
 
@@ -23,140 +23,105 @@ const (
 	MinRenewInterval = time.Millisecond
 )
 
-// Option configures a backend constructor or a helper (Acquire, Keep, Do,
-// HealthCheck). Options a receiver does not use are ignored, except a
-// backend's own options given to another backend, which are an error.
-type Option func(*Config)
-
-// Config is what Options set. Backends read it through NewConfig; users set
-// it only through Options.
-type Config struct {
-	Owner          string               // owner identity; default NewOwner()
-	Logger         *slog.Logger         // default slog.Default()
-	MeterProvider  metric.MeterProvider // default the global provider
-	TracerProvider trace.TracerProvider // default the global provider
-
-	TTL           time.Duration // Do's lease ttl; default DefaultTTL
-	RenewInterval time.Duration // Keep's renewal period; default ttl/3
-	Margin        time.Duration // Keep gives up this long before ValidUntil
-	MinBackoff    time.Duration // Acquire's first retry without a Waiter
-	MaxBackoff    time.Duration // Acquire's longest wait without a hint
-
-	// Backend holds a backend's own settings while its options are
-	// applied (see BackendOption); nil for the helpers.
-	Backend any
-
-	errs []error
+// Common is what every leasehold component shares: the owner identity it
+// reports and where its logs, metrics and spans go. Each package takes it
+// whole through its own WithCommon option and hands it on whole to the
+// components it builds (timers to its semaphores, jobs to its leader), so
+// nothing is dropped on the way. A zero field means its default: a fresh
+// NewOwner (or the lock's own owner, for the tools built on a Lock),
+// slog.Default, and the global OpenTelemetry providers.
+type Common struct {
+	// Owner is stored with every grant a backend makes and shown by
+	// Inspector; leader, timers and jobs report it as the process's name.
+	// It is 1 to MaxKeyLen bytes of UTF-8 without control characters.
+	Owner string
+	// Logger receives state changes (Info, Warn) and per-operation detail
+	// (Debug).
+	Logger *slog.Logger
+	// MeterProvider and TracerProvider receive metrics and spans under the
+	// instrumentation scope "github.com/leasehold-go/leasehold".
+	MeterProvider  metric.MeterProvider
+	TracerProvider trace.TracerProvider
 }
 
-// NewConfig applies opts over the defaults. backend is a pointer to the
-// backend's own settings struct (or nil); BackendOption functions fill it.
-func NewConfig(backend any, opts []Option) (*Config, error) {
-	c := &Config{
-		TTL:        DefaultTTL,
-		MinBackoff: DefaultMinBackoff,
-		MaxBackoff: DefaultMaxBackoff,
-		Backend:    backend,
+// Merge returns c with the non-zero fields of o set over it. Every
+// package's WithCommon merges, so that two of them (an owner, then a
+// logger) compose.
+func (c Common) Merge(o Common) Common {
+	if o.Owner != "" {
+		c.Owner = o.Owner
 	}
-	for _, o := range opts {
-		if o == nil {
-			c.fail(fmt.Errorf("%w: nil option", ErrInvalidArgument))
-			continue
-		}
-		o(c)
+	if o.Logger != nil {
+		c.Logger = o.Logger
 	}
-	if c.Owner == "" {
-		c.Owner = NewOwner()
+	if o.MeterProvider != nil {
+		c.MeterProvider = o.MeterProvider
 	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
+	if o.TracerProvider != nil {
+		c.TracerProvider = o.TracerProvider
 	}
-	if c.MeterProvider == nil {
-		c.MeterProvider = otel.GetMeterProvider()
-	}
-	if c.TracerProvider == nil {
-		c.TracerProvider = otel.GetTracerProvider()
-	}
-	if c.MaxBackoff < c.MinBackoff {
-		c.fail(fmt.Errorf("%w: max backoff %v is below min backoff %v", ErrInvalidArgument, c.MaxBackoff, c.MinBackoff))
-	}
-	return c, errors.Join(c.errs...)
+	return c
 }
 
-func (c *Config) fail(err error) { c.errs = append(c.errs, err) }
+// Option configures a helper: Acquire, Do, Hold, Keep, HealthCheck. Every
+// other package has an option type of its own.
+type Option func(*options) error
 
-// BackendOption builds an Option that sets a field of a backend's (or a
-// tool's: leader, timers) settings struct S. Given to a constructor whose settings are not an *S, it makes
-// NewConfig fail with ErrInvalidArgument. f may reject its value by
-// returning an error.
-func BackendOption[S any](name string, f func(*S) error) Option {
-	return func(c *Config) {
-		s, ok := c.Backend.(*S)
-		if !ok {
-			c.fail(fmt.Errorf("%w: option %s does not apply here", ErrInvalidArgument, name))
-			return
-		}
-		if err := f(s); err != nil {
-			c.fail(fmt.Errorf("%w: %s: %w", ErrInvalidArgument, name, err))
-		}
-	}
+// options is what Options set.
+type options struct {
+	common     Common
+	ttl        time.Duration // Do's ttl
+	renew      time.Duration // Keep's renewal period; 0: ttl/3
+	margin     time.Duration // Keep gives up this long before ValidUntil
+	minBackoff time.Duration // Acquire's first retry without a Waiter
+	maxBackoff time.Duration // Acquire's longest wait without a hint
+	tel        *kit.Telemetry
 }
 
-// WithOwner sets the owner identity stored with every grant of a backend
-// instance and shown by Inspector. It follows CheckOwner: 1 to MaxKeyLen
-// bytes of UTF-8 without control characters.
-func WithOwner(owner string) Option {
-	return func(c *Config) {
-		if err := CheckOwner("owner", owner); err != nil {
-			c.fail(err)
-			return
+// newOptions applies opts over the defaults.
+func newOptions(opts []Option) (*options, error) {
+	o := &options{ttl: DefaultTTL, minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff}
+	for _, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: nil option", ErrInvalidArgument)
 		}
-		c.Owner = owner
+		if err := opt(o); err != nil {
+			return nil, err
+		}
 	}
+	if o.maxBackoff < o.minBackoff {
+		return nil, fmt.Errorf("%w: max backoff %v is below min backoff %v", ErrInvalidArgument, o.maxBackoff, o.minBackoff)
+	}
+	if o.common.Logger == nil {
+		o.common.Logger = slog.Default()
+	}
+	if o.tel == nil {
+		o.tel = kit.TelemetryFor(o.common.MeterProvider, o.common.TracerProvider)
+	}
+	return o, nil
 }
 
-// WithLogger sets the logger for state changes (Info/Warn) and per-operation
-// detail (Debug).
-func WithLogger(l *slog.Logger) Option {
-	return func(c *Config) {
-		if l == nil {
-			c.fail(fmt.Errorf("%w: nil logger", ErrInvalidArgument))
-			return
-		}
-		c.Logger = l
-	}
+// withTelemetry is WithCommon with the instruments built already: the
+// option a component made with c hands the helpers it calls
+// (backendkit.Telemetry.HelperOption), so that they are built once.
+func withTelemetry(c Common, t *kit.Telemetry) Option {
+	return func(o *options) error { o.common, o.tel = c, t; return nil }
 }
 
-// WithMeterProvider sets where metrics go instead of the global provider.
-func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(c *Config) {
-		if mp == nil {
-			c.fail(fmt.Errorf("%w: nil meter provider", ErrInvalidArgument))
-			return
-		}
-		c.MeterProvider = mp
-	}
+// WithCommon sets the logger and the meter and tracer providers of a
+// helper call (its Owner is not used: the backend's owner is the grant's).
+func WithCommon(c Common) Option {
+	return func(o *options) error { o.common = o.common.Merge(c); return nil }
 }
 
-// WithTracerProvider sets where spans go instead of the global provider.
-func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(c *Config) {
-		if tp == nil {
-			c.fail(fmt.Errorf("%w: nil tracer provider", ErrInvalidArgument))
-			return
-		}
-		c.TracerProvider = tp
-	}
-}
-
-// WithTTL sets the lease ttl of Do.
+// WithTTL sets the ttl of Do (default DefaultTTL).
 func WithTTL(ttl time.Duration) Option {
-	return func(c *Config) {
+	return func(o *options) error {
 		if err := DefaultLimits.CheckTTL(ttl); err != nil {
-			c.fail(err)
-			return
+			return err
 		}
-		c.TTL = ttl
+		o.ttl = ttl
+		return nil
 	}
 }
 
@@ -164,12 +129,12 @@ func WithTTL(ttl time.Duration) Option {
 // stay well below the ttl: a renewal that fails is retried until
 // ValidUntil, and the lease is lost after that.
 func WithRenewInterval(d time.Duration) Option {
-	return func(c *Config) {
+	return func(o *options) error {
 		if d < MinRenewInterval {
-			c.fail(fmt.Errorf("%w: renew interval must be at least %v, got %v", ErrInvalidArgument, MinRenewInterval, d))
-			return
+			return fmt.Errorf("%w: renew interval must be at least %v, got %v", ErrInvalidArgument, MinRenewInterval, d)
 		}
-		c.RenewInterval = d
+		o.renew = d
+		return nil
 	}
 }
 
@@ -178,12 +143,12 @@ func WithRenewInterval(d time.Duration) Option {
 // work has d to stop before a successor can be granted the key. Leader
 // election uses it to step down in time.
 func WithMargin(d time.Duration) Option {
-	return func(c *Config) {
+	return func(o *options) error {
 		if d < 0 {
-			c.fail(fmt.Errorf("%w: margin must not be negative, got %v", ErrInvalidArgument, d))
-			return
+			return fmt.Errorf("%w: margin must not be negative, got %v", ErrInvalidArgument, d)
 		}
-		c.Margin = d
+		o.margin = d
+		return nil
 	}
 }
 
@@ -191,11 +156,11 @@ func WithMargin(d time.Duration) Option {
 // (and after errors): it starts at min and doubles up to max, jittered, and
 // never sleeps past the remaining ttl a failed attempt reported.
 func WithBackoff(min, max time.Duration) Option {
-	return func(c *Config) {
+	return func(o *options) error {
 		if min <= 0 || max <= 0 {
-			c.fail(fmt.Errorf("%w: backoff bounds must be positive", ErrInvalidArgument))
-			return
+			return fmt.Errorf("%w: backoff bounds must be positive", ErrInvalidArgument)
 		}
-		c.MinBackoff, c.MaxBackoff = min, max
+		o.minBackoff, o.maxBackoff = min, max
+		return nil
 	}
 }

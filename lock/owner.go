@@ -19,16 +19,3 @@ func NewOwner() string {
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
 	return host + "/" + strconv.Itoa(os.Getpid()) + "/" + hex.EncodeToString(b[:])
 }
-
-// OwnerOf is the one rule by which the tools (leader, timers, jobs) name
-// the process they run in: l's owner identity when l is Owned and reports
-// one, and fallback otherwise (the tool's configured owner, WithOwner or
-// NewOwner).
-func OwnerOf(l Lock, fallback string) string {
-	if o, ok := l.(Owned); ok {
-		if owner := o.Owner(); owner != "" {
-			return owner
-		}
-	}
-	return fallback
-}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/leasehold-go/leasehold/internal/testkit"
 	"log/slog"
 	"strings"
 	"sync"
@@ -25,9 +26,10 @@ func TestMetricsAndLogs(t *testing.T) {
 	mp, reader := metrictest.New()
 	var logs bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
-	opts := []lock.Option{lock.WithMeterProvider(mp), lock.WithLogger(logger)}
+	common := lock.Common{MeterProvider: mp, Logger: logger}
+	opts := []lock.Option{lock.WithCommon(common)}
 
-	l := memlock.New(opts...)
+	l := testkit.Must(memlock.New(memlock.WithCommon(common)))
 	ctx := context.Background()
 	h, err := lock.Acquire(ctx, l, "k", time.Second, opts...)
 	if err != nil {
@@ -84,9 +86,10 @@ func TestRenewalOutcomesAndAcquireSpan(t *testing.T) {
 	mp, reader := metrictest.New()
 	spans := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
-	opts := []lock.Option{lock.WithMeterProvider(mp), lock.WithTracerProvider(tp)}
+	common := lock.Common{MeterProvider: mp, TracerProvider: tp}
+	opts := []lock.Option{lock.WithCommon(common)}
 
-	l := memlock.New(opts...)
+	l := testkit.Must(memlock.New(memlock.WithCommon(common)))
 	ctx := context.Background()
 	h, err := lock.Acquire(ctx, l, "k", time.Minute, opts...)
 	if err != nil {
@@ -94,7 +97,7 @@ func TestRenewalOutcomesAndAcquireSpan(t *testing.T) {
 	}
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
-	if _, err := lock.Acquire(short, l.Share(), "k", time.Minute, opts...); err == nil {
+	if _, err := lock.Acquire(short, testkit.Must(l.Share()), "k", time.Minute, opts...); err == nil {
 		t.Fatal("a second grant of a held key")
 	}
 

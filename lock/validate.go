@@ -3,28 +3,26 @@ package lock
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 )
 
-// MaxKeyLen is the longest key, in bytes, that any backend accepts.
-const MaxKeyLen = 1024
-
-// MaxTTL is the longest ttl any backend accepts (a backend may state less
-// in its Limits). Every ttl up to it converts to milliseconds, microseconds
-// and nanoseconds, and adds to a time.Time, without overflow.
-const MaxTTL = 366 * 24 * time.Hour
-
-// MaxKeys is the most keys one multi-key call (TryAcquireAny, Subscribe)
-// takes on any backend (a backend may state less in its Limits).
-const MaxKeys = 4096
-
-// MaxNameLen is the longest name, in bytes, of the things the tools turn
-// into keys: a semaphore's, an election's, a timer's. It leaves room in a
-// key of MaxKeyLen for every prefix and suffix the tools add.
-const MaxNameLen = 512
+// The limits every backend keeps within (a backend may state less in its
+// Limits).
+const (
+	// MaxKeyLen is the longest key, in bytes.
+	MaxKeyLen = 1024
+	// MaxTTL is the longest ttl. Every ttl up to it converts to
+	// milliseconds, microseconds and nanoseconds, and adds to a
+	// time.Time, without overflow.
+	MaxTTL = 366 * 24 * time.Hour
+	// MaxKeys is the most keys one multi-key call (TryAcquireAny,
+	// Subscribe) takes.
+	MaxKeys = 4096
+	// MaxNameLen is the longest name, in bytes, of the things the tools
+	// turn into keys: a semaphore's, an election's, a timer's. It leaves
+	// room in a key of MaxKeyLen for every prefix and suffix they add.
+	MaxNameLen = 512
+)
 
 // Limits are the bounds of a backend's input. They are part of its
 // contract: input outside them is refused before anything is sent, with an
@@ -115,43 +113,6 @@ func CheckKey(key string) error {
 		return fmt.Errorf("%w: key is %d bytes, the limit is %d", ErrInvalidKey, len(key), MaxKeyLen)
 	}
 	return nil
-}
-
-// CheckName is the one rule for the names the tools turn into keys (what
-// says which: "semaphore name", "election name", "timer name"): 1 to
-// MaxNameLen bytes of valid UTF-8, without control characters and without
-// braces (they would change a key's Redis Cluster hash tag). The error
-// matches ErrInvalidArgument and names what and the name, quoted.
-func CheckName(what, name string) error {
-	if strings.ContainsAny(name, "{}") {
-		return fmt.Errorf("%w: %s %.64q contains a brace", ErrInvalidArgument, what, name)
-	}
-	return checkText(what, name, MaxNameLen)
-}
-
-// CheckOwner is the rule for owner identities (WithOwner, a registry's
-// worker identity): 1 to MaxKeyLen bytes of valid UTF-8 without control
-// characters, so that an owner never corrupts a record it is stored in
-// or the line it is printed on.
-func CheckOwner(what, owner string) error { return checkText(what, owner, MaxKeyLen) }
-
-// checkText requires 1 to max bytes of valid UTF-8 without control
-// characters.
-func checkText(what, s string, max int) error {
-	bad := ""
-	switch {
-	case s == "":
-		bad = "is empty"
-	case len(s) > max:
-		bad = fmt.Sprintf("is %d bytes, the limit is %d", len(s), max)
-	case !utf8.ValidString(s):
-		bad = "is not valid UTF-8"
-	case strings.ContainsFunc(s, unicode.IsControl):
-		bad = "contains a control character"
-	default:
-		return nil
-	}
-	return fmt.Errorf("%w: %s %.64q %s", ErrInvalidArgument, what, s, bad)
 }
 
 // checkContext rejects a nil context and reports a context that is already

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"time"
 
 	"github.com/leasehold-go/leasehold/lock"
@@ -12,7 +13,10 @@ import (
 )
 
 func ExampleNew() {
-	l := memlock.New() // any lock.Lock shared by the processes
+	l, err := memlock.New() // any lock.Lock shared by the processes
+	if err != nil {
+		log.Fatal(err)
+	}
 	gpus, err := semaphore.New(l, "gpu-pool", 2)
 	if err != nil {
 		fmt.Println(err)
@@ -23,11 +27,18 @@ func ExampleNew() {
 }
 
 func ExampleSemaphore_TryAcquire() {
-	sem, _ := semaphore.New(memlock.New(), "api-quota", 1)
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	sem, err := semaphore.New(l, "api-quota", 1)
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 	p, _ := sem.TryAcquire(ctx, time.Minute)
 	fmt.Println("slot", p.Slot())
-	_, err := sem.TryAcquire(ctx, time.Minute)
+	_, err = sem.TryAcquire(ctx, time.Minute)
 	fmt.Println(err != nil) // all slots busy: lock.ErrNotAcquired
 	_ = p.Release(ctx)
 	// Output:
@@ -36,7 +47,14 @@ func ExampleSemaphore_TryAcquire() {
 }
 
 func ExampleSemaphore_Acquire() {
-	sem, _ := semaphore.New(memlock.New(), "exports", 3)
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	sem, err := semaphore.New(l, "exports", 3)
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	p, err := sem.Acquire(ctx, 30*time.Second) // waits for a free slot
@@ -50,8 +68,15 @@ func ExampleSemaphore_Acquire() {
 }
 
 func ExampleSemaphore_Do() {
-	sem, _ := semaphore.New(memlock.New(), "fragile-downstream", 2, lock.WithTTL(10*time.Second))
-	err := sem.Do(context.Background(), func(ctx context.Context) error {
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	sem, err := semaphore.New(l, "fragile-downstream", 2, semaphore.WithTTL(10*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = sem.Do(context.Background(), func(ctx context.Context) error {
 		token, _ := lock.TokenFrom(ctx)
 		fmt.Println("calling the downstream under token", token)
 		return nil
@@ -64,7 +89,14 @@ func ExampleSemaphore_Do() {
 
 func ExampleSemaphore_Occupancy() {
 	ctx := context.Background()
-	sem, _ := semaphore.New(memlock.New(lock.WithOwner("host-a")), "workers", 3)
+	l, err := memlock.New(memlock.WithCommon(lock.Common{Owner: "host-a"}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	sem, err := semaphore.New(l, "workers", 3)
+	if err != nil {
+		log.Fatal(err)
+	}
 	// host-a takes every slot, then gives slot 1 back.
 	permits := make([]*semaphore.Permit, 3)
 	for range 3 {
@@ -89,19 +121,29 @@ func ExampleSemaphore_Occupancy() {
 }
 
 func ExampleObserve() {
-	l := memlock.New(lock.WithOwner("host-a"))
+	l, err := memlock.New(memlock.WithCommon(lock.Common{Owner: "host-a"}))
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 	sem, _ := semaphore.New(l, "db", 3)
 	p, _ := sem.TryAcquire(ctx, time.Minute)
 	defer p.Release(ctx)
 	// A tool that only watches: it declares nothing and takes no slot.
-	o, _ := semaphore.Observe(ctx, l.Share(), "db")
+	watcher, err := l.Share() // another host on the same backend
+	if err != nil {
+		log.Fatal(err)
+	}
+	o, _ := semaphore.Observe(ctx, watcher, "db")
 	fmt.Println(o.Sizes, o.Size(), len(o.Held), o.Held[0].Grant.Owner)
 	// Output: [3] 3 1 host-a
 }
 
 func ExampleObserveAll() {
-	l := memlock.New()
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 	for _, name := range []string{"db", "api"} {
 		sem, _ := semaphore.New(l, name, 2)
@@ -118,7 +160,10 @@ func ExampleObserveAll() {
 }
 
 func ExampleObservation_Slots() {
-	l := memlock.New()
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 	_, _ = l.TryAcquire(ctx, semaphore.SlotKey("db", 1), time.Minute)
 	o, _ := semaphore.Observe(ctx, l, "db")
@@ -134,7 +179,11 @@ func ExampleObservation_Slots() {
 // A long job holds its slot with lock.Hold: renewed while it runs, given
 // back when it returns, and its context ends if the slot is lost.
 func ExamplePermit() {
-	sem, err := semaphore.New(memlock.New(), "video-transcode", 4)
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	sem, err := semaphore.New(l, "video-transcode", 4)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -159,12 +208,19 @@ func ExamplePermit() {
 }
 
 func ExamplePermit_Release() {
-	sem, _ := semaphore.New(memlock.New(), "exports", 1)
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	sem, err := semaphore.New(l, "exports", 1)
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 	p, _ := sem.TryAcquire(ctx, time.Minute)
 	fmt.Println(p.Release(ctx))
 	fmt.Println(errors.Is(p.Release(ctx), lock.ErrLost)) // released already
-	_, err := sem.TryAcquire(ctx, time.Minute)
+	_, err = sem.TryAcquire(ctx, time.Minute)
 	fmt.Println(err) // the slot is free again
 	// Output:
 	// <nil>

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold-go/leasehold/internal/testkit"
 	"github.com/leasehold-go/leasehold/internal/testkit/backends"
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/backendkit"
@@ -75,11 +76,11 @@ func TestSlotsBounds(t *testing.T) {
 	}
 }
 
-// Names follow lock.CheckName (up to lock.MaxNameLen bytes: every key the
+// Names follow backendkit.CheckName (up to lock.MaxNameLen bytes: every key the
 // semaphore makes still fits in lock.MaxKeyLen); sizes outside [1, MaxSize]
 // are refused with an error that names them.
 func TestNamesAndSizes(t *testing.T) {
-	l := memlock.New()
+	l := testkit.Must(memlock.New())
 	long := strings.Repeat("n", lock.MaxNameLen)
 	sem, err := semaphore.New(l, long, semaphore.MaxSize)
 	if err != nil {
@@ -137,7 +138,7 @@ func (f fewKeys) Subscribe(ctx context.Context, keys ...string) (lock.Subscripti
 // several TryAcquireAny calls, and Acquire waits without one subscription
 // for all of them.
 func TestSizeAboveMaxKeys(t *testing.T) {
-	l := fewKeys{memlock.New()}
+	l := fewKeys{testkit.Must(memlock.New())}
 	const size = 3*fewKeysMax - 1
 	sem := newSem(t, l, uniqueName(t), size)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -172,7 +173,7 @@ func TestSizeAboveMaxKeys(t *testing.T) {
 }
 
 // A ttl above the backend's maximum is refused at once by TryAcquire,
-// Acquire and Do (lock.WithTTL), on every backend: it used to reach
+// Acquire and Do (WithTTL), on every backend: it used to reach
 // TryAcquireAny, where Redis answered ErrUnavailable and Acquire retried it
 // until its context ended.
 func TestHugeTTL(t *testing.T) {
@@ -188,7 +189,7 @@ func TestHugeTTL(t *testing.T) {
 			if _, err := sem.Acquire(ctx, ttl); !errors.Is(err, lock.ErrInvalidTTL) {
 				t.Errorf("Acquire(%v): %v, want ErrInvalidTTL", ttl, err)
 			}
-			if s, err := semaphore.New(l, uniqueName(t), 2, lock.WithTTL(ttl)); err == nil {
+			if s, err := semaphore.New(l, uniqueName(t), 2, semaphore.WithTTL(ttl)); err == nil {
 				if err := s.Do(ctx, func(context.Context) error { return nil }); !errors.Is(err, lock.ErrInvalidTTL) {
 					t.Errorf("Do with WithTTL(%v): %v, want ErrInvalidTTL", ttl, err)
 				}
@@ -206,7 +207,7 @@ func TestHugeTTL(t *testing.T) {
 // is ErrInvalidArgument (it was an empty observation, so a tool reported
 // nothing for a name that cannot exist); a nil context too.
 func TestObserveChecksItsInput(t *testing.T) {
-	l := memlock.New()
+	l := testkit.Must(memlock.New())
 	for _, name := range []string{"", "a{b", "a\nb", strings.Repeat("n", lock.MaxNameLen+1)} {
 		if _, err := semaphore.Observe(t.Context(), l, name); !errors.Is(err, lock.ErrInvalidArgument) {
 			t.Errorf("Observe(%.20q): %v, want ErrInvalidArgument", name, err)

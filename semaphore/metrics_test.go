@@ -6,6 +6,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/leasehold-go/leasehold/internal/testkit"
 	"github.com/leasehold-go/leasehold/internal/testkit/metrictest"
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/memlock"
@@ -18,7 +19,7 @@ import (
 func TestMetrics(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mp, reader := metrictest.New()
-		sem, err := semaphore.New(memlock.New(), "m", 2, lock.WithMeterProvider(mp))
+		sem, err := semaphore.New(testkit.Must(memlock.New()), "m", 2, semaphore.WithCommon(lock.Common{MeterProvider: mp}))
 		if err != nil {
 			t.Fatal(err)
 		}

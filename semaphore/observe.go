@@ -2,7 +2,6 @@ package semaphore
 
 import (
 	"context"
-	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -68,10 +67,10 @@ func (o Observation) Slots(size int) []SlotState {
 // one List call. Unlike Occupancy it writes nothing: Occupancy declares
 // its own size first, which a tool that only watches must not do. It
 // needs a backend with lock.Inspector. The name follows New's rule
-// (lock.CheckName): another is an error matching lock.ErrInvalidArgument.
+// (backendkit.CheckName): another is an error matching lock.ErrInvalidArgument.
 func Observe(ctx context.Context, l lock.Lock, name string) (Observation, error) {
-	if err := lock.CheckName("semaphore name", name); err != nil {
-		return Observation{}, err
+	if err := backendkit.CheckName("semaphore name", name); err != nil {
+		return Observation{}, backendkit.Invalid("semaphore", "%w", err)
 	}
 	all, err := observe(ctx, l, name+"}/")
 	if err != nil {
@@ -96,7 +95,7 @@ func ObserveAll(ctx context.Context, l lock.Lock, prefix string) ([]Observation,
 func observe(ctx context.Context, l lock.Lock, prefix string) ([]Observation, error) {
 	in, ok := l.(lock.Inspector)
 	if !ok {
-		return nil, fmt.Errorf("%w: the backend %T cannot list its grants", lock.ErrInvalidArgument, l)
+		return nil, backendkit.Invalid("semaphore", "the backend %T cannot list its grants", l)
 	}
 	if err := backendkit.CheckContext(ctx); err != nil {
 		return nil, err

@@ -30,11 +30,11 @@
 //
 // # Limits
 //
-// A name follows lock.CheckName (1 to lock.MaxNameLen bytes of UTF-8, no
+// A name follows backendkit.CheckName (1 to lock.MaxNameLen bytes of UTF-8, no
 // control characters, no braces): every slot key then fits in
 // lock.MaxKeyLen. A size is 1 to MaxSize (4096). Both are checked by New.
-// The ttl of TryAcquire, Acquire and Do (lock.WithTTL) is checked against
-// the backend's limits (lock.LimitsOf). On a backend that takes fewer keys
+// The ttl given to TryAcquire and Acquire, and Do's (WithTTL), is checked
+// against the backend's limits (lock.LimitsOf). On a backend that takes fewer keys
 // per TryAcquireAny than the size (a third-party one; every built-in
 // backend takes MaxSize), an attempt tries the slots in batches of its
 // MaxKeys, and Acquire waits by backoff bounded by the slots' remaining ttl
@@ -44,6 +44,14 @@
 // Occupancy, the size check) are untrusted: anything New could not have
 // made (a size outside 1…MaxSize, a slot outside 0…MaxSize-1, a number
 // that is not plain decimal) is ignored.
+//
+// # Options
+//
+// New takes this package's options: WithTTL (Do's ttl), WithBackoff (the
+// retry delay of Acquire and Do where the backend sends no release
+// notifications) and WithCommon (the logger, meter and tracer providers;
+// a slot's owner is its backend's). A refused option is an error of New's
+// that matches lock.ErrInvalidArgument.
 package semaphore
 
 import (
@@ -80,7 +88,9 @@ type Semaphore struct {
 	name   string
 	size   int
 	keys   []string
-	cfg    *lock.Config
+	ttl    time.Duration // Do's
+	common lock.Common
+	opts   []lock.Option // what the helpers it calls are given
 	metric *metrics
 
 	mu       sync.Mutex
@@ -112,26 +122,71 @@ func (p *Permit) Release(ctx context.Context) error {
 	return err
 }
 
-// New returns the semaphore called name with size slots over l. Options
-// are package lock's (WithLogger, WithMeterProvider, WithTTL for Do). The
-// name follows lock.CheckName (1 to lock.MaxNameLen bytes of UTF-8, no
-// control characters, no braces); size is 1 to MaxSize. Both are checked
-// here, with an error that matches lock.ErrInvalidArgument.
-func New(l lock.Lock, name string, size int, opts ...lock.Option) (*Semaphore, error) {
-	if l == nil {
-		return nil, fmt.Errorf("%w: semaphore.New: nil Lock", lock.ErrInvalidArgument)
+// Option configures New.
+type Option func(*config) error
+
+type config struct {
+	ttl     time.Duration
+	backoff []lock.Option
+	common  lock.Common
+}
+
+// WithTTL sets the ttl of Do (default lock.DefaultTTL); it is checked
+// against the backend's limits on every call.
+func WithTTL(ttl time.Duration) Option {
+	return func(c *config) error {
+		if err := lock.DefaultLimits.CheckTTL(ttl); err != nil {
+			return err
+		}
+		c.ttl = ttl
+		return nil
 	}
-	if err := lock.CheckName("semaphore name", name); err != nil {
-		return nil, err
+}
+
+// WithBackoff bounds the retry delay of Acquire and Do where the backend
+// sends no release notifications, as lock.WithBackoff does Acquire's.
+func WithBackoff(min, max time.Duration) Option {
+	return func(c *config) error {
+		if min <= 0 || max <= 0 || max < min {
+			return fmt.Errorf("backoff bounds %v, %v must be positive, min first", min, max)
+		}
+		c.backoff = []lock.Option{lock.WithBackoff(min, max)}
+		return nil
+	}
+}
+
+// WithCommon sets where logs, metrics and spans go (lock.Common). A slot's
+// owner is the one its grant is stored with, the backend's: an Owner that
+// differs from the Lock's (lock.Owned) is refused.
+func WithCommon(c lock.Common) Option {
+	return func(cfg *config) error { cfg.common = cfg.common.Merge(c); return nil }
+}
+
+// New returns the semaphore called name with size slots over l. The name
+// follows backendkit.CheckName (1 to lock.MaxNameLen bytes of UTF-8, no control
+// characters, no braces); size is 1 to MaxSize. Both are checked here,
+// with an error that matches lock.ErrInvalidArgument.
+func New(l lock.Lock, name string, size int, opts ...Option) (*Semaphore, error) {
+	if l == nil {
+		return nil, backendkit.Invalid("semaphore", "nil Lock")
+	}
+	if err := backendkit.CheckName("semaphore name", name); err != nil {
+		return nil, backendkit.Invalid("semaphore", "%w", err)
 	}
 	if size < 1 || size > MaxSize {
-		return nil, fmt.Errorf("%w: semaphore size %d must be in [1, %d]", lock.ErrInvalidArgument, size, MaxSize)
+		return nil, backendkit.Invalid("semaphore", "size %d must be in [1, %d]", size, MaxSize)
 	}
-	cfg, err := lock.NewConfig(nil, opts)
+	cfg := config{ttl: lock.DefaultTTL}
+	if err := backendkit.Apply("semaphore", &cfg, opts); err != nil {
+		return nil, err
+	}
+	c, err := backendkit.ResolveOn("semaphore", cfg.common, l)
 	if err != nil {
 		return nil, err
 	}
-	s := &Semaphore{l: l, name: name, size: size, cfg: cfg, metric: newMetrics(cfg, name)}
+	tel := backendkit.NewTelemetry(c)
+	s := &Semaphore{l: l, name: name, size: size, ttl: cfg.ttl, common: c, metric: newMetrics(tel, name)}
+	s.opts = append([]lock.Option{tel.HelperOption(c)}, cfg.backoff...)
 	s.keys = make([]string, size)
 	for i := range s.keys {
 		s.keys[i] = SlotKey(name, i)
@@ -189,7 +244,7 @@ func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration) (*Permit, er
 	if s.size > lock.LimitsOf(s.l).MaxKeys {
 		waitOn = lockOnly{s.l}
 	}
-	h, err := backendkit.AcquireWith(ctx, s.cfg, waitOn, s.keys, func(ctx context.Context) (lock.Handle, error) {
+	h, err := backendkit.AcquireWith(ctx, waitOn, s.keys, func(ctx context.Context) (lock.Handle, error) {
 		p, err := s.try(ctx, ttl)
 		if errors.Is(err, lock.ErrNotAcquired) && checks < 1 {
 			checks++ // check once per wait: a mismatch makes the wait pointless
@@ -198,7 +253,7 @@ func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration) (*Permit, er
 			}
 		}
 		return p, err
-	})
+	}, s.opts...)
 	s.metric.wait.Record(context.WithoutCancel(ctx), time.Since(start).Seconds(), s.metric.attrs)
 	if err != nil {
 		return nil, err
@@ -207,17 +262,17 @@ func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration) (*Permit, er
 }
 
 // Do runs fn while holding a permit: Acquire, lock.Hold (renewal, loss
-// signal, token in fn's context), release. The ttl is lock.WithTTL's
-// (default 30 s), given to New.
+// signal, token in fn's context), release. The ttl is WithTTL's (default
+// lock.DefaultTTL, 30 s), given to New.
 func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context) error) error {
 	if fn == nil {
-		return fmt.Errorf("%w: nil function", lock.ErrInvalidArgument)
+		return backendkit.Invalid("semaphore", "nil function")
 	}
-	p, err := s.Acquire(ctx, s.cfg.TTL)
+	p, err := s.Acquire(ctx, s.ttl)
 	if err != nil {
 		return err
 	}
-	return lock.Hold(ctx, p, s.cfg.TTL, fn, lock.WithLogger(s.cfg.Logger), lock.WithMeterProvider(s.cfg.MeterProvider))
+	return lock.Hold(ctx, p, s.ttl, fn, s.opts...)
 }
 
 // lockOnly hides a Lock's optional capabilities.
@@ -347,7 +402,7 @@ func (s *Semaphore) check(ctx context.Context) error {
 			continue
 		}
 		err := fmt.Errorf("%w: %q has size %d here, but %s uses %s (at least %d slots)", ErrSizeMismatch, s.name, s.size, g.Owner, g.Key, other)
-		s.cfg.Logger.Warn("leasehold: semaphore size mismatch", "semaphore", s.name, "size", s.size, "other_owner", g.Owner, "other_key", g.Key)
+		s.common.Logger.Warn("leasehold: semaphore size mismatch", "semaphore", s.name, "size", s.size, "other_owner", g.Owner, "other_key", g.Key)
 		return err
 	}
 	return nil
@@ -365,7 +420,7 @@ type SlotState struct {
 func (s *Semaphore) Occupancy(ctx context.Context) ([]SlotState, error) {
 	in, ok := s.l.(lock.Inspector)
 	if !ok {
-		return nil, fmt.Errorf("%w: the backend %T cannot list its grants", lock.ErrInvalidArgument, s.l)
+		return nil, backendkit.Invalid("semaphore", "the backend %T cannot list its grants", s.l)
 	}
 	if err := backendkit.CheckContext(ctx); err != nil {
 		return nil, err
@@ -393,8 +448,8 @@ type metrics struct {
 	attrs      metric.MeasurementOption
 }
 
-func newMetrics(cfg *lock.Config, name string) *metrics {
-	m := backendkit.TelemetryOf(cfg).Meter
+func newMetrics(tel *backendkit.Telemetry, name string) *metrics {
+	m := tel.Meter
 	set := metric.WithAttributeSet(attribute.NewSet(attribute.String("leasehold.semaphore", name)))
 	out := &metrics{attrs: set}
 	out.held, _ = m.Int64UpDownCounter("leasehold.semaphore.permits.held",

@@ -5,11 +5,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/leasehold-go/leasehold/internal/testkit"
 	"github.com/leasehold-go/leasehold/internal/testkit/backends"
 	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
 	"github.com/leasehold-go/leasehold/lock"
@@ -157,7 +159,7 @@ func testWakes(t *testing.T, b backends.Backend) {
 	name := uniqueName(t)
 	probe := backends.NewProbe(t, b.New(t))
 	holder := newSem(t, b.New(t), name, 3)
-	waiter, err := semaphore.New(probe, name, 3, lock.WithBackoff(ttl, ttl))
+	waiter, err := semaphore.New(probe, name, 3, semaphore.WithBackoff(ttl, ttl))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,7 +348,7 @@ func testObserve(t *testing.T, b backends.Backend) {
 
 func testDo(t *testing.T, b backends.Backend) {
 	name := uniqueName(t)
-	sem, err := semaphore.New(b.New(t), name, 1, lock.WithTTL(time.Second))
+	sem, err := semaphore.New(b.New(t), name, 1, semaphore.WithTTL(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,7 +410,7 @@ func testWithoutMultiLock(t *testing.T, b backends.Backend) {
 }
 
 func TestBadInput(t *testing.T) {
-	l := memlock.New()
+	l := testkit.Must(memlock.New())
 	for _, c := range []struct {
 		l    lock.Lock
 		name string
@@ -424,5 +426,19 @@ func TestBadInput(t *testing.T) {
 	}
 	if err := sem.Do(t.Context(), nil); !errors.Is(err, lock.ErrInvalidArgument) {
 		t.Errorf("Do(nil): %v", err)
+	}
+}
+
+// A slot's owner is its grant's, the backend's: a configured Owner that
+// differs from the Lock's is refused, by the semaphore, rather than shown
+// nowhere.
+func TestOwnerIsTheLocks(t *testing.T) {
+	l := testkit.Must(memlock.New(memlock.WithCommon(lock.Common{Owner: "host-a"})))
+	if _, err := semaphore.New(l, "s", 2, semaphore.WithCommon(lock.Common{Owner: "host-a"})); err != nil {
+		t.Fatalf("the Lock's own owner: %v", err)
+	}
+	_, err := semaphore.New(l, "s", 2, semaphore.WithCommon(lock.Common{Owner: "host-b"}))
+	if !errors.Is(err, lock.ErrInvalidArgument) || !strings.HasPrefix(err.Error(), "semaphore: invalid argument: ") {
+		t.Fatalf("another owner: %v, want it refused by semaphore", err)
 	}
 }

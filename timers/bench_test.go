@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/leasehold-go/leasehold/internal/testkit"
 	"github.com/leasehold-go/leasehold/internal/testkit/backends"
 	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
 	"github.com/leasehold-go/leasehold/lock"
@@ -83,7 +84,7 @@ func BenchmarkTick(b *testing.B) {
 		be := kind(b)
 		b.Run(be.Name, func(b *testing.B) {
 			c := &counting{Lock: be.New(b)}
-			runs, latency := benchTicks(b, timers.New(c), 20*time.Millisecond)
+			runs, latency := benchTicks(b, testkit.Must(timers.New(c)), 20*time.Millisecond)
 			b.ReportMetric(float64(c.n.Load())/float64(runs), "round-trips/tick")
 			b.ReportMetric(float64(latency.Microseconds()), "start-latency-µs")
 		})
@@ -95,13 +96,13 @@ func BenchmarkTick(b *testing.B) {
 // of schedule. Run with -benchtime 1x.
 func BenchmarkThousandTimers(b *testing.B) {
 	for b.Loop() {
-		s := timers.New(memlock.New())
+		s := testkit.Must(timers.New(testkit.Must(memlock.New())))
 		var runs atomic.Int64
 		for i := range 1000 {
 			if err := s.Add(timers.Every(fmt.Sprintf("t%d", i), time.Second, func(context.Context) error {
 				runs.Add(1)
 				return nil
-			}, timers.SpreadStart())); err != nil {
+			}, timers.WithSpreadStart())); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -156,7 +157,7 @@ func BenchmarkTickPostgresConnections(b *testing.B) {
 				l = grantClaims{pl}
 			}
 			before := pool.Stat().NewConnsCount()
-			runs, latency := benchTicks(b, timers.New(l, lock.WithLogger(slog.New(slog.DiscardHandler))), 20*time.Millisecond)
+			runs, latency := benchTicks(b, testkit.Must(timers.New(l, timers.WithCommon(lock.Common{Logger: slog.New(slog.DiscardHandler)}))), 20*time.Millisecond)
 			b.ReportMetric(float64(pool.Stat().NewConnsCount()-before)/float64(runs), "new-conns/tick")
 			b.ReportMetric(float64(latency.Microseconds()), "start-latency-µs")
 		})

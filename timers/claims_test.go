@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold-go/leasehold/internal/testkit"
 	"github.com/leasehold-go/leasehold/internal/testkit/backends"
 	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
 	"github.com/leasehold-go/leasehold/lock/pglock"
@@ -28,7 +29,7 @@ func TestTickClaimsHoldNoConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
-	s := timers.New(l)
+	s := testkit.Must(timers.New(l))
 	const n, interval, span = 6, 100 * time.Millisecond, 2 * time.Second
 	var runs [n]atomic.Int64
 	for i := range n {
@@ -79,8 +80,8 @@ func TestClaimOutlivesItsClaimersShutdown(t *testing.T) {
 		if tick.Sub(now) < time.Second {
 			tick = tick.Add(iv)
 		}
-		sa := timers.New(la, timers.WithClock(func() time.Time { return time.Now().Add(300 * time.Millisecond) }))
-		sb := timers.New(lb, timers.WithClock(func() time.Time { return time.Now().Add(-300 * time.Millisecond) }))
+		sa := testkit.Must(timers.New(la, timers.WithClock(func() time.Time { return time.Now().Add(300 * time.Millisecond) })))
+		sb := testkit.Must(timers.New(lb, timers.WithClock(func() time.Time { return time.Now().Add(-300 * time.Millisecond) })))
 		for _, s := range []*timers.Scheduler{sa, sb} {
 			if err := s.Add(timers.Every(name, iv, fn)); err != nil {
 				t.Fatal(err)

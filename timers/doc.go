@@ -1,16 +1,16 @@
 // Package timers runs cron-style functions across a fleet: every host runs
 // the same timers, and each tick runs once cluster-wide, with at most
-// MaxConcurrency runs of a timer overlapping anywhere.
+// WithMaxConcurrency runs of a timer overlapping anywhere.
 //
-//	s := timers.New(l) // l: any lock.Lock shared by the fleet
-//	err := s.Add(timers.Every("reports", time.Minute, sendReports, timers.MaxConcurrency(3)))
-//	err = s.Add(timers.Cron("cleanup", "30 3 * * *", cleanup, timers.InLocation(berlin)))
+//	s, err := timers.New(l) // l: any lock.Lock shared by the fleet
+//	err = s.Add(timers.Every("reports", time.Minute, sendReports, timers.WithMaxConcurrency(3)))
+//	err = s.Add(timers.Cron("cleanup", "30 3 * * *", cleanup, timers.WithLocation(berlin)))
 //	err = s.Run(ctx)
 //
 // Each tick has an identity that every host computes alike (Every: the
 // Unix epoch plus multiples of the interval; Cron: the spec, in its time
 // zone). The first host to claim a tick (lock.Claim) runs it, holding one of
-// MaxConcurrency slots of a semaphore and renewing its lease (LeaseTTL);
+// WithMaxConcurrency slots of a semaphore and renewing its lease (WithTTL);
 // the other hosts see the tick taken. How a tick runs, step by step, and
 // what it costs: docs/timers.md.
 //
@@ -25,20 +25,20 @@
 //	                                 they are skipped (reason busy), never queued
 //	host down or paused at a tick    another host claims the tick; a host that wakes up later
 //	                                 than the misfire threshold skips the ticks it missed
-//	runner crashes mid-run           its slot frees when the slot lease expires (LeaseTTL)
+//	runner crashes mid-run           its slot frees when the slot lease expires (WithTTL)
 //	runner loses its slot lease      fn's context is cancelled (cause lock.ErrLost)
 //	backend unreachable              the tick is skipped (reason unavailable, logged at Warn);
-//	                                 with RunWhenUnavailable(n) it runs under a per-host cap of
-//	                                 n, logged at Warn: once-per-tick and MaxConcurrency are
-//	                                 suspended until it answers; the first tick that reaches it
-//	                                 again logs (at Warn) that they hold again
+//	                                 with WithRunWhenUnavailable(n) it runs under a per-host cap
+//	                                 of n, logged at Warn: once-per-tick and WithMaxConcurrency
+//	                                 are suspended until it answers; the first tick that reaches
+//	                                 it again logs (at Warn) that they hold again
 //	backend stalls (no free pool     the claim and the slot are attempted until the next tick
 //	connection, a hung request)      only; then the tick is skipped (unavailable, or error) and
 //	                                 the next one is on time
 //	process shuts down (ctx ends)    no new ticks; Run waits for running fns up to the shutdown
 //	                                 timeout, then cancels their contexts, and returns when
 //	                                 every slot is released
-//	fn returns an error              retried within the tick (RetryOnError), else counted
+//	fn returns an error              retried within the tick (WithRetries), else counted
 //	backend loses its grants         the tick's claim is lost too: a host that claims the tick
 //	(Redis restart without           again within the misfire threshold runs it a second time;
 //	persistence; PostgreSQL restart, claims that come back later are skipped (reason misfire).
@@ -57,12 +57,14 @@
 //
 // # Bad input
 //
-// Add refuses, with an error that matches lock.ErrInvalidArgument and
-// names the argument or the option:
+// New refuses a nil Lock and an invalid option of its own (WithClock,
+// WithShutdownTimeout, WithCommon's Owner); Add refuses an invalid timer.
+// Both say so with an error that matches lock.ErrInvalidArgument, starts
+// with "timers: " and names the argument or the option:
 //
 //	input                                  rule
 //	-------------------------------------  ------------------------------------------------------------
-//	timer name                             lock.CheckName's rule, at most MaxNameLen (506) bytes, so
+//	timer name                             backendkit.CheckName's rule, at most MaxNameLen (506) bytes, so
 //	                                       that the semaphore name "timer/<name>" is a valid name and
 //	                                       every claim and slot key is within lock.MaxKeyLen
 //	Every interval, "@every D"             at least MinInterval (1 ms): a tick's claim key holds its
@@ -70,17 +72,18 @@
 //	cron spec                              robfig/cron's standard syntax, with a tick to come ("0 0
 //	                                       30 2 *" has none); "TZ=... @every D" is refused (the
 //	                                       parser's @every is not aligned across hosts)
-//	MaxRunTime, WithShutdownTimeout        positive, at most lock.MaxTTL
-//	RetryOnError(n, backoff)               n in [0, MaxRetries], backoff in [0, lock.MaxTTL]; the wait
+//	WithMaxRunTime, WithShutdownTimeout    positive, at most lock.MaxTTL
+//	WithRetries(n, backoff)                n in [0, MaxRetries], backoff in [0, lock.MaxTTL]; the wait
 //	                                       doubles up to lock.MaxTTL
-//	MisfireThreshold                       positive, at most half the backend's maximum ttl
-//	LeaseTTL                               at least MinInterval, within the backend's limits
+//	WithMisfireThreshold                   positive, at most half the backend's maximum ttl
+//	WithTTL                                at least MinInterval, within the backend's limits
 //	                                       (lock.LimitsOf): lock.ErrInvalidTTL
 //
 // A schedule that runs out of ticks while it runs (none after the last that a time.Time holds)
 // never spins: the timer stops, logs an error, and Status reports it in
 // Stopped; the other timers go on.
 //
-// Status reports, per timer, the next tick, this host's last run and its
-// counts of runs, failures and skips; the same go to metrics.
+// Status reports, per timer, the next tick, this host's last run (its
+// Runner is the scheduler's owner: WithCommon's Owner, else the Lock's) and
+// its counts of runs, failures and skips; the same go to metrics.
 package timers

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"sync"
 	"time"
@@ -14,25 +15,39 @@ import (
 )
 
 func ExampleScheduler_Add() {
-	s := timers.New(memlock.New()) // any lock.Lock shared by the fleet
+	l, err := memlock.New() // any lock.Lock shared by the fleet
+	if err != nil {
+		log.Fatal(err)
+	}
+	s, err := timers.New(l)
+	if err != nil {
+		log.Fatal(err)
+	}
 	report := func(ctx context.Context) error {
 		tick, _ := timers.TickFrom(ctx)
 		fmt.Println("report for", tick.At)
 		return nil
 	}
-	fmt.Println(s.Add(timers.Every("reports", time.Minute, report, timers.MaxConcurrency(3), timers.SpreadStart())))
-	fmt.Println(s.Add(timers.Cron("cleanup", "30 3 * * *", report, timers.MaxRunTime(time.Hour))))
+	fmt.Println(s.Add(timers.Every("reports", time.Minute, report, timers.WithMaxConcurrency(3), timers.WithSpreadStart())))
+	fmt.Println(s.Add(timers.Cron("cleanup", "30 3 * * *", report, timers.WithMaxRunTime(time.Hour))))
 	fmt.Println(s.Add(timers.Every("reports", time.Hour, report)))
 	fmt.Println(s.Add(timers.Cron("bad", "61 * * * *", report)) != nil)
 	// Output:
 	// <nil>
 	// <nil>
-	// lock: invalid argument: a timer called "reports" is already registered
+	// timers: invalid argument: a timer called "reports" is already registered
 	// true
 }
 
 func ExampleScheduler_Run() {
-	s := timers.New(memlock.New())
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	s, err := timers.New(l)
+	if err != nil {
+		log.Fatal(err)
+	}
 	_ = s.Add(timers.Every("heartbeat", 100*time.Millisecond, func(ctx context.Context) error { return nil }))
 	ctx, cancel := context.WithTimeout(context.Background(), 350*time.Millisecond)
 	defer cancel()
@@ -45,20 +60,38 @@ func ExampleScheduler_Run() {
 func ExampleCron() {
 	berlin, _ := time.LoadLocation("Europe/Berlin")
 	t := timers.Cron("nightly-export", "0 2 * * *", func(ctx context.Context) error { return nil },
-		timers.InLocation(berlin), timers.RetryOnError(3, time.Minute), timers.MaxRunTime(30*time.Minute))
-	fmt.Println(timers.New(memlock.New()).Add(t))
+		timers.WithLocation(berlin), timers.WithRetries(3, time.Minute), timers.WithMaxRunTime(30*time.Minute))
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	s, err := timers.New(l)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(s.Add(t))
 	// Output: <nil>
 }
 
 func ExampleObserve() {
-	l := memlock.New(lock.WithOwner("host-a"))
+	l, err := memlock.New(memlock.WithCommon(lock.Common{Owner: "host-a"}))
+	if err != nil {
+		log.Fatal(err)
+	}
 	// An hourly timer whose clock starts just before a tick.
-	s := timers.New(l, timers.WithClock(startsBefore(time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC))))
+	s, err := timers.New(l, timers.WithClock(startsBefore(time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC))))
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	_ = s.Add(timers.Every("reports", time.Hour, func(context.Context) error {
 		defer cancel()
 		// What any process that can reach the backend sees, mid-run:
-		obs, _ := timers.Observe(context.Background(), l.Share(), "")
+		other, err := l.Share() // another process's view of the same backend
+		if err != nil {
+			return err
+		}
+		obs, _ := timers.Observe(context.Background(), other, "")
 		for _, o := range obs {
 			fmt.Println(o.Name, "tick", o.LastTick.UTC().Format(time.DateTime), "claimed by", o.ClaimedBy, "-", len(o.Running), "run in progress on", o.Running[0].Runner)
 		}
@@ -71,46 +104,66 @@ func ExampleObserve() {
 func ExampleNew() {
 	// The lock is shared by the fleet: redislock, pglock or etcdlock in
 	// production (see package backend), memlock in one process.
-	l := memlock.New(lock.WithOwner("host-a"))
-	s := timers.New(l,
-		lock.WithLogger(slog.New(slog.DiscardHandler)), // the scheduler's logs: skips, failed runs, outages
-		timers.WithShutdownTimeout(10*time.Second))     // Run waits this long for running functions
+	l, err := memlock.New(memlock.WithCommon(lock.Common{Owner: "host-a"}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	s, err := timers.New(l,
+		timers.WithCommon(lock.Common{Logger: slog.New(slog.DiscardHandler)}), // the scheduler's logs: skips, failed runs, outages
+		timers.WithShutdownTimeout(10*time.Second))                            // Run waits this long for running functions
+	if err != nil {
+		log.Fatal(err)
+	}
 	fmt.Println(s.Add(timers.Every("reports", time.Minute, func(context.Context) error { return nil })))
 
-	// An invalid option of New is reported by Add (and Run).
-	bad := timers.New(l, timers.WithShutdownTimeout(0))
-	fmt.Println(bad.Add(timers.Every("reports", time.Minute, func(context.Context) error { return nil })))
+	// An invalid option is reported by New.
+	_, err = timers.New(l, timers.WithShutdownTimeout(0))
+	fmt.Println(err)
 	// Output:
 	// <nil>
-	// lock: invalid argument: timers.WithShutdownTimeout: shutdown timeout 0s must be positive and at most 8784h0m0s
+	// timers: invalid argument: shutdown timeout 0s must be positive and at most 8784h0m0s
 }
 
 func ExampleEvery() {
 	// Every host computes the same ticks, aligned to the Unix epoch,
 	// whatever moment it started; here its clock reads 12:00:07.
 	now := time.Date(2030, 1, 1, 12, 0, 7, 0, time.UTC)
-	s := timers.New(memlock.New(), timers.WithClock(func() time.Time { return now }))
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	s, err := timers.New(l, timers.WithClock(func() time.Time { return now }))
+	if err != nil {
+		log.Fatal(err)
+	}
 	fn := func(context.Context) error { return nil }
 	_ = s.Add(timers.Every("poll", 15*time.Second, fn))
-	// SpreadStart: a phase derived from the name, the same on every host.
-	_ = s.Add(timers.Every("poll-spread", 15*time.Second, fn, timers.SpreadStart()))
+	// WithSpreadStart: a phase derived from the name, the same on every host.
+	_ = s.Add(timers.Every("poll-spread", 15*time.Second, fn, timers.WithSpreadStart()))
 	// At most two runs at once anywhere; each may run for 10 minutes.
-	_ = s.Add(timers.Every("rebuild", time.Hour, fn, timers.MaxConcurrency(2), timers.MaxRunTime(10*time.Minute)))
+	_ = s.Add(timers.Every("rebuild", time.Hour, fn, timers.WithMaxConcurrency(2), timers.WithMaxRunTime(10*time.Minute)))
 	fmt.Println(s.Add(timers.Every("broken", 0, fn)))
 	for _, st := range s.Status() {
 		fmt.Println(st.Name, "next tick at", st.Next.UTC().Format("15:04:05.000"))
 	}
 	// Output:
-	// lock: invalid argument: timer "broken": interval 0s is below the minimum 1ms (a tick's claim is keyed by the millisecond)
+	// timers: invalid argument: timer "broken": interval 0s is below the minimum 1ms (a tick's claim is keyed by the millisecond)
 	// poll next tick at 12:00:15.000
 	// poll-spread next tick at 12:00:17.206
 	// rebuild next tick at 13:00:00.000
 }
 
 func ExampleScheduler_Status() {
-	s := timers.New(memlock.New(lock.WithOwner("host-a")),
+	l, err := memlock.New(memlock.WithCommon(lock.Common{Owner: "host-a"}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	s, err := timers.New(l,
 		timers.WithClock(startsBefore(time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC))),
-		lock.WithLogger(slog.New(slog.DiscardHandler)))
+		timers.WithCommon(lock.Common{Logger: slog.New(slog.DiscardHandler)}))
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	_ = s.Add(timers.Every("hourly-sync", time.Hour, func(context.Context) error {
 		defer cancel() // one tick is enough for the example
@@ -129,7 +182,14 @@ func ExampleScheduler_Status() {
 }
 
 func ExampleTickFrom() {
-	s := timers.New(memlock.New(), timers.WithClock(startsBefore(time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC))))
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	s, err := timers.New(l, timers.WithClock(startsBefore(time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC))))
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	_ = s.Add(timers.Every("invoices", time.Hour, func(ctx context.Context) error {
 		defer cancel()
@@ -165,19 +225,26 @@ func startsBefore(tick time.Time) func() time.Time {
 // A search-index rebuild every 10 minutes that can take up to 25: at most
 // two rebuilds at once across the fleet, a third tick that finds both
 // slots busy is skipped (and counted), never queued.
-func ExampleMaxConcurrency() {
-	s := timers.New(memlock.New()) // one scheduler per host, over a shared backend
+func ExampleWithMaxConcurrency() {
+	l, err := memlock.New() // any lock.Lock shared by the fleet
+	if err != nil {
+		log.Fatal(err)
+	}
+	s, err := timers.New(l) // one scheduler per host, over a shared backend
+	if err != nil {
+		log.Fatal(err)
+	}
 	rebuild := func(ctx context.Context) error {
 		tick, _ := timers.TickFrom(ctx)
 		_ = tick.Slot // 0 or 1: which of the two slots this run holds
-		return nil    // rebuild; stop when ctx ends (MaxRunTime, lost slot, shutdown)
+		return nil    // rebuild; stop when ctx ends (WithMaxRunTime, lost slot, shutdown)
 	}
 	fmt.Println(s.Add(timers.Every("search-rebuild", 10*time.Minute, rebuild,
-		timers.MaxConcurrency(2),
-		timers.MaxRunTime(25*time.Minute),
-		timers.LeaseTTL(time.Minute), // a crashed host's slot is free again within a minute
+		timers.WithMaxConcurrency(2),
+		timers.WithMaxRunTime(25*time.Minute),
+		timers.WithTTL(time.Minute), // a crashed host's slot is free again within a minute
 	)))
-	fmt.Println(errors.Is(s.Add(timers.Every("bad", time.Minute, rebuild, timers.MaxConcurrency(0))), lock.ErrInvalidArgument))
+	fmt.Println(errors.Is(s.Add(timers.Every("bad", time.Minute, rebuild, timers.WithMaxConcurrency(0))), lock.ErrInvalidArgument))
 	// Output:
 	// <nil>
 	// true
@@ -185,10 +252,17 @@ func ExampleMaxConcurrency() {
 
 // A run that fails is retried within its tick, holding its slot: here the
 // upstream answers at the third attempt.
-func ExampleRetryOnError() {
-	s := timers.New(memlock.New(),
+func ExampleWithRetries() {
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	s, err := timers.New(l,
 		timers.WithClock(startsBefore(time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC))),
-		lock.WithLogger(slog.New(slog.DiscardHandler)))
+		timers.WithCommon(lock.Common{Logger: slog.New(slog.DiscardHandler)}))
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	attempts := 0
 	_ = s.Add(timers.Every("sync-rates", time.Hour, func(context.Context) error {
@@ -198,7 +272,7 @@ func ExampleRetryOnError() {
 		}
 		cancel() // one tick is enough for the example
 		return nil
-	}, timers.RetryOnError(5, 10*time.Millisecond)))
+	}, timers.WithRetries(5, 10*time.Millisecond)))
 	_ = s.Run(ctx)
 	st := s.Status()[0]
 	fmt.Println(attempts, "attempts;", st.Runs, "run,", st.Failures, "failed, outcome", st.LastRun.Outcome)
@@ -207,28 +281,49 @@ func ExampleRetryOnError() {
 
 // A host that reaches a tick late (a GC pause, a busy machine, a restart)
 // runs it only within the misfire threshold; later, it skips it.
-func ExampleMisfireThreshold() {
-	s := timers.New(memlock.New())
+func ExampleWithMisfireThreshold() {
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	s, err := timers.New(l)
+	if err != nil {
+		log.Fatal(err)
+	}
 	fmt.Println(s.Add(timers.Cron("hourly-invoices", "0 * * * *", func(context.Context) error { return nil },
-		timers.MisfireThreshold(5*time.Minute)))) // a run at 10:04 for the 10:00 tick is still fine
+		timers.WithMisfireThreshold(5*time.Minute)))) // a run at 10:04 for the 10:00 tick is still fine
 	// Output: <nil>
 }
 
 // Cache warming that must go on while the backend is down: each host runs
 // the ticks itself, at most one run at a time, and logs each such run.
 // Without this option such ticks are skipped.
-func ExampleRunWhenUnavailable() {
-	s := timers.New(memlock.New())
+func ExampleWithRunWhenUnavailable() {
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	s, err := timers.New(l)
+	if err != nil {
+		log.Fatal(err)
+	}
 	fmt.Println(s.Add(timers.Every("warm-cache", 30*time.Second, func(context.Context) error { return nil },
-		timers.RunWhenUnavailable(1))))
+		timers.WithRunWhenUnavailable(1))))
 	// Output: <nil>
 }
 
-// LeaseTTL bounds how long a crashed runner keeps its slot: here 20 s for
+// WithTTL bounds how long a crashed runner keeps its slot: here 20 s for
 // a nightly job, instead of the default (the interval, at most 30 s).
-func ExampleLeaseTTL() {
-	s := timers.New(memlock.New())
+func ExampleWithTTL() {
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	s, err := timers.New(l)
+	if err != nil {
+		log.Fatal(err)
+	}
 	fmt.Println(s.Add(timers.Cron("nightly-export", "0 2 * * *", func(context.Context) error { return nil },
-		timers.LeaseTTL(20*time.Second), timers.MaxRunTime(2*time.Hour))))
+		timers.WithTTL(20*time.Second), timers.WithMaxRunTime(2*time.Hour))))
 	// Output: <nil>
 }

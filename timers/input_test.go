@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/leasehold-go/leasehold/internal/testkit"
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/backendkit"
 	"github.com/leasehold-go/leasehold/lock/memlock"
@@ -66,7 +67,7 @@ func TestAddRefusesSchedulesThatCannotTick(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second+timers.MinInterval/2)
 		defer cancel()
 		logs := newLogCount(100, cancel)
-		s := timers.New(memlock.New(), lock.WithLogger(slog.New(logs)))
+		s := testkit.Must(timers.New(testkit.Must(memlock.New()), timers.WithCommon(lock.Common{Logger: slog.New(logs)})))
 		for name, tm := range map[string]*timers.Timer{
 			"30 February":          timers.Cron("feb30", "0 0 30 2 *", nop),
 			"31 April":             timers.Cron("apr31", "0 0 31 4 *", nop),
@@ -102,7 +103,7 @@ func TestTicksAtMinIntervalHaveTheirOwnClaims(t *testing.T) {
 	for _, iv := range []time.Duration{timers.MinInterval, 1500 * time.Microsecond} {
 		synctest.Test(t, func(t *testing.T) {
 			time.Sleep(time.Until(epoch))
-			s := timers.New(memlock.New())
+			s := testkit.Must(timers.New(testkit.Must(memlock.New())))
 			var count tickCount
 			if err := s.Add(timers.Every("fast", iv, count.fn)); err != nil {
 				t.Fatal(err)
@@ -122,7 +123,7 @@ func TestCronAcrossALeapYearGap(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Date(2096, 3, 1, 0, 0, 0, 0, time.UTC)
 		offset := time.Until(start)
-		s := timers.New(memlock.New(), timers.WithClock(func() time.Time { return time.Now().Add(offset) }))
+		s := testkit.Must(timers.New(testkit.Must(memlock.New()), timers.WithClock(func() time.Time { return time.Now().Add(offset) })))
 		if err := s.Add(timers.Cron("leap", "0 0 29 2 *", nop)); err != nil {
 			t.Fatal(err)
 		}
@@ -137,7 +138,7 @@ func TestCronAcrossALeapYearGap(t *testing.T) {
 func TestClaimTTLWithinTheBackendsLimits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		time.Sleep(time.Until(time.Date(2028, 2, 28, 0, 0, 0, 0, time.UTC)))
-		s := timers.New(memlock.New())
+		s := testkit.Must(timers.New(testkit.Must(memlock.New())))
 		var r record
 		if err := s.Add(timers.Cron("leap", "0 0 29 2 *", r.fn)); err != nil {
 			t.Fatal(err)
@@ -155,7 +156,7 @@ func TestClaimTTLWithinTheBackendsLimits(t *testing.T) {
 func TestClaimTTLAtLeastTheBackendsMinimum(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		time.Sleep(time.Until(epoch))
-		s := timers.New(limited{memlock.New(), lock.Limits{MinTTL: 10 * time.Millisecond, MaxTTL: time.Hour}})
+		s := testkit.Must(timers.New(limited{testkit.Must(memlock.New()), lock.Limits{MinTTL: 10 * time.Millisecond, MaxTTL: time.Hour}}))
 		var count tickCount
 		if err := s.Add(timers.Every("fast", time.Millisecond, count.fn)); err != nil {
 			t.Fatal(err)
@@ -178,8 +179,8 @@ func TestLoopStopsWhenTheScheduleRunsOut(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Hour)
 		defer cancel()
 		logs := newLogCount(1000, cancel)
-		s := timers.New(memlock.New(), lock.WithLogger(slog.New(logs)),
-			timers.WithClock(func() time.Time { return time.Now().Add(offset) }))
+		s := testkit.Must(timers.New(testkit.Must(memlock.New()), timers.WithCommon(lock.Common{Logger: slog.New(logs)}),
+			timers.WithClock(func() time.Time { return time.Now().Add(offset) })))
 		var r record
 		if err := s.Add(timers.Every("end-of-time", time.Hour, r.fn)); err != nil {
 			t.Fatal(err)
@@ -229,53 +230,53 @@ func (l limited) TryAcquireAny(ctx context.Context, keys []string, ttl time.Dura
 // Every duration option is bounded; Add checks the options against the
 // backend's limits; the error names the option.
 func TestDurationOptionsWithinLimits(t *testing.T) {
-	l := limited{memlock.New(), lock.Limits{MinTTL: 10 * time.Millisecond, MaxTTL: time.Hour}}
-	s := timers.New(l)
+	l := limited{testkit.Must(memlock.New()), lock.Limits{MinTTL: 10 * time.Millisecond, MaxTTL: time.Hour}}
+	s := testkit.Must(timers.New(l))
 	for _, c := range []struct {
 		name   string
 		opt    timers.Option
 		target error
 	}{
-		{"MaxRunTime", timers.MaxRunTime(math.MaxInt64), lock.ErrInvalidArgument},
-		{"MaxRunTime", timers.MaxRunTime(lock.MaxTTL + 1), lock.ErrInvalidArgument},
-		{"RetryOnError", timers.RetryOnError(1, math.MaxInt64), lock.ErrInvalidArgument},
-		{"RetryOnError", timers.RetryOnError(timers.MaxRetries+1, 0), lock.ErrInvalidArgument},
-		{"RetryOnError", timers.RetryOnError(math.MaxInt, time.Second), lock.ErrInvalidArgument},
-		{"MisfireThreshold", timers.MisfireThreshold(math.MaxInt64), lock.ErrInvalidArgument},
-		{"MisfireThreshold", timers.MisfireThreshold(31 * time.Minute), lock.ErrInvalidArgument}, // above half the backend's 1 h
-		{"LeaseTTL", timers.LeaseTTL(math.MaxInt64), lock.ErrInvalidTTL},
-		{"LeaseTTL", timers.LeaseTTL(time.Nanosecond), lock.ErrInvalidTTL},
-		{"LeaseTTL", timers.LeaseTTL(2 * time.Hour), lock.ErrInvalidTTL},        // above the backend's maximum
-		{"LeaseTTL", timers.LeaseTTL(5 * time.Millisecond), lock.ErrInvalidTTL}, // below the backend's minimum
+		{"WithMaxRunTime", timers.WithMaxRunTime(math.MaxInt64), lock.ErrInvalidArgument},
+		{"WithMaxRunTime", timers.WithMaxRunTime(lock.MaxTTL + 1), lock.ErrInvalidArgument},
+		{"WithRetries", timers.WithRetries(1, math.MaxInt64), lock.ErrInvalidArgument},
+		{"WithRetries", timers.WithRetries(timers.MaxRetries+1, 0), lock.ErrInvalidArgument},
+		{"WithRetries", timers.WithRetries(math.MaxInt, time.Second), lock.ErrInvalidArgument},
+		{"WithMisfireThreshold", timers.WithMisfireThreshold(math.MaxInt64), lock.ErrInvalidArgument},
+		{"WithMisfireThreshold", timers.WithMisfireThreshold(31 * time.Minute), lock.ErrInvalidArgument}, // above half the backend's 1 h
+		{"WithTTL", timers.WithTTL(math.MaxInt64), lock.ErrInvalidTTL},
+		{"WithTTL", timers.WithTTL(time.Nanosecond), lock.ErrInvalidTTL},
+		{"WithTTL", timers.WithTTL(2 * time.Hour), lock.ErrInvalidTTL},        // above the backend's maximum
+		{"WithTTL", timers.WithTTL(5 * time.Millisecond), lock.ErrInvalidTTL}, // below the backend's minimum
 	} {
 		err := s.Add(timers.Every("opts", time.Second, nop, c.opt))
 		if !errors.Is(err, c.target) || !errors.Is(err, lock.ErrInvalidArgument) || !strings.Contains(err.Error(), c.name) {
 			t.Errorf("%s: %v, want %v naming the option", c.name, err, c.target)
 		}
 	}
-	for _, opt := range []timers.Option{timers.MaxRunTime(lock.MaxTTL), timers.RetryOnError(timers.MaxRetries, lock.MaxTTL),
-		timers.MisfireThreshold(30 * time.Minute), timers.LeaseTTL(time.Hour), timers.LeaseTTL(10 * time.Millisecond)} {
-		if err := timers.New(l).Add(timers.Every("opts", time.Second, nop, opt)); err != nil {
+	for _, opt := range []timers.Option{timers.WithMaxRunTime(lock.MaxTTL), timers.WithRetries(timers.MaxRetries, lock.MaxTTL),
+		timers.WithMisfireThreshold(30 * time.Minute), timers.WithTTL(time.Hour), timers.WithTTL(10 * time.Millisecond)} {
+		if err := testkit.Must(timers.New(l)).Add(timers.Every("opts", time.Second, nop, opt)); err != nil {
 			t.Errorf("an option at its limit: %v", err)
 		}
 	}
-	if err := timers.New(l, timers.WithShutdownTimeout(math.MaxInt64)).Add(timers.Every("x", time.Second, nop)); !errors.Is(err, lock.ErrInvalidArgument) {
-		t.Errorf("WithShutdownTimeout(MaxInt64): %v", err)
+	if s, err := timers.New(l, timers.WithShutdownTimeout(math.MaxInt64)); !errors.Is(err, lock.ErrInvalidArgument) || s != nil {
+		t.Errorf("WithShutdownTimeout(MaxInt64): %v, %v, want ErrInvalidArgument from New", s, err)
 	}
 }
 
 // One rule for timer names, checked by Every and Cron and again by Add:
-// lock.CheckName's, at most MaxNameLen bytes, so that the semaphore name
+// backendkit.CheckName's, at most MaxNameLen bytes, so that the semaphore name
 // ("timer/<name>") and every key derived from it are accepted downstream.
 // Names of 195 to 200 bytes failed with an error about a "semaphore name".
 func TestTimerNames(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		time.Sleep(time.Until(epoch))
-		l := memlock.New()
-		s := timers.New(l)
+		l := testkit.Must(memlock.New())
+		s := testkit.Must(timers.New(l))
 		names := []string{strings.Repeat("a", 195), strings.Repeat("b", 200), strings.Repeat("é", timers.MaxNameLen/2)}
 		for _, n := range names {
-			if err := s.Add(timers.Every(n, time.Minute, nop, timers.MaxConcurrency(1024))); err != nil {
+			if err := s.Add(timers.Every(n, time.Minute, nop, timers.WithMaxConcurrency(1024))); err != nil {
 				t.Fatalf("a name of %d bytes: %v", len(n), err)
 			}
 		}
@@ -309,7 +310,7 @@ func TestTimerNames(t *testing.T) {
 			}
 			close(ran)
 			return nil
-		}, timers.MaxConcurrency(1024))); err != nil {
+		}, timers.WithMaxConcurrency(1024))); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.Run(ctx); err != nil {
@@ -322,7 +323,7 @@ func TestTimerNames(t *testing.T) {
 			}
 		}
 	})
-	s := timers.New(memlock.New())
+	s := testkit.Must(timers.New(testkit.Must(memlock.New())))
 	for what, n := range map[string]string{
 		"empty":        "",
 		"too long":     strings.Repeat("x", timers.MaxNameLen+1),
@@ -342,11 +343,11 @@ func TestTimerNames(t *testing.T) {
 	}
 	// Observe's prefix follows the same rule ("" lists every timer).
 	for _, p := range []string{"a\x00", "a{", strings.Repeat("x", timers.MaxNameLen+1)} {
-		if _, err := timers.Observe(t.Context(), memlock.New(), p); !errors.Is(err, lock.ErrInvalidArgument) || !strings.Contains(err.Error(), "timer name prefix") {
+		if _, err := timers.Observe(t.Context(), testkit.Must(memlock.New()), p); !errors.Is(err, lock.ErrInvalidArgument) || !strings.Contains(err.Error(), "timer name prefix") {
 			t.Errorf("Observe(%.20q): %v", p, err)
 		}
 	}
-	if _, err := timers.Observe(t.Context(), memlock.New(), ""); err != nil {
+	if _, err := timers.Observe(t.Context(), testkit.Must(memlock.New()), ""); err != nil {
 		t.Errorf(`Observe(""): %v`, err)
 	}
 }

@@ -10,12 +10,14 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/leasehold-go/leasehold/internal/testkit"
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 	"github.com/leasehold-go/leasehold/lock/memlock"
 	"github.com/leasehold-go/leasehold/semaphore"
 )
 
-// RetryOnError's backoff doubles up to lock.MaxTTL and no further: it
+// WithRetries's backoff doubles up to lock.MaxTTL and no further: it
 // used to double without a bound, and a backoff that overflowed turned
 // negative and retried at once.
 func TestRetryBackoffStopsDoubling(t *testing.T) {
@@ -27,11 +29,11 @@ func TestRetryBackoffStopsDoubling(t *testing.T) {
 			last = time.Now()
 			return errors.New("boom")
 		}
-		tm := Every("retry", time.Hour, fn, RetryOnError(4, lock.MaxTTL/2))
+		tm := Every("retry", time.Hour, fn, WithRetries(4, lock.MaxTTL/2))
 		if tm.err != nil {
 			t.Fatal(tm.err)
 		}
-		e := &entry{t: tm, s: New(memlock.New())}
+		e := &entry{t: tm, s: testkit.Must(New(testkit.Must(memlock.New())))}
 		if err := e.call(t.Context()); err == nil {
 			t.Fatal("no error")
 		}
@@ -42,7 +44,7 @@ func TestRetryBackoffStopsDoubling(t *testing.T) {
 }
 
 // Every name and key derived from the longest valid timer name is accepted
-// downstream: the semaphore name, its slot keys up to MaxConcurrency's
+// downstream: the semaphore name, its slot keys up to WithMaxConcurrency's
 // largest, and the claim key of any tick a time.Time of Unix nanoseconds
 // holds.
 func TestDerivedNamesWithinLimits(t *testing.T) {
@@ -50,7 +52,7 @@ func TestDerivedNamesWithinLimits(t *testing.T) {
 	if err := checkName("timer name", name); err != nil {
 		t.Fatal(err)
 	}
-	if err := lock.CheckName("semaphore name", namePrefix+name); err != nil {
+	if err := backendkit.CheckName("semaphore name", namePrefix+name); err != nil {
 		t.Fatal(err)
 	}
 	keys := []string{semaphore.SlotKey(namePrefix+name, 1023), claimKey(name, time.Unix(0, math.MinInt64)), claimKey(name, time.Unix(0, math.MaxInt64))}
@@ -59,7 +61,7 @@ func TestDerivedNamesWithinLimits(t *testing.T) {
 			t.Errorf("%d-byte key: %v", len(k), err)
 		}
 	}
-	if _, err := semaphore.New(memlock.New(), namePrefix+name, 1024); err != nil {
+	if _, err := semaphore.New(testkit.Must(memlock.New()), namePrefix+name, 1024); err != nil {
 		t.Fatal(err)
 	}
 }

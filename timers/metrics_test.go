@@ -13,6 +13,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/leasehold-go/leasehold/internal/testkit"
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/memlock"
 	"github.com/leasehold-go/leasehold/timers"
@@ -61,7 +62,7 @@ func timerMetrics(t *testing.T, r *sdkmetric.ManualReader, timer string) (values
 	return values, sums
 }
 
-// One timer every second, MaxConcurrency 1, over a backend that is away
+// One timer every second, WithMaxConcurrency 1, over a backend that is away
 // from 4.5 s to 5.5 s and a clock that jumps 600 ms ahead at 5.7 s:
 //
 //	tick 1  runs 1.5 s, ok
@@ -77,8 +78,8 @@ func TestMetrics(t *testing.T) {
 		reader := sdkmetric.NewManualReader()
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 		var skew atomic.Int64
-		l := outage{Lock: memlock.New(), down: epoch.Add(4500 * time.Millisecond), up: epoch.Add(5500 * time.Millisecond)}
-		s := timers.New(l, lock.WithMeterProvider(mp), lock.WithLogger(slog.New(slog.DiscardHandler)), timers.WithClock(func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }))
+		l := outage{Lock: testkit.Must(memlock.New()), down: epoch.Add(4500 * time.Millisecond), up: epoch.Add(5500 * time.Millisecond)}
+		s := testkit.Must(timers.New(l, timers.WithCommon(lock.Common{MeterProvider: mp, Logger: slog.New(slog.DiscardHandler)}), timers.WithClock(func() time.Time { return time.Now().Add(time.Duration(skew.Load())) })))
 		fn := func(ctx context.Context) error {
 			tick, _ := timers.TickFrom(ctx)
 			switch tick.At.Sub(epoch) {

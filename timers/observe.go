@@ -2,13 +2,13 @@ package timers
 
 import (
 	"context"
-	"fmt"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 	"github.com/leasehold-go/leasehold/semaphore"
 )
 
@@ -48,7 +48,7 @@ type Run struct {
 func Observe(ctx context.Context, l lock.Lock, prefix string) ([]Observed, error) {
 	in, ok := l.(lock.Inspector)
 	if !ok {
-		return nil, fmt.Errorf("%w: timers.Observe: the backend %T cannot list its grants", lock.ErrInvalidArgument, l)
+		return nil, backendkit.Invalid("timers", "Observe: the backend %T cannot list its grants", l)
 	}
 	if prefix != "" {
 		if err := checkName("timer name prefix", prefix); err != nil {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold-go/leasehold/internal/testkit"
 	"github.com/leasehold-go/leasehold/internal/testkit/backends"
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/timers"
@@ -26,7 +27,7 @@ func TestObserve(t *testing.T) {
 		const interval = time.Hour
 		now := time.Now()
 		offset := now.Truncate(interval).Add(interval - 100*time.Millisecond).Sub(now)
-		s := timers.New(l, timers.WithClock(func() time.Time { return time.Now().Add(offset) }), timers.WithShutdownTimeout(5*time.Second))
+		s := testkit.Must(timers.New(l, timers.WithClock(func() time.Time { return time.Now().Add(offset) }), timers.WithShutdownTimeout(5*time.Second)))
 		started, finish := make(chan timers.Tick, 1), make(chan struct{})
 		fn := func(ctx context.Context) error {
 			tick, _ := timers.TickFrom(ctx)
@@ -34,7 +35,7 @@ func TestObserve(t *testing.T) {
 			<-finish
 			return nil
 		}
-		if err := s.Add(timers.Every(name, interval, fn, timers.LeaseTTL(5*time.Second))); err != nil {
+		if err := s.Add(timers.Every(name, interval, fn, timers.WithTTL(5*time.Second))); err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)

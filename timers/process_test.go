@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold-go/leasehold/internal/testkit"
 	"github.com/leasehold-go/leasehold/internal/testkit/backends"
 	"github.com/leasehold-go/leasehold/internal/testkit/childproc"
 	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
@@ -50,8 +51,8 @@ func host() error {
 	conc, _ := strconv.Atoi(os.Getenv("TIMERS_CONCURRENCY"))
 	var mu sync.Mutex
 	say := func(format string, args ...any) { mu.Lock(); fmt.Printf(format+"\n", args...); mu.Unlock() }
-	s := timers.New(l, timers.WithClock(func() time.Time { return time.Now().Add(offset) }), timers.WithShutdownTimeout(time.Second),
-		lock.WithLogger(slog.New(skipLog{say})))
+	s := testkit.Must(timers.New(l, timers.WithClock(func() time.Time { return time.Now().Add(offset) }), timers.WithShutdownTimeout(time.Second),
+		timers.WithCommon(lock.Common{Logger: slog.New(skipLog{say})})))
 	fn := func(ctx context.Context) error {
 		tick, _ := timers.TickFrom(ctx)
 		start := time.Now()
@@ -63,7 +64,7 @@ func host() error {
 		say("RUN %d %d %d", tick.At.UnixMilli(), start.UnixNano(), time.Now().UnixNano())
 		return nil
 	}
-	if err := s.Add(timers.Every(os.Getenv("TIMERS_NAME"), interval, fn, timers.MaxConcurrency(conc), timers.LeaseTTL(time.Second))); err != nil {
+	if err := s.Add(timers.Every(os.Getenv("TIMERS_NAME"), interval, fn, timers.WithMaxConcurrency(conc), timers.WithTTL(time.Second))); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), env("TIMERS_FOR"))
@@ -232,7 +233,7 @@ func TestOncePerTickAcrossProcesses(t *testing.T) {
 	})
 }
 
-// MaxConcurrency(2) with runs of 2.5 intervals, over a window of 12 ticks
+// WithMaxConcurrency(2) with runs of 2.5 intervals, over a window of 12 ticks
 // while all three hosts are up. At tick k the runs of k−1 and k−2 hold
 // both slots (k−3's ended at k−0.5), so the ticks go run, run, busy: a
 // third of them, 4 in any 12, are skipped as busy. Allowing one tick of
@@ -263,7 +264,7 @@ func TestMaxConcurrencyAcrossProcesses(t *testing.T) {
 			peak = max(peak, n)
 		}
 		if peak != 2 {
-			t.Errorf("%d runs at once at the peak with MaxConcurrency(2) and runs of 2.5 intervals, want exactly 2", peak)
+			t.Errorf("%d runs at once at the peak with WithMaxConcurrency(2) and runs of 2.5 intervals, want exactly 2", peak)
 		}
 		runs, skips := f.byTick()
 		reasons := map[string]int{}

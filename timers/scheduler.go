@@ -25,10 +25,9 @@ const DefaultShutdownTimeout = 30 * time.Second
 // same timers on its own Scheduler; the lock makes each tick run once.
 type Scheduler struct {
 	l        lock.Lock
-	cfg      *lock.Config
 	set      *settings
-	err      error
-	identity string
+	common   lock.Common
+	lockOpts []lock.Option // what the helpers it calls are given
 	m        *metrics
 
 	mu      sync.Mutex
@@ -37,49 +36,69 @@ type Scheduler struct {
 	running bool
 }
 
+// SchedulerOption configures New.
+type SchedulerOption func(*settings) error
+
 type settings struct {
 	clock    func() time.Time
 	shutdown time.Duration
+	common   lock.Common
 }
 
 // WithClock replaces the scheduler's wall clock, for tests (a clock offset
 // simulates a host whose clock is off). Waiting still uses the runtime's
 // timers, which are offset-free.
-func WithClock(now func() time.Time) lock.Option {
-	return lock.BackendOption("timers.WithClock", func(s *settings) error {
+func WithClock(now func() time.Time) SchedulerOption {
+	return func(s *settings) error {
 		if now == nil {
 			return errors.New("nil clock")
 		}
 		s.clock = now
 		return nil
-	})
+	}
 }
 
 // WithShutdownTimeout bounds how long Run waits for running functions after
 // its context ends; then their contexts are cancelled (default 30 s, at
 // most lock.MaxTTL).
-func WithShutdownTimeout(d time.Duration) lock.Option {
-	return lock.BackendOption("timers.WithShutdownTimeout", func(s *settings) error {
+func WithShutdownTimeout(d time.Duration) SchedulerOption {
+	return func(s *settings) error {
 		if d <= 0 || d > lock.MaxTTL {
 			return fmt.Errorf("shutdown timeout %v must be positive and at most %v", d, lock.MaxTTL)
 		}
 		s.shutdown = d
 		return nil
-	})
+	}
 }
 
-// New returns a scheduler over l. Options are package lock's (WithOwner,
-// WithLogger, WithMeterProvider, ...) and this package's WithClock and
-// WithShutdownTimeout. An invalid option is reported by Add and Run.
-func New(l lock.Lock, opts ...lock.Option) *Scheduler {
-	set := &settings{clock: time.Now, shutdown: DefaultShutdownTimeout}
-	cfg, err := lock.NewConfig(set, opts)
-	if err == nil && l == nil {
-		err = fmt.Errorf("%w: timers.New: nil Lock", lock.ErrInvalidArgument)
+// WithCommon sets where logs, metrics and spans go, and the owner shown as
+// the runner in Status. A tick's claim and a run's slot are stored with
+// the backend's owner, which Observe shows: an Owner that differs from the
+// Lock's (lock.Owned) is refused, and one is used only with a Lock that
+// states none. The timers' semaphores are given it whole.
+func WithCommon(c lock.Common) SchedulerOption {
+	return func(s *settings) error { s.common = s.common.Merge(c); return nil }
+}
+
+// New returns a scheduler over l. It fails, with an error that matches
+// lock.ErrInvalidArgument, on a nil Lock or an invalid option.
+func New(l lock.Lock, opts ...SchedulerOption) (*Scheduler, error) {
+	if l == nil {
+		return nil, backendkit.Invalid("timers", "nil Lock")
 	}
-	s := &Scheduler{l: l, cfg: cfg, set: set, err: err, timers: map[string]*entry{}, m: newMetrics(cfg)}
-	s.identity = lock.OwnerOf(l, cfg.Owner)
-	return s
+	set := &settings{clock: time.Now, shutdown: DefaultShutdownTimeout}
+	if err := backendkit.Apply("timers", set, opts); err != nil {
+		return nil, err
+	}
+	c, err := backendkit.ResolveOn("timers", set.common, l)
+	if err != nil {
+		return nil, err
+	}
+	tel := backendkit.NewTelemetry(c)
+	return &Scheduler{
+		l: l, set: set, common: c, timers: map[string]*entry{},
+		lockOpts: []lock.Option{tel.HelperOption(c)}, m: newMetrics(tel),
+	}, nil
 }
 
 // Add registers a timer. It reports every problem of the definition —
@@ -87,42 +106,38 @@ func New(l lock.Lock, opts ...lock.Option) *Scheduler {
 // option or one outside the backend's limits (lock.LimitsOf), a duplicate
 // name — before Run.
 func (s *Scheduler) Add(t *Timer) error {
-	if s.err != nil {
-		return s.err
-	}
 	if t == nil {
-		return fmt.Errorf("%w: nil timer", lock.ErrInvalidArgument)
+		return backendkit.Invalid("timers", "nil timer")
 	}
 	if t.err != nil {
 		return t.err
 	}
 	if t.schedule == nil {
-		return fmt.Errorf("%w: a Timer must be made by Every or Cron", lock.ErrInvalidArgument)
+		return backendkit.Invalid("timers", "a Timer must be made by Every or Cron")
 	}
 	if err := checkName("timer name", t.name); err != nil {
 		return err
 	}
 	if t.fn == nil {
-		return fmt.Errorf("%w: timer %q: nil function", lock.ErrInvalidArgument, t.name)
+		return backendkit.Invalid("timers", "timer %q: nil function", t.name)
 	}
 	if err := s.checkLimits(t); err != nil {
 		return err
 	}
 	if now := s.set.clock(); !t.schedule.next(now).After(now) {
-		return fmt.Errorf("%w: timer %q: the schedule has no tick after %v", lock.ErrInvalidArgument, t.name, now.Round(0))
+		return backendkit.Invalid("timers", "timer %q: the schedule has no tick after %v", t.name, now.Round(0))
 	}
-	sem, err := semaphore.New(s.l, namePrefix+t.name, t.maxConcurrency,
-		lock.WithLogger(s.cfg.Logger), lock.WithMeterProvider(s.cfg.MeterProvider))
+	sem, err := semaphore.New(s.l, namePrefix+t.name, t.maxConcurrency, semaphore.WithCommon(s.common))
 	if err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.running {
-		return fmt.Errorf("%w: timer %q: Add after Run", lock.ErrInvalidArgument, t.name)
+		return backendkit.Invalid("timers", "timer %q: Add after Run", t.name)
 	}
 	if _, dup := s.timers[t.name]; dup {
-		return fmt.Errorf("%w: a timer called %q is already registered", lock.ErrInvalidArgument, t.name)
+		return backendkit.Invalid("timers", "a timer called %q is already registered", t.name)
 	}
 	e := &entry{t: t, s: s, sem: sem}
 	if t.fallback > 0 {
@@ -138,11 +153,11 @@ func (s *Scheduler) checkLimits(t *Timer) error {
 	lim := lock.LimitsOf(s.l)
 	if t.leaseTTL > 0 {
 		if err := lim.CheckTTL(t.leaseTTL); err != nil {
-			return fmt.Errorf("timer %q: LeaseTTL(%v): %w", t.name, t.leaseTTL, err)
+			return backendkit.Invalid("timers", "timer %q: WithTTL(%v): %w", t.name, t.leaseTTL, err)
 		}
 	}
 	if t.misfire > lim.MaxTTL/2 {
-		return fmt.Errorf("%w: timer %q: MisfireThreshold(%v) is above half this backend's maximum ttl %v (a tick's claim must outlive it)",
+		return fmt.Errorf("%w: timer %q: WithMisfireThreshold(%v) is above half this backend's maximum ttl %v (a tick's claim must outlive it)",
 			lock.ErrInvalidArgument, t.name, t.misfire, lim.MaxTTL)
 	}
 	return nil
@@ -152,16 +167,13 @@ func (s *Scheduler) checkLimits(t *Timer) error {
 // running functions (at most the shutdown timeout, after which their
 // contexts are cancelled) and returns once every slot is released.
 func (s *Scheduler) Run(ctx context.Context) error {
-	if s.err != nil {
-		return s.err
-	}
 	if ctx == nil {
-		return fmt.Errorf("%w: nil context", lock.ErrInvalidArgument)
+		return backendkit.Invalid("timers", "nil context")
 	}
 	s.mu.Lock()
 	if s.running {
 		s.mu.Unlock()
-		return fmt.Errorf("%w: Run called twice", lock.ErrInvalidArgument)
+		return backendkit.Invalid("timers", "Run called twice")
 	}
 	s.running = true
 	entries := make([]*entry, 0, len(s.order))
@@ -183,7 +195,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	select {
 	case <-done:
 	case <-time.After(s.set.shutdown):
-		s.cfg.Logger.Warn("leasehold: timers still running at the shutdown timeout; cancelling them", "timeout", s.set.shutdown)
+		s.common.Logger.Warn("leasehold: timers still running at the shutdown timeout; cancelling them", "timeout", s.set.shutdown)
 		stopRuns(errors.New("timers: shutdown timeout"))
 		<-done
 	}
@@ -195,7 +207,7 @@ type entry struct {
 	t     *Timer
 	s     *Scheduler
 	sem   *semaphore.Semaphore
-	local chan struct{} // the per-host cap of RunWhenUnavailable
+	local chan struct{} // the per-host cap of WithRunWhenUnavailable
 
 	mu       sync.Mutex
 	status   Status
@@ -246,7 +258,7 @@ func (e *entry) loop(ctx, runCtx context.Context, runs *sync.WaitGroup) {
 func (e *entry) stop(ctx context.Context, from time.Time) {
 	err := fmt.Errorf("timers: %q has no tick after %v: stopped", e.t.name, from)
 	e.record(func(st *Status) { st.Next, st.Stopped = time.Time{}, err })
-	e.s.cfg.Logger.Error("leasehold: timer stopped: its schedule has no next tick", "timer", e.t.name, "after", from)
+	e.s.common.Logger.Error("leasehold: timer stopped: its schedule has no next tick", "timer", e.t.name, "after", from)
 	<-ctx.Done()
 }
 
@@ -319,16 +331,16 @@ func (e *entry) tick(ctx, runCtx context.Context, runs *sync.WaitGroup, at time.
 		start := e.s.set.clock()
 		err := lock.Hold(runCtx, permit, lease, func(ctx context.Context) error {
 			return e.call(context.WithValue(ctx, tickKey{}, tick))
-		}, lock.WithLogger(e.s.cfg.Logger), lock.WithMeterProvider(e.s.cfg.MeterProvider))
+		}, e.s.lockOpts...)
 		e.finish(runCtx, tick, start, err)
 	})
 }
 
-// call runs fn within MaxRunTime, retrying as RetryOnError says.
+// call runs fn within WithMaxRunTime, retrying as WithRetries says.
 func (e *entry) call(ctx context.Context) error {
 	if e.t.maxRunTime > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, e.t.maxRunTime, fmt.Errorf("%w: timers: %q ran past MaxRunTime %v", context.DeadlineExceeded, e.t.name, e.t.maxRunTime))
+		ctx, cancel = context.WithTimeoutCause(ctx, e.t.maxRunTime, fmt.Errorf("%w: timers: %q ran past WithMaxRunTime %v", context.DeadlineExceeded, e.t.name, e.t.maxRunTime))
 		defer cancel()
 	}
 	backoff := e.t.retryBackoff
@@ -337,7 +349,7 @@ func (e *entry) call(ctx context.Context) error {
 		if err == nil || attempt >= e.t.retries || ctx.Err() != nil {
 			return err
 		}
-		e.s.cfg.Logger.Debug("leasehold: timer run failed, retrying", "timer", e.t.name, "attempt", attempt+1, "err", err)
+		e.s.common.Logger.Debug("leasehold: timer run failed, retrying", "timer", e.t.name, "attempt", attempt+1, "err", err)
 		if backendkit.Sleep(ctx, backoff) != nil {
 			return errors.Join(err, context.Cause(ctx))
 		}
@@ -345,7 +357,7 @@ func (e *entry) call(ctx context.Context) error {
 	}
 }
 
-// unavailable skips the tick, or with RunWhenUnavailable runs it under the
+// unavailable skips the tick, or with WithRunWhenUnavailable runs it under the
 // per-host cap.
 func (e *entry) unavailable(ctx, runCtx context.Context, runs *sync.WaitGroup, at time.Time, err error) {
 	e.mu.Lock()
@@ -358,10 +370,10 @@ func (e *entry) unavailable(ctx, runCtx context.Context, runs *sync.WaitGroup, a
 	select {
 	case e.local <- struct{}{}:
 	default:
-		e.skip(ctx, at, "busy", "the per-host cap of RunWhenUnavailable is reached")
+		e.skip(ctx, at, "busy", "the per-host cap of WithRunWhenUnavailable is reached")
 		return
 	}
-	e.s.cfg.Logger.Warn("leasehold: backend unreachable, running the tick under the per-host cap: the cluster-wide once-per-tick and concurrency guarantees are suspended",
+	e.s.common.Logger.Warn("leasehold: backend unreachable, running the tick under the per-host cap: the cluster-wide once-per-tick and concurrency guarantees are suspended",
 		"timer", e.t.name, "tick", at, "per_host_cap", cap(e.local), "err", err)
 	tick := Tick{Timer: e.t.name, At: at, Slot: -1, Local: true}
 	runs.Go(func() {
@@ -380,7 +392,7 @@ func (e *entry) reachable(at time.Time) {
 	e.degraded = false
 	e.mu.Unlock()
 	if was {
-		e.s.cfg.Logger.Warn("leasehold: backend reachable again: the cluster-wide once-per-tick and concurrency guarantees hold again",
+		e.s.common.Logger.Warn("leasehold: backend reachable again: the cluster-wide once-per-tick and concurrency guarantees hold again",
 			"timer", e.t.name, "tick", at)
 	}
 }
@@ -395,7 +407,7 @@ func (e *entry) skip(ctx context.Context, at time.Time, reason, detail string) {
 	if reason == "unavailable" || reason == "error" {
 		level = slog.LevelWarn
 	}
-	e.s.cfg.Logger.Log(ctx, level, "leasehold: timer tick skipped", "timer", e.t.name, "tick", at, "reason", reason, "detail", detail)
+	e.s.common.Logger.Log(ctx, level, "leasehold: timer tick skipped", "timer", e.t.name, "tick", at, "reason", reason, "detail", detail)
 }
 
 func (e *entry) finish(ctx context.Context, tick Tick, start time.Time, err error) {
@@ -414,13 +426,13 @@ func (e *entry) finish(ctx context.Context, tick Tick, start time.Time, err erro
 		if err != nil {
 			st.Failures++
 		}
-		st.LastRun = RunInfo{Tick: tick.At, Start: start, Duration: took, Outcome: outcome, Err: err, Runner: e.s.identity, Local: tick.Local}
+		st.LastRun = RunInfo{Tick: tick.At, Start: start, Duration: took, Outcome: outcome, Err: err, Runner: e.s.common.Owner, Local: tick.Local}
 	})
 	attrs := metric.WithAttributes(attribute.String("leasehold.timer", e.t.name), attribute.String("leasehold.outcome", outcome))
 	e.s.m.runs.Add(context.WithoutCancel(ctx), 1, attrs)
 	e.s.m.duration.Record(context.WithoutCancel(ctx), took.Seconds(), attrs)
 	if err != nil {
-		e.s.cfg.Logger.Warn("leasehold: timer run failed", "timer", e.t.name, "tick", tick.At, "outcome", outcome, "err", err)
+		e.s.common.Logger.Warn("leasehold: timer run failed", "timer", e.t.name, "tick", tick.At, "outcome", outcome, "err", err)
 	}
 }
 
@@ -429,8 +441,8 @@ type metrics struct {
 	duration    metric.Float64Histogram
 }
 
-func newMetrics(cfg *lock.Config) *metrics {
-	m := backendkit.TelemetryOf(cfg).Meter
+func newMetrics(tel *backendkit.Telemetry) *metrics {
+	m := tel.Meter
 	out := &metrics{}
 	out.runs, _ = m.Int64Counter("leasehold.timer.runs", metric.WithDescription("Timer runs on this host, by outcome."))
 	out.skips, _ = m.Int64Counter("leasehold.timer.skips", metric.WithDescription("Ticks this host skipped, by reason (busy, misfire, unavailable, error)."))

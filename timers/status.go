@@ -7,14 +7,14 @@ import (
 
 // Tick identifies one run: the timer, the tick's instant (the same on every
 // host), the claim's fencing token (it grows with every tick of the timer)
-// and the slot the run holds (-1 for a RunWhenUnavailable run). The run's
+// and the slot the run holds (-1 for a WithRunWhenUnavailable run). The run's
 // context carries the slot's fencing token for lock.TokenFrom as well.
 type Tick struct {
 	Timer string
 	At    time.Time
 	Claim uint64
 	Slot  int
-	Local bool // run under RunWhenUnavailable's per-host cap
+	Local bool // run under WithRunWhenUnavailable's per-host cap
 }
 
 type tickKey struct{}
@@ -46,7 +46,7 @@ type RunInfo struct {
 	Tick     time.Time
 	Start    time.Time
 	Duration time.Duration
-	Outcome  string // ok, error, cancelled (MaxRunTime, shutdown), lost (the slot lease)
+	Outcome  string // ok, error, cancelled (WithMaxRunTime, shutdown), lost (the slot lease)
 	Err      error
 	Runner   string // owner identity of the host that ran it
 	Local    bool

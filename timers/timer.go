@@ -12,6 +12,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
 // Timer is the definition of a timer: a name unique on its scheduler (and
@@ -53,7 +54,7 @@ const (
 	// must itself be a valid name. Every key the scheduler derives from a
 	// valid name (claims and slots) is then within lock.MaxKeyLen.
 	MaxNameLen = lock.MaxNameLen - len(namePrefix)
-	// MaxRetries is the most retries RetryOnError takes.
+	// MaxRetries is the most retries WithRetries takes.
 	MaxRetries = 100
 )
 
@@ -61,14 +62,14 @@ const (
 const namePrefix = "timer/"
 
 // checkName is the rule for timer names (what says which argument:
-// "timer name", or Observe's "timer name prefix"): lock.CheckName's, at
+// "timer name", or Observe's "timer name prefix"): backendkit.CheckName's, at
 // most MaxNameLen bytes.
 func checkName(what, name string) error {
-	if err := lock.CheckName(what, name); err != nil {
-		return err
+	if err := backendkit.CheckName(what, name); err != nil {
+		return backendkit.Invalid("timers", "%w", err)
 	}
 	if len(name) > MaxNameLen {
-		return fmt.Errorf("%w: %s %.64q is %d bytes, the limit is %d", lock.ErrInvalidArgument, what, name, len(name), MaxNameLen)
+		return backendkit.Invalid("timers", "%s %.64q is %d bytes, the limit is %d", what, name, len(name), MaxNameLen)
 	}
 	return nil
 }
@@ -122,12 +123,12 @@ func (c cronSchedule) next(t time.Time) time.Time {
 }
 
 // Every defines a timer that fires every interval, at instants aligned to
-// the Unix epoch (plus the SpreadStart phase): every host computes the same
+// the Unix epoch (plus the WithSpreadStart phase): every host computes the same
 // ticks.
 func Every(name string, interval time.Duration, fn func(ctx context.Context) error, opts ...Option) *Timer {
 	t := &Timer{name: name, fn: fn, err: checkName("timer name", name)}
 	if t.err == nil && interval < MinInterval {
-		t.err = fmt.Errorf("%w: timer %q: interval %v is below the minimum %v (a tick's claim is keyed by the millisecond)", lock.ErrInvalidArgument, name, interval, MinInterval)
+		t.err = backendkit.Invalid("timers", "timer %q: interval %v is below the minimum %v (a tick's claim is keyed by the millisecond)", name, interval, MinInterval)
 	}
 	t.schedule = every{interval: max(interval, MinInterval)}
 	return t.apply(opts)
@@ -135,7 +136,7 @@ func Every(name string, interval time.Duration, fn func(ctx context.Context) err
 
 // Cron defines a timer that fires by a standard 5-field cron spec or a
 // descriptor (@hourly, @daily, ...), parsed by robfig/cron/v3, in the
-// location given by InLocation (default UTC). Daylight-saving changes
+// location given by WithLocation (default UTC). Daylight-saving changes
 // follow that parser's rules: a time of day in the hour that is skipped
 // (spring forward) does not fire that day; a time of day in the hour that
 // is repeated (fall back) fires in both of its occurrences, an hour apart
@@ -148,7 +149,7 @@ func Cron(name, spec string, fn func(ctx context.Context) error, opts ...Option)
 	if d, ok := strings.CutPrefix(strings.TrimSpace(spec), "@every "); ok {
 		interval, err := time.ParseDuration(strings.TrimSpace(d))
 		if err != nil || interval <= 0 {
-			t.withErr(fmt.Errorf("%w: timer %q: invalid cron spec %q", lock.ErrInvalidArgument, name, spec))
+			t.withErr(backendkit.Invalid("timers", "timer %q: invalid cron spec %q", name, spec))
 			interval = time.Second
 		}
 		return Every(name, interval, fn, opts...).withErr(t.err)
@@ -160,7 +161,7 @@ func Cron(name, spec string, fn func(ctx context.Context) error, opts ...Option)
 		err = errors.New("@every takes no time zone")
 	}
 	if err != nil {
-		t.withErr(fmt.Errorf("%w: timer %q: invalid cron spec %q: %w", lock.ErrInvalidArgument, name, spec, err))
+		t.withErr(backendkit.Invalid("timers", "timer %q: invalid cron spec %q: %w", name, spec, err))
 		s = cron.Every(time.Hour)
 	}
 	t.schedule = cronSchedule{spec: s, loc: time.UTC}
@@ -178,11 +179,11 @@ func (t *Timer) apply(opts []Option) *Timer {
 	t.maxConcurrency = 1
 	for _, o := range opts {
 		if o == nil {
-			t.err = errors.Join(t.err, fmt.Errorf("%w: timer %.64q: nil option", lock.ErrInvalidArgument, t.name))
+			t.err = errors.Join(t.err, backendkit.Invalid("timers", "timer %.64q: nil option", t.name))
 			continue
 		}
 		if err := o(t); err != nil {
-			t.err = errors.Join(t.err, fmt.Errorf("%w: timer %.64q: %w", lock.ErrInvalidArgument, t.name, err))
+			t.err = errors.Join(t.err, backendkit.Invalid("timers", "timer %.64q: %w", t.name, err))
 		}
 	}
 	if c, ok := t.schedule.(cronSchedule); ok && t.loc != nil {
@@ -228,102 +229,102 @@ func shortestGap(s schedule) time.Duration {
 	return gap
 }
 
-// MaxConcurrency caps the runs of this timer that overlap across every host
+// WithMaxConcurrency caps the runs of this timer that overlap across every host
 // (default 1: no overlap anywhere). A tick that finds all n slots busy is
 // skipped and counted, never queued.
-func MaxConcurrency(n int) Option {
+func WithMaxConcurrency(n int) Option {
 	return func(t *Timer) error {
 		if n < 1 || n > 1024 {
-			return fmt.Errorf("MaxConcurrency(%d) must be in [1, 1024]", n)
+			return fmt.Errorf("WithMaxConcurrency(%d) must be in [1, 1024]", n)
 		}
 		t.maxConcurrency = n
 		return nil
 	}
 }
 
-// MaxRunTime is fn's deadline (retries included); the run's slot lease is
+// WithMaxRunTime is fn's deadline (retries included); the run's slot lease is
 // kept alive up to it.
-func MaxRunTime(d time.Duration) Option {
+func WithMaxRunTime(d time.Duration) Option {
 	return func(t *Timer) error {
 		if d <= 0 || d > lock.MaxTTL {
-			return fmt.Errorf("MaxRunTime(%v) must be positive and at most %v", d, lock.MaxTTL)
+			return fmt.Errorf("WithMaxRunTime(%v) must be positive and at most %v", d, lock.MaxTTL)
 		}
 		t.maxRunTime = d
 		return nil
 	}
 }
 
-// SpreadStart shifts the timer's ticks by a phase derived from its name,
+// WithSpreadStart shifts the timer's ticks by a phase derived from its name,
 // the same on every host, so that many timers do not all fire at :00.
-func SpreadStart() Option { return func(t *Timer) error { t.spread = true; return nil } }
+func WithSpreadStart() Option { return func(t *Timer) error { t.spread = true; return nil } }
 
-// RetryOnError retries fn up to n more times within the same tick, while
-// holding the slot and within MaxRunTime, waiting backoff, 2×backoff, ...
+// WithRetries retries fn up to n more times within the same tick, while
+// holding the slot and within WithMaxRunTime, waiting backoff, 2×backoff, ...
 // in between (the wait stops doubling at lock.MaxTTL). n is at most
 // MaxRetries and backoff at most lock.MaxTTL.
-func RetryOnError(n int, backoff time.Duration) Option {
+func WithRetries(n int, backoff time.Duration) Option {
 	return func(t *Timer) error {
 		if n < 0 || n > MaxRetries || backoff < 0 || backoff > lock.MaxTTL {
-			return fmt.Errorf("RetryOnError(%d, %v): n must be in [0, %d] and backoff in [0, %v]", n, backoff, MaxRetries, lock.MaxTTL)
+			return fmt.Errorf("WithRetries(%d, %v): n must be in [0, %d] and backoff in [0, %v]", n, backoff, MaxRetries, lock.MaxTTL)
 		}
 		t.retries, t.retryBackoff = n, backoff
 		return nil
 	}
 }
 
-// MisfireThreshold: a host that reaches a tick later than d (paused, busy,
+// WithMisfireThreshold: a host that reaches a tick later than d (paused, busy,
 // just started) skips it and counts a misfire (default: half the interval,
 // at most a minute). Ticks stay once-only as long as the hosts' clocks
 // differ by less than half the interval. d is at most half the backend's
 // maximum ttl (lock.MaxTTL/2 at most; Add checks the backend's), since a
 // tick's claim must outlive the threshold.
-func MisfireThreshold(d time.Duration) Option {
+func WithMisfireThreshold(d time.Duration) Option {
 	return func(t *Timer) error {
 		if d <= 0 || d > lock.MaxTTL/2 {
-			return fmt.Errorf("MisfireThreshold(%v) must be positive and at most %v", d, lock.MaxTTL/2)
+			return fmt.Errorf("WithMisfireThreshold(%v) must be positive and at most %v", d, lock.MaxTTL/2)
 		}
 		t.misfire = d
 		return nil
 	}
 }
 
-// InLocation sets the time zone of a Cron timer's spec (default UTC).
-func InLocation(loc *time.Location) Option {
+// WithLocation sets the time zone of a Cron timer's spec (default UTC).
+func WithLocation(loc *time.Location) Option {
 	return func(t *Timer) error {
 		if loc == nil {
-			return errors.New("InLocation(nil)")
+			return errors.New("WithLocation(nil)")
 		}
 		if _, ok := t.schedule.(cronSchedule); !ok {
-			return errors.New("InLocation applies to Cron timers")
+			return errors.New("WithLocation applies to Cron timers")
 		}
 		t.loc = loc
 		return nil
 	}
 }
 
-// LeaseTTL sets the ttl of a run's slot lease, renewed every third of it
+// WithTTL sets the ttl of a run's slot lease, renewed every third of it
 // while fn runs: how long the slot of a crashed runner stays blocked
 // (default: the interval, between 2 s and 30 s). d is at least MinInterval
 // and within the backend's limits (lock.LimitsOf; Add checks them).
-func LeaseTTL(d time.Duration) Option {
+func WithTTL(d time.Duration) Option {
 	return func(t *Timer) error {
 		if d < MinInterval || d > lock.MaxTTL {
-			return fmt.Errorf("%w: LeaseTTL(%v) must be in [%v, %v]", lock.ErrInvalidTTL, d, MinInterval, lock.MaxTTL)
+			return fmt.Errorf("%w: WithTTL(%v) must be in [%v, %v]", lock.ErrInvalidTTL, d, MinInterval, lock.MaxTTL)
 		}
 		t.leaseTTL = d
 		return nil
 	}
 }
 
-// RunWhenUnavailable opts in to running ticks when the backend cannot be
+// WithRunWhenUnavailable opts in to running ticks when the backend cannot be
 // reached, under a cap of n concurrent runs on this host instead of the
 // cluster-wide one. Every such run is logged at Warn: the once-per-tick and
-// MaxConcurrency guarantees are suspended until the backend answers again.
+// WithMaxConcurrency guarantees are suspended until the backend answers again.
 // Without it (the default) such ticks are skipped and counted.
-func RunWhenUnavailable(n int) Option {
+func WithRunWhenUnavailable(n int) Option {
 	return func(t *Timer) error {
 		if n < 1 {
-			return fmt.Errorf("RunWhenUnavailable(%d) must be at least 1", n)
+			return fmt.Errorf("WithRunWhenUnavailable(%d) must be at least 1", n)
 		}
 		t.fallback = n
 		return nil
@@ -357,7 +358,7 @@ func (t *Timer) claimTTL(at time.Time, lim lock.Limits) time.Duration {
 	return max(d, lim.MinTTL)
 }
 
-// leaseFor is the slot lease of tick at: LeaseTTL, else the interval
+// leaseFor is the slot lease of tick at: WithTTL, else the interval
 // between 2 s and 30 s, within the backend's limits.
 func (t *Timer) leaseFor(at time.Time, lim lock.Limits) time.Duration {
 	if t.leaseTTL > 0 {

@@ -3,6 +3,7 @@ package timers_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"sort"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"time"
 	_ "time/tzdata" // the DST test needs America/New_York everywhere
 
+	"github.com/leasehold-go/leasehold/internal/testkit"
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/memlock"
 	"github.com/leasehold-go/leasehold/timers"
@@ -49,7 +51,7 @@ func (r *record) fn(ctx context.Context) error {
 func TestEveryTicksAlignToTheEpoch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		time.Sleep(time.Until(epoch.Add(1234 * time.Millisecond))) // start at an odd moment
-		s := timers.New(memlock.New())
+		s := testkit.Must(timers.New(testkit.Must(memlock.New())))
 		var r record
 		if err := s.Add(timers.Every("every", 10*time.Second, r.fn)); err != nil {
 			t.Fatal(err)
@@ -72,9 +74,9 @@ func TestSpreadStartIsAStablePhase(t *testing.T) {
 		time.Sleep(time.Until(epoch))
 		phases := map[string]time.Duration{}
 		for _, name := range []string{"alpha", "beta", "alpha"} {
-			s := timers.New(memlock.New())
+			s := testkit.Must(timers.New(testkit.Must(memlock.New())))
 			var r record
-			if err := s.Add(timers.Every(name, time.Minute, r.fn, timers.SpreadStart())); err != nil {
+			if err := s.Add(timers.Every(name, time.Minute, r.fn, timers.WithSpreadStart())); err != nil {
 				t.Fatal(err)
 			}
 			runFor(t, s, time.Minute)
@@ -108,9 +110,9 @@ func TestCronAcrossDaylightSavingTime(t *testing.T) {
 		// 2030-03-10 is the spring-forward day in New York: 02:30 does not
 		// exist, so "30 2 * * *" does not fire that day.
 		time.Sleep(time.Until(time.Date(2030, 3, 8, 12, 0, 0, 0, ny)))
-		s := timers.New(memlock.New())
+		s := testkit.Must(timers.New(testkit.Must(memlock.New())))
 		var r record
-		if err := s.Add(timers.Cron("nightly", "30 2 * * *", r.fn, timers.InLocation(ny))); err != nil {
+		if err := s.Add(timers.Cron("nightly", "30 2 * * *", r.fn, timers.WithLocation(ny))); err != nil {
 			t.Fatal(err)
 		}
 		runFor(t, s, 4*24*time.Hour)
@@ -133,7 +135,7 @@ func TestCronAcrossDaylightSavingTime(t *testing.T) {
 func TestCronDescriptorsAndEvery(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		time.Sleep(time.Until(epoch.Add(time.Second)))
-		s := timers.New(memlock.New())
+		s := testkit.Must(timers.New(testkit.Must(memlock.New())))
 		var hourly, every record
 		if err := s.Add(timers.Cron("hourly", "@hourly", hourly.fn)); err != nil {
 			t.Fatal(err)
@@ -156,9 +158,9 @@ func TestMisfireSkip(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		time.Sleep(time.Until(epoch))
 		var skew atomic.Int64
-		s := timers.New(memlock.New(), timers.WithClock(func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }))
+		s := testkit.Must(timers.New(testkit.Must(memlock.New()), timers.WithClock(func() time.Time { return time.Now().Add(time.Duration(skew.Load())) })))
 		var r record
-		if err := s.Add(timers.Every("misfire", 10*time.Second, r.fn, timers.MisfireThreshold(time.Second))); err != nil {
+		if err := s.Add(timers.Every("misfire", 10*time.Second, r.fn, timers.WithMisfireThreshold(time.Second))); err != nil {
 			t.Fatal(err)
 		}
 		go func() {
@@ -181,7 +183,7 @@ func TestMisfireSkip(t *testing.T) {
 func TestRetryWithinATick(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		time.Sleep(time.Until(epoch))
-		s := timers.New(memlock.New())
+		s := testkit.Must(timers.New(testkit.Must(memlock.New())))
 		var calls []time.Time
 		fn := func(ctx context.Context) error {
 			calls = append(calls, time.Now())
@@ -190,7 +192,7 @@ func TestRetryWithinATick(t *testing.T) {
 			}
 			return nil
 		}
-		if err := s.Add(timers.Every("retry", time.Hour, fn, timers.RetryOnError(3, 100*time.Millisecond))); err != nil {
+		if err := s.Add(timers.Every("retry", time.Hour, fn, timers.WithRetries(3, 100*time.Millisecond))); err != nil {
 			t.Fatal(err)
 		}
 		runFor(t, s, time.Hour+time.Second)
@@ -209,14 +211,14 @@ func TestRetryWithinATick(t *testing.T) {
 func TestMaxRunTimeCancelsTheRun(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		time.Sleep(time.Until(epoch))
-		s := timers.New(memlock.New())
+		s := testkit.Must(timers.New(testkit.Must(memlock.New())))
 		var ended time.Time
 		fn := func(ctx context.Context) error {
 			<-ctx.Done()
 			ended = time.Now()
 			return context.Cause(ctx)
 		}
-		if err := s.Add(timers.Every("slow", time.Hour, fn, timers.MaxRunTime(3*time.Second))); err != nil {
+		if err := s.Add(timers.Every("slow", time.Hour, fn, timers.WithMaxRunTime(3*time.Second))); err != nil {
 			t.Fatal(err)
 		}
 		runFor(t, s, time.Hour+10*time.Second)
@@ -229,13 +231,13 @@ func TestMaxRunTimeCancelsTheRun(t *testing.T) {
 	})
 }
 
-// Runs of 2.5 intervals with MaxConcurrency(2): ticks 0 and 1 run, tick 2
+// Runs of 2.5 intervals with WithMaxConcurrency(2): ticks 0 and 1 run, tick 2
 // finds both slots busy and is skipped, tick 3 runs on the slot tick 0
 // freed at 2.5, and so on.
 func TestMaxConcurrencySkipsBusyTicks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		time.Sleep(time.Until(epoch))
-		s := timers.New(memlock.New())
+		s := testkit.Must(timers.New(testkit.Must(memlock.New())))
 		var running, peak atomic.Int32
 		fn := func(ctx context.Context) error {
 			n := running.Add(1)
@@ -245,7 +247,7 @@ func TestMaxConcurrencySkipsBusyTicks(t *testing.T) {
 			running.Add(-1)
 			return nil
 		}
-		if err := s.Add(timers.Every("long", time.Second, fn, timers.MaxConcurrency(2))); err != nil {
+		if err := s.Add(timers.Every("long", time.Second, fn, timers.WithMaxConcurrency(2))); err != nil {
 			t.Fatal(err)
 		}
 		runFor(t, s, 12*time.Second+time.Millisecond)
@@ -265,7 +267,7 @@ func TestMaxConcurrencySkipsBusyTicks(t *testing.T) {
 func TestOncePerTickAcrossSkewedHosts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		time.Sleep(time.Until(epoch))
-		table := memlock.New()
+		table := testkit.Must(memlock.New())
 		var count tickCount
 		fn := count.fn
 		var wg sync.WaitGroup
@@ -273,7 +275,7 @@ func TestOncePerTickAcrossSkewedHosts(t *testing.T) {
 		defer cancel()
 		var schedulers []*timers.Scheduler
 		for i, skew := range []time.Duration{-200 * time.Millisecond, 0, 200 * time.Millisecond} {
-			s := timers.New(table.Share(), timers.WithClock(func() time.Time { return time.Now().Add(skew) }))
+			s := testkit.Must(timers.New(testkit.Must(table.Share()), timers.WithClock(func() time.Time { return time.Now().Add(skew) })))
 			if err := s.Add(timers.Every("skewed", time.Second, fn)); err != nil {
 				t.Fatal(err)
 			}
@@ -298,8 +300,8 @@ func TestOncePerTickAcrossSkewedHosts(t *testing.T) {
 func TestShutdownWaitsThenCancels(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		time.Sleep(time.Until(epoch))
-		l := memlock.New()
-		s := timers.New(l, timers.WithShutdownTimeout(5*time.Second))
+		l := testkit.Must(memlock.New())
+		s := testkit.Must(timers.New(l, timers.WithShutdownTimeout(5*time.Second)))
 		var finished, cancelled atomic.Bool
 		if err := s.Add(timers.Every("short", time.Minute, func(ctx context.Context) error {
 			time.Sleep(2 * time.Second)
@@ -335,25 +337,25 @@ func TestShutdownWaitsThenCancels(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
-	s := timers.New(memlock.New())
+	s := testkit.Must(timers.New(testkit.Must(memlock.New())))
 	fn := func(context.Context) error { return nil }
 	if err := s.Add(timers.Every("dup", time.Second, fn)); err != nil {
 		t.Fatal(err)
 	}
 	for name, tm := range map[string]*timers.Timer{
-		"zero interval":      timers.Every("a", 0, fn),
-		"negative interval":  timers.Every("b", -time.Second, fn),
-		"invalid cron":       timers.Cron("c", "61 * * * *", fn),
-		"invalid @every":     timers.Cron("c2", "@every soon", fn),
-		"duplicate":          timers.Every("dup", time.Second, fn),
-		"MaxConcurrency 0":   timers.Every("d", time.Second, fn, timers.MaxConcurrency(0)),
-		"nil fn":             timers.Every("e", time.Second, nil),
-		"braces":             timers.Every("f{x}", time.Second, fn),
-		"InLocation(Every)":  timers.Every("g", time.Second, fn, timers.InLocation(time.UTC)),
-		"negative retries":   timers.Every("h", time.Second, fn, timers.RetryOnError(-1, 0)),
-		"zero MaxRunTime":    timers.Every("i", time.Second, fn, timers.MaxRunTime(0)),
-		"nil option":         timers.Every("j", time.Second, fn, nil),
-		"RunWhenUnavailable": timers.Every("k", time.Second, fn, timers.RunWhenUnavailable(0)),
+		"zero interval":          timers.Every("a", 0, fn),
+		"negative interval":      timers.Every("b", -time.Second, fn),
+		"invalid cron":           timers.Cron("c", "61 * * * *", fn),
+		"invalid @every":         timers.Cron("c2", "@every soon", fn),
+		"duplicate":              timers.Every("dup", time.Second, fn),
+		"WithMaxConcurrency 0":   timers.Every("d", time.Second, fn, timers.WithMaxConcurrency(0)),
+		"nil fn":                 timers.Every("e", time.Second, nil),
+		"braces":                 timers.Every("f{x}", time.Second, fn),
+		"WithLocation(Every)":    timers.Every("g", time.Second, fn, timers.WithLocation(time.UTC)),
+		"negative retries":       timers.Every("h", time.Second, fn, timers.WithRetries(-1, 0)),
+		"zero WithMaxRunTime":    timers.Every("i", time.Second, fn, timers.WithMaxRunTime(0)),
+		"nil option":             timers.Every("j", time.Second, fn, nil),
+		"WithRunWhenUnavailable": timers.Every("k", time.Second, fn, timers.WithRunWhenUnavailable(0)),
 	} {
 		if err := s.Add(tm); !errors.Is(err, lock.ErrInvalidArgument) {
 			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
@@ -362,8 +364,65 @@ func TestBadInput(t *testing.T) {
 	if err := s.Add(nil); !errors.Is(err, lock.ErrInvalidArgument) {
 		t.Errorf("nil timer: %v", err)
 	}
-	if err := timers.New(nil).Add(timers.Every("x", time.Second, fn)); !errors.Is(err, lock.ErrInvalidArgument) {
-		t.Errorf("nil Lock: %v", err)
+	// New reports a nil Lock and its own invalid options itself (they
+	// used to be reported by Add and Run).
+	l := testkit.Must(memlock.New())
+	for name, c := range map[string]struct {
+		l    lock.Lock
+		opts []timers.SchedulerOption
+	}{
+		"nil Lock":               {nil, nil},
+		"nil option":             {l, []timers.SchedulerOption{nil}},
+		"nil clock":              {l, []timers.SchedulerOption{timers.WithClock(nil)}},
+		"zero shutdown timeout":  {l, []timers.SchedulerOption{timers.WithShutdownTimeout(0)}},
+		"shutdown timeout > Max": {l, []timers.SchedulerOption{timers.WithShutdownTimeout(lock.MaxTTL + 1)}},
+		"owner with a newline":   {l, []timers.SchedulerOption{timers.WithCommon(lock.Common{Owner: "a\nb"})}},
+	} {
+		s, err := timers.New(c.l, c.opts...)
+		if !errors.Is(err, lock.ErrInvalidArgument) || !strings.HasPrefix(err.Error(), "timers: invalid argument: ") || s != nil {
+			t.Errorf("New, %s: %v, %v, want a timers: ErrInvalidArgument", name, s, err)
+		}
+	}
+}
+
+// The scheduler's owner (WithCommon's Owner, else the Lock's) is the
+// Runner that Status reports; two WithCommon options compose.
+// The runner in Status is the Lock's owner, which the claims and slots
+// that Observe shows are stored with; a configured Owner that differs from
+// it is refused (it could be reported, never made true); with a Lock that
+// states no owner, the configured one is the runner.
+func TestSchedulerOwner(t *testing.T) {
+	for _, c := range []struct {
+		hide bool // the Lock states no owner
+		opts []timers.SchedulerOption
+		want string
+	}{
+		{false, nil, "lock-owner"},
+		{false, []timers.SchedulerOption{timers.WithCommon(lock.Common{Owner: "lock-owner"})}, "lock-owner"},
+		{true, []timers.SchedulerOption{timers.WithCommon(lock.Common{Owner: "scheduler-owner"}),
+			timers.WithCommon(lock.Common{Logger: slog.New(slog.DiscardHandler)})}, "scheduler-owner"},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			time.Sleep(time.Until(epoch))
+			var l lock.Lock = testkit.Must(memlock.New(memlock.WithCommon(lock.Common{Owner: "lock-owner"})))
+			if c.hide {
+				l = struct{ lock.Lock }{l}
+			}
+			s := testkit.Must(timers.New(l, c.opts...))
+			var r record
+			if err := s.Add(timers.Every("owned", time.Second, r.fn)); err != nil {
+				t.Fatal(err)
+			}
+			runFor(t, s, 1500*time.Millisecond)
+			if st := s.Status()[0]; st.Runs != 1 || st.LastRun.Runner != c.want {
+				t.Fatalf("status %+v: want one run by %q", st, c.want)
+			}
+		})
+	}
+	l := testkit.Must(memlock.New(memlock.WithCommon(lock.Common{Owner: "lock-owner"})))
+	_, err := timers.New(l, timers.WithCommon(lock.Common{Owner: "scheduler-owner"}))
+	if !errors.Is(err, lock.ErrInvalidArgument) || !strings.HasPrefix(err.Error(), "timers: ") {
+		t.Fatalf("an Owner that is not the Lock's: %v, want it refused by timers", err)
 	}
 }
 
@@ -416,7 +475,7 @@ func (s slowLock) TryAcquire(ctx context.Context, key string, ttl time.Duration)
 func TestLateClaimDoesNotRunTheTickAgain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		time.Sleep(time.Until(epoch))
-		table := memlock.New()
+		table := testkit.Must(memlock.New())
 		var count tickCount
 		fn := count.fn
 		ctx, cancel := context.WithTimeout(t.Context(), 10500*time.Millisecond)
@@ -425,8 +484,8 @@ func TestLateClaimDoesNotRunTheTickAgain(t *testing.T) {
 		var schedulers []*timers.Scheduler
 		// The claim lives interval + threshold = 1.5 s: the slow host's
 		// requests arrive 2 s late.
-		for _, l := range []lock.Lock{table.Share(), slowLock{table.Share(), 2 * time.Second}} {
-			s := timers.New(l)
+		for _, l := range []lock.Lock{testkit.Must(table.Share()), slowLock{testkit.Must(table.Share()), 2 * time.Second}} {
+			s := testkit.Must(timers.New(l))
 			if err := s.Add(timers.Every("late", time.Second, fn)); err != nil {
 				t.Fatal(err)
 			}
@@ -450,14 +509,14 @@ func TestCronAcrossFallBack(t *testing.T) {
 	ny := newYork(t)
 	synctest.Test(t, func(t *testing.T) {
 		time.Sleep(time.Until(time.Date(2030, 11, 1, 12, 0, 0, 0, ny)))
-		table := memlock.New()
+		table := testkit.Must(memlock.New())
 		var count tickCount
 		ctx, cancel := context.WithTimeout(t.Context(), 3*24*time.Hour)
 		defer cancel()
 		var wg sync.WaitGroup
 		for range 2 { // two hosts: each tick once between them
-			s := timers.New(table.Share())
-			if err := s.Add(timers.Cron("fall-back", "30 1 * * *", count.fn, timers.InLocation(ny))); err != nil {
+			s := testkit.Must(timers.New(testkit.Must(table.Share())))
+			if err := s.Add(timers.Cron("fall-back", "30 1 * * *", count.fn, timers.WithLocation(ny))); err != nil {
 				t.Fatal(err)
 			}
 			wg.Go(func() { _ = s.Run(ctx) })
@@ -476,20 +535,20 @@ func TestCronAcrossFallBack(t *testing.T) {
 	})
 }
 
-// RetryOnError's retries stop at MaxRunTime: with a backoff of 1 s the
+// WithRetries's retries stop at WithMaxRunTime: with a backoff of 1 s the
 // attempts go at 0, 1 s and 3 s; the next would be at 7 s, past the 3.5 s
 // deadline, so the run ends at 3.5 s with fn's error and the deadline.
 func TestRetriesStopAtMaxRunTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		time.Sleep(time.Until(epoch))
-		s := timers.New(memlock.New())
+		s := testkit.Must(timers.New(testkit.Must(memlock.New())))
 		var calls []time.Duration
 		boom := errors.New("boom")
 		fn := func(ctx context.Context) error {
 			calls = append(calls, time.Since(epoch.Add(time.Hour)))
 			return boom
 		}
-		if err := s.Add(timers.Every("retry-deadline", time.Hour, fn, timers.RetryOnError(10, time.Second), timers.MaxRunTime(3500*time.Millisecond))); err != nil {
+		if err := s.Add(timers.Every("retry-deadline", time.Hour, fn, timers.WithRetries(10, time.Second), timers.WithMaxRunTime(3500*time.Millisecond))); err != nil {
 			t.Fatal(err)
 		}
 		runFor(t, s, time.Hour+10*time.Second)

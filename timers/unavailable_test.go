@@ -12,6 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/leasehold-go/leasehold/internal/testkit"
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/backendkit"
 	"github.com/leasehold-go/leasehold/lock/memlock"
@@ -80,14 +81,14 @@ func (r *runs) seconds() string {
 // backend is away from 3.5 s to 7.7 s after epoch, logging into logs.
 func overOutage(logs *bytes.Buffer) *timers.Scheduler {
 	time.Sleep(time.Until(epoch))
-	l := outage{Lock: memlock.New(), down: epoch.Add(3500 * time.Millisecond), up: epoch.Add(7700 * time.Millisecond)}
-	return timers.New(l, lock.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	l := outage{Lock: testkit.Must(memlock.New()), down: epoch.Add(3500 * time.Millisecond), up: epoch.Add(7700 * time.Millisecond)}
+	return testkit.Must(timers.New(l, timers.WithCommon(lock.Common{Logger: slog.New(slog.NewTextHandler(logs, nil))})))
 }
 
 // The backend is unreachable from 3.5 s to 7.7 s; the timer ticks every
 // second, from 1 s to 10 s.
 func TestBackendUnreachable(t *testing.T) {
-	// Without RunWhenUnavailable (the safe default), ticks 4 to 7 are
+	// Without WithRunWhenUnavailable (the safe default), ticks 4 to 7 are
 	// skipped (reason unavailable) and counted; from tick 8 on the timer
 	// runs as before.
 	t.Run("skip", func(t *testing.T) {
@@ -123,7 +124,7 @@ func TestBackendUnreachable(t *testing.T) {
 		})
 	})
 
-	// With RunWhenUnavailable(2) and runs of 2.5 s while the backend is
+	// With WithRunWhenUnavailable(2) and runs of 2.5 s while the backend is
 	// away: ticks 4 and 5 run on this host, tick 6 finds the per-host cap
 	// reached (skipped, busy), tick 7 runs on the place tick 4 freed; each
 	// such run says at Warn that the cluster-wide guarantees are suspended.
@@ -145,7 +146,7 @@ func TestBackendUnreachable(t *testing.T) {
 					normal.Add(1)
 				}
 				return nil
-			}, timers.RunWhenUnavailable(2))); err != nil {
+			}, timers.WithRunWhenUnavailable(2))); err != nil {
 				t.Fatal(err)
 			}
 			runFor(t, s, 10500*time.Millisecond)
@@ -191,8 +192,8 @@ func (s stalling) TryAcquire(ctx context.Context, key string, ttl time.Duration)
 func TestStalledClaimCostsOneTick(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		time.Sleep(time.Until(epoch))
-		l := stalling{Lock: memlock.New(), down: epoch.Add(2500 * time.Millisecond), up: epoch.Add(3700 * time.Millisecond)}
-		s := timers.New(l, lock.WithLogger(slog.New(slog.DiscardHandler)))
+		l := stalling{Lock: testkit.Must(memlock.New()), down: epoch.Add(2500 * time.Millisecond), up: epoch.Add(3700 * time.Millisecond)}
+		s := testkit.Must(timers.New(l, timers.WithCommon(lock.Common{Logger: slog.New(slog.DiscardHandler)})))
 		var r record
 		if err := s.Add(timers.Every("stall", time.Second, r.fn)); err != nil {
 			t.Fatal(err)

@@ -3,7 +3,7 @@
 //
 //	leasehold locks [PREFIX]            grants: key, owner, token, remaining ttl, age
 //	leasehold semaphore NAME [--size N] slot occupancy
-//	leasehold leader [NAME]             leader: identity, term, since
+//	leasehold leader [NAME]             leader: owner, term, since
 //	leasehold timers [PREFIX]           latest claimed tick and its host, runs in progress
 //	leasehold jobs                      in flight (owner, attempt, heartbeat age), expired, dead
 //	leasehold jobs retry ID             put a dead job back in flight for the application to requeue

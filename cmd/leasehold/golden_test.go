@@ -71,7 +71,7 @@ func memURL(name string) string { return fmt.Sprintf("mem://%s-%d", name, memRun
 func fillMem(t *testing.T, url string) (stop func()) {
 	ctx := t.Context()
 	open := func(owner string) lock.Lock {
-		l, _, err := backend.Open(ctx, url, lock.WithOwner(owner))
+		l, _, err := backend.Open(ctx, url, backend.WithCommon(lock.Common{Owner: owner}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -173,8 +173,13 @@ func TestJSON(t *testing.T) {
 		}
 		var l ops.Leader
 		decode(&l, "leader", "billing")
-		if l.Identity != "host-a" || l.Term == 0 || l.Since == nil {
+		if l.Owner != "host-a" || l.Term == 0 || l.Since == nil {
 			t.Fatalf("leader %+v", l)
+		}
+		var lm map[string]any
+		decode(&lm, "leader", "billing")
+		if _, old := lm["identity"]; lm["owner"] != "host-a" || old {
+			t.Fatalf("leader JSON %v, want the field \"owner\"", lm)
 		}
 		var ts []ops.Timer
 		decode(&ts, "timers")

@@ -191,7 +191,7 @@ func redactArgs(args []string) []string {
 func TestTablesQuote(t *testing.T) {
 	url := memURL("quote")
 	ctx := t.Context()
-	l, _, err := backend.Open(ctx, url, lock.WithOwner("host-a"))
+	l, _, err := backend.Open(ctx, url, backend.WithCommon(lock.Common{Owner: "host-a"}))
 	if err != nil {
 		t.Fatal(err)
 	}

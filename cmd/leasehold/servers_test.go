@@ -120,7 +120,7 @@ func TestAgainstServers(t *testing.T) {
 		}
 		var l ops.Leader
 		decodeJSON(t, &l, "leader", key, "--backend", url)
-		if l.Name != key || l.Identity != owner || l.Term == 0 {
+		if l.Name != key || l.Owner != owner || l.Term == 0 {
 			t.Fatalf("leader %+v, want %s", l, owner)
 		}
 		_, errOut, code := run(t, "release", key, "--backend", url)

@@ -1,7 +1,7 @@
 // Command cron runs a few timers the way a fleet would: start three copies
 // in three terminals on one backend and watch them share the ticks — each
-// tick runs on exactly one host, and "slow-export" (MaxConcurrency 2, runs
-// longer than its interval) never has more than two runs anywhere.
+// tick runs on exactly one host, and "slow-export" (WithMaxConcurrency(2),
+// runs longer than its interval) never has more than two runs anywhere.
 //
 //	go run ./examples/cron                                   # in memory: three hosts in one process
 //	go run ./examples/cron -backend redis://127.0.0.1:6379   # one host per process; start three
@@ -56,7 +56,7 @@ func run(ctx context.Context, out io.Writer, url string, hosts int) error {
 		defer mu.Unlock()
 		fmt.Fprintf(out, "+%6.3fs  %-8s %s\n", time.Since(start).Seconds(), host, fmt.Sprintf(format, args...))
 	}
-	quiet := lock.WithLogger(slog.New(slog.DiscardHandler))
+	quiet := slog.New(slog.DiscardHandler)
 	var wg sync.WaitGroup
 	var schedulers []*timers.Scheduler
 	for h := range hosts {
@@ -64,12 +64,15 @@ func run(ctx context.Context, out io.Writer, url string, hosts int) error {
 		if hosts == 1 {
 			name = fmt.Sprintf("pid-%d", os.Getpid())
 		}
-		l, closeFn, err := backend.Open(ctx, url, lock.WithOwner(name), quiet)
+		l, closeFn, err := backend.Open(ctx, url, backend.WithCommon(lock.Common{Owner: name, Logger: quiet}))
 		if err != nil {
 			return err
 		}
 		defer closeFn()
-		s := timers.New(l, quiet)
+		s, err := timers.New(l, timers.WithCommon(lock.Common{Logger: quiet}))
+		if err != nil {
+			return err
+		}
 		report := func(ctx context.Context) error {
 			tick, _ := timers.TickFrom(ctx)
 			say(name, "heartbeat report for tick %s", tick.At.Format("15:04:05.000"))
@@ -88,7 +91,7 @@ func run(ctx context.Context, out io.Writer, url string, hosts int) error {
 		}
 		for _, t := range []*timers.Timer{
 			timers.Every("heartbeat-report", time.Second, report),
-			timers.Every("slow-export", time.Second, export, timers.MaxConcurrency(2), timers.MaxRunTime(5*time.Second)),
+			timers.Every("slow-export", time.Second, export, timers.WithMaxConcurrency(2), timers.WithMaxRunTime(5*time.Second)),
 			timers.Cron("nightly-cleanup", "0 3 * * *", func(context.Context) error { return nil }),
 		} {
 			if err := s.Add(t); err != nil {

@@ -121,10 +121,15 @@ func (q redisQueue) pop(ctx context.Context) (jobs.Job, bool) {
 // "crashes" stops heartbeating and never finishes its job, as a SIGKILLed
 // process would.
 func run(ctx context.Context, out io.Writer, total int) error {
-	quiet := lock.WithLogger(slog.New(slog.DiscardHandler))
+	quiet := lock.Common{Logger: slog.New(slog.DiscardHandler)}
 	reg, q := memjobs.New(), make(chanQueue, total*2)
-	table := memlock.New()
-	newLk := func(owner string) lock.Lock { return table.Share(lock.WithOwner(owner), quiet) }
+	table, err := memlock.New()
+	if err != nil {
+		return err
+	}
+	newLk := func(owner string) (lock.Lock, error) {
+		return table.Share(memlock.WithCommon(quiet), memlock.WithCommon(lock.Common{Owner: owner}))
+	}
 	var (
 		mu        sync.Mutex
 		started   = map[string]int{}
@@ -145,13 +150,17 @@ func run(ctx context.Context, out io.Writer, total int) error {
 		say("recovered %s (attempt %d, was held by %s): requeued", j.ID, j.Attempt, j.History[len(j.History)-1].From)
 		return q.push(ctx, j)
 	}
-	fast := []lock.Option{jobs.WithLease(time.Second), jobs.WithHeartbeatEvery(250 * time.Millisecond), jobs.WithScanEvery(250 * time.Millisecond), jobs.WithBackoff(0, 0), quiet}
+	fast := []jobs.Option{jobs.WithTTL(time.Second), jobs.WithHeartbeatInterval(250 * time.Millisecond), jobs.WithScanInterval(250 * time.Millisecond), jobs.WithRetryBackoff(0, 0), jobs.WithCommon(quiet)}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
 	for w := range 3 {
 		name := fmt.Sprintf("worker-%d", w)
-		runner, err := jobs.NewRunner(reg, newLk(name), requeue, fast...)
+		l, err := newLk(name)
+		if err != nil {
+			return err
+		}
+		runner, err := jobs.NewRunner(reg, l, requeue, fast...)
 		if err != nil {
 			return err
 		}

@@ -124,13 +124,13 @@ func runProcesses(ctx context.Context, out io.Writer, addr string, total int) er
 func workerMain(addr, ns string, w int) error {
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
-	quiet := lock.WithLogger(slog.New(slog.DiscardHandler))
+	quiet := lock.Common{Logger: slog.New(slog.DiscardHandler)}
 	reg, err := redisjobs.New(c, ns)
 	if err != nil {
 		return err
 	}
 	name := fmt.Sprintf("worker-%d/%d", w, os.Getpid())
-	l, err := redislock.New(c, lock.WithOwner(name), quiet)
+	l, err := redislock.New(c, redislock.WithCommon(quiet), redislock.WithCommon(lock.Common{Owner: name}))
 	if err != nil {
 		return err
 	}
@@ -141,8 +141,8 @@ func workerMain(addr, ns string, w int) error {
 	runner, err := jobs.NewRunner(reg, l, func(ctx context.Context, j jobs.Job, _ time.Duration) error {
 		say("RECOVERED %s attempt %d from %s", j.ID, j.Attempt, j.History[len(j.History)-1].From)
 		return q.push(ctx, j)
-	}, jobs.WithLease(time.Second), jobs.WithHeartbeatEvery(250*time.Millisecond), jobs.WithScanEvery(250*time.Millisecond),
-		jobs.WithBackoff(0, 0), jobs.WithElection(ns), quiet)
+	}, jobs.WithTTL(time.Second), jobs.WithHeartbeatInterval(250*time.Millisecond), jobs.WithScanInterval(250*time.Millisecond),
+		jobs.WithRetryBackoff(0, 0), jobs.WithElection(ns), jobs.WithCommon(quiet))
 	if err != nil {
 		return err
 	}

@@ -45,9 +45,9 @@ func run(ctx context.Context, out io.Writer, url string, candidates, handovers i
 		defer mu.Unlock()
 		fmt.Fprintf(out, "+%5.3fs  %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
 	}
-	opts := []lock.Option{leader.WithLease(3 * time.Second), leader.WithRenewEvery(time.Second), leader.WithRetry(time.Second)}
+	opts := []leader.Option{leader.WithTTL(3 * time.Second), leader.WithRenewInterval(time.Second), leader.WithRetryInterval(time.Second)}
 	for c := range candidates {
-		l, closeFn, err := backend.Open(ctx, url, lock.WithOwner(fmt.Sprintf("candidate-%d/%d", c, os.Getpid())))
+		l, closeFn, err := backend.Open(ctx, url, backend.WithCommon(lock.Common{Owner: fmt.Sprintf("candidate-%d/%d", c, os.Getpid())}))
 		if err != nil {
 			return err
 		}

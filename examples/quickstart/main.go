@@ -65,8 +65,11 @@ func (g *grantLog) say(format string, args ...any) {
 
 func run(out io.Writer) error {
 	// Silence the library's own log lines; the timeline below tells the story.
-	quiet := lock.WithLogger(slog.New(slog.DiscardHandler))
-	server := memlock.New(quiet) // one table of grants, as one server
+	quiet := lock.Common{Logger: slog.New(slog.DiscardHandler)}
+	server, err := memlock.New(memlock.WithCommon(quiet)) // one table of grants, as one server
+	if err != nil {
+		return err
+	}
 	var (
 		led  ledger
 		log  grantLog
@@ -76,7 +79,10 @@ func run(out io.Writer) error {
 	start := time.Now()
 	cHolds := make(chan struct{}) // host-c goes first, so that its pause blocks the others
 	for _, name := range []string{"host-c", "host-a", "host-b"} {
-		host := server.Share(lock.WithOwner(name), quiet)
+		host, err := server.Share(memlock.WithCommon(quiet), memlock.WithCommon(lock.Common{Owner: name}))
+		if err != nil {
+			return err
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -132,7 +138,7 @@ func run(out io.Writer) error {
 					log.spans = append(log.spans, [2]time.Time{acquired, end})
 					log.mu.Unlock()
 					return nil
-				}, lock.WithTTL(ttl), quiet)
+				}, lock.WithTTL(ttl), lock.WithCommon(quiet))
 				switch {
 				case errors.Is(err, lock.ErrLost):
 					log.say("%s: lock.Do reports the loss: %v", name, err)

@@ -48,12 +48,12 @@ func run(ctx context.Context, out io.Writer, url string, workers, slots, calls i
 		fmt.Fprintf(out, "+%5.3fs  %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
 	}
 	for w := range workers {
-		l, closeFn, err := backend.Open(ctx, url, lock.WithOwner(fmt.Sprintf("worker-%d/%d", w, os.Getpid())))
+		l, closeFn, err := backend.Open(ctx, url, backend.WithCommon(lock.Common{Owner: fmt.Sprintf("worker-%d/%d", w, os.Getpid())}))
 		if err != nil {
 			return err
 		}
 		defer closeFn()
-		sem, err := semaphore.New(l, "downstream", slots, lock.WithTTL(5*time.Second))
+		sem, err := semaphore.New(l, "downstream", slots, semaphore.WithTTL(5*time.Second))
 		if err != nil {
 			return err
 		}

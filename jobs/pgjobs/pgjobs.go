@@ -47,7 +47,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold-go/leasehold/jobs"
-	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
@@ -72,13 +71,13 @@ var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,50}$`)
 // pool's database.
 func New(pool *pgxpool.Pool, table string) (*Registry, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("%w: pgjobs.New: nil pool", lock.ErrInvalidArgument)
+		return nil, backendkit.Invalid("pgjobs", "nil pool")
 	}
 	if table == "" {
 		table = "leasehold_jobs"
 	}
 	if !identifier.MatchString(table) {
-		return nil, fmt.Errorf("%w: pgjobs: table name %q must match %s", lock.ErrInvalidArgument, table, identifier)
+		return nil, backendkit.Invalid("pgjobs", "table name %q must match %s", table, identifier)
 	}
 	return &Registry{pool: pool, table: table, q: newQueries(table)}, nil
 }

@@ -13,7 +13,7 @@
 // IDs are opaque bytes (NUL and separators included): they appear only as
 // the tail of a key and as index members, never inside an encoded field.
 // The history field separates records with \x1e and fields with \x1f;
-// the owners in it are identities (lock.CheckOwner: no control
+// the owners in it are identities (backendkit.CheckOwner: no control
 // characters), checked where they enter (Track, Reclaim).
 //
 // Every operation is one Lua script (one round trip), on the server's
@@ -54,7 +54,6 @@ import (
 
 	"github.com/leasehold-go/leasehold/internal/rediscall"
 	"github.com/leasehold-go/leasehold/jobs"
-	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
@@ -113,13 +112,13 @@ var (
 // New returns the registry called namespace ("" for "leasehold:jobs") on c.
 func New(c redis.UniversalClient, namespace string) (*Registry, error) {
 	if c == nil {
-		return nil, fmt.Errorf("%w: redisjobs.New: nil client", lock.ErrInvalidArgument)
+		return nil, backendkit.Invalid("redisjobs", "nil client")
 	}
 	if namespace == "" {
 		namespace = "leasehold:jobs"
 	}
 	if strings.ContainsAny(namespace, "{}") {
-		return nil, fmt.Errorf("%w: redisjobs: namespace %q contains a brace", lock.ErrInvalidArgument, namespace)
+		return nil, backendkit.Invalid("redisjobs", "namespace %q contains a brace", namespace)
 	}
 	return &Registry{c: c, ns: "{" + namespace + "}:", bounds: rediscall.For(c)}, nil
 }

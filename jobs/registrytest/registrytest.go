@@ -503,7 +503,7 @@ func checkIDs(t testing.TB, what string, got []jobs.Job, want map[string]jobs.Jo
 	}
 }
 
-// ownersAndReasons: owners are identities (lock.CheckOwner), refused with
+// ownersAndReasons: owners are identities (backendkit.CheckOwner), refused with
 // an error that names the argument; the ones accepted round-trip through
 // the history exactly, with the time of the recovery.
 func ownersAndReasons(t *testing.T, r jobs.Registry) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/leasehold-go/leasehold/internal/testkit"
 	"math"
 	"strings"
 	"testing"
@@ -37,7 +38,7 @@ func TestRemainingBounds(t *testing.T) {
 // keys, but within a few hundred bytes, not MaxKeys × MaxKeyLen (4 MiB per
 // failed attempt of a waiting semaphore).
 func TestNotAcquiredAnyIsBounded(t *testing.T) {
-	l := memlock.New()
+	l := testkit.Must(memlock.New())
 	ctx := t.Context()
 	long := strings.Repeat("k", lock.MaxKeyLen-8)
 	keys := make([]string, lock.MaxKeys)
@@ -81,15 +82,86 @@ func TestSharedWithLock(t *testing.T) {
 	if token, ok := lock.TokenFrom(backendkit.ContextWithToken(t.Context(), 42)); token != 42 || !ok {
 		t.Errorf("TokenFrom(ContextWithToken(42)) = %d, %v", token, ok)
 	}
-	cfg, err := lock.NewConfig(nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := memlock.New()
-	h, err := backendkit.AcquireWith(t.Context(), cfg, l, []string{"k"}, func(ctx context.Context) (lock.Handle, error) {
+	l := testkit.Must(memlock.New())
+	h, err := backendkit.AcquireWith(t.Context(), l, []string{"k"}, func(ctx context.Context) (lock.Handle, error) {
 		return l.TryAcquire(ctx, "k", time.Minute)
 	})
 	if err != nil || h.Key() != "k" {
 		t.Fatalf("AcquireWith: %v", err)
+	}
+}
+
+// Every package's input errors name the package, and still match lock's
+// sentinels: the caller can tell which package refused what.
+func TestInvalidNamesThePackage(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		msg  string
+		want error
+	}{
+		{backendkit.Invalid("timers", "timer %q: nil function", "x"), `timers: invalid argument: timer "x": nil function`, lock.ErrInvalidArgument},
+		{backendkit.Invalid("jobs", "WithTTL: %w", lock.DefaultLimits.CheckTTL(0)), "jobs: invalid ttl: WithTTL: ttl must be positive, got 0s", lock.ErrInvalidTTL},
+		{backendkit.Invalid("leader", "%w", lock.DefaultLimits.CheckTTL(0)), "leader: invalid ttl: ttl must be positive, got 0s", lock.ErrInvalidTTL},
+		{backendkit.Invalid("semaphore", "%w", backendkit.CheckName("semaphore name", "")), "semaphore: invalid argument: " + strings.TrimPrefix(backendkit.CheckName("semaphore name", "").Error(), "lock: invalid argument: "), lock.ErrInvalidArgument},
+	} {
+		if !errors.Is(c.err, c.want) || !errors.Is(c.err, lock.ErrInvalidArgument) {
+			t.Errorf("%v does not match %v", c.err, c.want)
+		}
+		if c.err.Error() != c.msg {
+			t.Errorf("message %q, want %q", c.err, c.msg)
+		}
+	}
+}
+
+type settings struct{ n int }
+
+type option func(*settings) error
+
+func TestApply(t *testing.T) {
+	var s settings
+	set := func(n int) option {
+		return func(s *settings) error {
+			if n < 0 {
+				return errors.New("n is negative")
+			}
+			s.n = n
+			return nil
+		}
+	}
+	if err := backendkit.Apply("pkg", &s, []option{set(1), set(2)}); err != nil || s.n != 2 {
+		t.Errorf("Apply: %v, n = %d, want nil, 2 (in order)", err, s.n)
+	}
+	err := backendkit.Apply("pkg", &s, []option{set(-1)})
+	if !errors.Is(err, lock.ErrInvalidArgument) || err.Error() != "pkg: invalid argument: n is negative" {
+		t.Errorf("Apply of a refused option: %v", err)
+	}
+	if err := backendkit.Apply("pkg", &s, []option{nil}); !errors.Is(err, lock.ErrInvalidArgument) {
+		t.Errorf("Apply of a nil option: %v", err)
+	}
+}
+
+func TestResolve(t *testing.T) {
+	c, err := backendkit.Resolve("pkg", lock.Common{}, "")
+	if err != nil || c.Owner == "" || c.Logger == nil || c.MeterProvider == nil || c.TracerProvider == nil {
+		t.Errorf("Resolve of the zero Common: %+v, %v; want every default", c, err)
+	}
+	if c, _ := backendkit.Resolve("pkg", lock.Common{}, "the-lock's"); c.Owner != "the-lock's" {
+		t.Errorf("default owner %q, want the one given", c.Owner)
+	}
+	if c, _ := backendkit.Resolve("pkg", lock.Common{Owner: "mine"}, "the-lock's"); c.Owner != "mine" {
+		t.Errorf("owner %q, want the configured one", c.Owner)
+	}
+	if _, err := backendkit.Resolve("pkg", lock.Common{Owner: "a\nb"}, ""); !errors.Is(err, lock.ErrInvalidArgument) {
+		t.Errorf("Resolve of a bad owner: %v", err)
+	}
+	l := testkit.Must(memlock.New(memlock.WithCommon(lock.Common{Owner: "host-a"})))
+	if c, err := backendkit.ResolveOn("pkg", lock.Common{}, l); err != nil || c.Owner != "host-a" {
+		t.Errorf("ResolveOn: owner %q, %v; want the Lock's", c.Owner, err)
+	}
+	if _, err := backendkit.ResolveOn("pkg", lock.Common{Owner: "host-a"}, l); err != nil {
+		t.Errorf("ResolveOn with the Lock's own owner: %v", err)
+	}
+	if _, err := backendkit.ResolveOn("pkg", lock.Common{Owner: "someone-else"}, l); !errors.Is(err, lock.ErrInvalidArgument) {
+		t.Errorf("ResolveOn with another owner: %v, want it refused", err)
 	}
 }

@@ -5,9 +5,12 @@
 //
 // # Writing a backend
 //
-//   - Take []lock.Option in the constructor, read them with lock.NewConfig
-//     (lock.BackendOption for the backend's own settings), and record
-//     through TelemetryOf(cfg).Backend(name).
+//   - Declare an option type of your own, a func(*yourSettings) error, with
+//     a WithCommon(lock.Common) that merges (c.Merge). The constructor
+//     applies the options with Apply, fills the Common's defaults with
+//     Resolve, and records through NewTelemetry(common).Backend(name).
+//     Input errors come from Invalid("yourpkg", …), so that they name your
+//     package and match lock.ErrInvalidArgument.
 //   - State your lock.Limits (implement lock.Limited on the Lock and on its
 //     handles) and check them first in every operation: Validate
 //     (ValidateKeys, ValidateSubscribe, ValidateKey, CheckContext).

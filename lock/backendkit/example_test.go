@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"time"
 
 	"github.com/leasehold-go/leasehold/lock"
@@ -39,7 +40,7 @@ func (t tenantLock) TryAcquire(ctx context.Context, key string, ttl time.Duratio
 // Limits are the backend's: the ttl bounds and the size of a key set.
 func (t tenantLock) Limits() lock.Limits { return lock.LimitsOf(t.inner) }
 
-func (t tenantLock) Owner() string { return lock.OwnerOf(t.inner, "") }
+func (t tenantLock) Owner() string { return backendkit.OwnerOf(t.inner, "") }
 
 type tenantHandle struct {
 	lock.Handle
@@ -50,7 +51,10 @@ func (h tenantHandle) Key() string { return h.key }
 
 // A wrapper backend. Before it ships, it runs lock/locktest.Run.
 func Example_wrapper() {
-	shared := memlock.New(lock.WithOwner("host-a"))
+	shared, err := memlock.New(memlock.WithCommon(lock.Common{Owner: "host-a"}))
+	if err != nil {
+		log.Fatal(err)
+	}
 	var acme lock.Lock = tenantLock{inner: shared, prefix: "tenant/acme/"}
 	ctx := context.Background()
 
@@ -61,7 +65,7 @@ func Example_wrapper() {
 	fmt.Println(errors.As(err, &held), held.Key)
 	_, err = acme.TryAcquire(ctx, "reports/daily", -time.Second)
 	fmt.Println(errors.Is(err, lock.ErrInvalidTTL))
-	fmt.Println(lock.OwnerOf(acme, "unknown"))
+	fmt.Println(backendkit.OwnerOf(acme, "unknown"))
 
 	g, _, _ := shared.Inspect(ctx, "tenant/acme/reports/daily")
 	fmt.Println(g.Key, g.Owner)
@@ -84,4 +88,56 @@ func ExampleValidUntil() {
 	// Output:
 	// 302ms
 	// 12:00:29.698
+}
+
+// A backend's own options: a type of its own, so that another package's
+// option does not compile here, and input errors that name the package.
+type tenantOption func(*tenantConfig) error
+
+type tenantConfig struct {
+	prefix string
+	common lock.Common
+}
+
+func withTenant(name string) tenantOption {
+	return func(c *tenantConfig) error {
+		if err := backendkit.CheckName("tenant", name); err != nil {
+			return err
+		}
+		c.prefix = "tenant/" + name + "/"
+		return nil
+	}
+}
+
+func withCommon(c lock.Common) tenantOption {
+	return func(cfg *tenantConfig) error { cfg.common = cfg.common.Merge(c); return nil }
+}
+
+func newTenantLock(inner lock.Lock, opts ...tenantOption) (lock.Lock, error) {
+	var cfg tenantConfig
+	if err := backendkit.Apply("tenantlock", &cfg, opts); err != nil {
+		return nil, err
+	}
+	common, err := backendkit.Resolve("tenantlock", cfg.common, backendkit.OwnerOf(inner, ""))
+	if err != nil {
+		return nil, err
+	}
+	common.Logger.Debug("tenant lock ready", "prefix", cfg.prefix, "owner", common.Owner)
+	return tenantLock{inner: inner, prefix: cfg.prefix}, nil
+}
+
+func ExampleApply() {
+	shared, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = newTenantLock(shared, withTenant("acme"), withCommon(lock.Common{Owner: "host-a"}))
+	fmt.Println(err)
+	_, err = newTenantLock(shared, withTenant(""))
+	fmt.Println(errors.Is(err, lock.ErrInvalidArgument))
+	fmt.Println(err)
+	// Output:
+	// <nil>
+	// true
+	// tenantlock: invalid argument: tenant "" is empty
 }

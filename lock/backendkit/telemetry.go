@@ -17,10 +17,9 @@ import (
 const ScopeName = "github.com/leasehold-go/leasehold"
 
 // Telemetry holds the OpenTelemetry instruments of the lock layer, for
-// the providers of one lock.Config (WithMeterProvider, WithTracerProvider).
-// The instruments are built once per (meter provider, tracer provider)
-// pair and shared; every package of leasehold records through them, so the
-// names below are the whole lock vocabulary:
+// the providers of one lock.Common. A component builds it once, when it is
+// made (NewTelemetry); every package of leasehold records through it, so
+// the names below are the whole lock vocabulary:
 //
 //	leasehold.lock.attempt.duration  histogram, s   one TryAcquire at the backend; outcome=acquired|busy|error
 //	leasehold.lock.releases          counter        Release at the backend; outcome=released|lost|error
@@ -41,13 +40,21 @@ type Telemetry struct {
 	t *kit.Telemetry
 }
 
-// TelemetryOf returns the instruments for cfg's providers, creating them on
-// first use. With the default global providers they are no-ops until an
-// application installs an SDK (and then they forward to it).
-func TelemetryOf(cfg *lock.Config) *Telemetry {
-	t := kit.TelemetryOf(cfg.MeterProvider, cfg.TracerProvider)
+// NewTelemetry returns the instruments for c's providers (nil: the global
+// ones, whose instruments are built once and shared; they are no-ops until
+// an application installs an SDK, and then forward to it).
+func NewTelemetry(c lock.Common) *Telemetry {
+	t := kit.TelemetryFor(c.MeterProvider, c.TracerProvider)
 	return &Telemetry{Tracer: t.Tracer, Meter: t.Meter, t: t}
 }
+
+var helperOption = kit.HelperOption.(func(lock.Common, *kit.Telemetry) lock.Option)
+
+// HelperOption is the lock.Option a component made with c and t hands the
+// helpers it calls (lock.Acquire, Keep, Hold, AcquireWith): it is
+// lock.WithCommon(c), recording through t's instruments instead of
+// building new ones on every call.
+func (t *Telemetry) HelperOption(c lock.Common) lock.Option { return helperOption(c, t.t) }
 
 // BackendMetrics records a backend's own operations.
 type BackendMetrics struct{ b *kit.Backend }

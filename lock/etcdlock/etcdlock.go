@@ -74,22 +74,32 @@ var (
 	_ lock.Owned     = (*Lock)(nil)
 )
 
-type settings struct {
+// Option configures New.
+type Option func(*config) error
+
+type config struct {
 	prefix string
 	minTTL time.Duration
+	common lock.Common
+}
+
+// WithCommon sets the owner identity stored with every grant (default a
+// fresh lock.NewOwner) and where logs, metrics and spans go.
+func WithCommon(c lock.Common) Option {
+	return func(cfg *config) error { cfg.common = cfg.common.Merge(c); return nil }
 }
 
 // WithPrefix sets the prefix of every etcd key (default DefaultPrefix). A
 // user's key k is stored as prefix+k; Inspector and the release watch look
 // only under the prefix.
-func WithPrefix(prefix string) lock.Option {
-	return lock.BackendOption("etcdlock.WithPrefix", func(s *settings) error {
+func WithPrefix(prefix string) Option {
+	return func(s *config) error {
 		if prefix == "" {
 			return errors.New("empty prefix: the release watch would cover the whole keyspace")
 		}
 		s.prefix = prefix
 		return nil
-	})
+	}
 }
 
 // WithMinTTL sets the smallest lease ttl (default DefaultMinTTL, 2 s); a
@@ -98,26 +108,29 @@ func WithPrefix(prefix string) lock.Option {
 // shorter one; lower this only for servers run with a shorter election
 // timeout than the default (1 s). It must be at least one second, the
 // granularity of etcd leases.
-func WithMinTTL(d time.Duration) lock.Option {
-	return lock.BackendOption("etcdlock.WithMinTTL", func(s *settings) error {
+func WithMinTTL(d time.Duration) Option {
+	return func(s *config) error {
 		if d < time.Second || d > MaxTTL {
 			return fmt.Errorf("minimum ttl %v is outside [1s, %v]", d, MaxTTL)
 		}
 		s.minTTL = d
 		return nil
-	})
+	}
 }
 
 // New returns a Lock over client. It sends nothing until the first
 // operation. For bounded failures, give the client a DialTimeout and every
 // call a context with a deadline: the etcd client waits for a connection
 // as long as the context allows.
-func New(client *clientv3.Client, opts ...lock.Option) (*Lock, error) {
+func New(client *clientv3.Client, opts ...Option) (*Lock, error) {
 	if client == nil {
-		return nil, fmt.Errorf("%w: etcdlock.New: nil client", lock.ErrInvalidArgument)
+		return nil, backendkit.Invalid("etcdlock", "nil client")
 	}
-	s := &settings{prefix: DefaultPrefix, minTTL: DefaultMinTTL}
-	cfg, err := lock.NewConfig(s, opts)
+	s := &config{prefix: DefaultPrefix, minTTL: DefaultMinTTL}
+	if err := backendkit.Apply("etcdlock", s, opts); err != nil {
+		return nil, err
+	}
+	cfg, err := backendkit.Resolve("etcdlock", s.common, "")
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +141,7 @@ func New(client *clientv3.Client, opts ...lock.Option) (*Lock, error) {
 		owner:   cfg.Owner,
 		minSec:  seconds(s.minTTL),
 		log:     cfg.Logger,
-		metrics: backendkit.TelemetryOf(cfg).Backend("etcdlock"),
+		metrics: backendkit.NewTelemetry(cfg).Backend("etcdlock"),
 		ctx:     ctx,
 		cancel:  cancel,
 		spares:  map[int64][]spare{},

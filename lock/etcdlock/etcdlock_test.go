@@ -48,10 +48,10 @@ func newClient(t testing.TB, endpoints []string) *clientv3.Client {
 }
 
 // newLock returns a Lock with its own client, closed at the end.
-func newLock(t testing.TB, endpoints []string, opts ...lock.Option) *etcdlock.Lock {
+func newLock(t testing.TB, endpoints []string, opts ...etcdlock.Option) *etcdlock.Lock {
 	t.Helper()
 	c := newClient(t, endpoints)
-	l, err := etcdlock.New(c, append([]lock.Option{etcdlock.WithMinTTL(testMinTTL)}, opts...)...)
+	l, err := etcdlock.New(c, append([]etcdlock.Option{etcdlock.WithMinTTL(testMinTTL)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func newLock(t testing.TB, endpoints []string, opts ...lock.Option) *etcdlock.Lo
 }
 
 func suiteOptions() []locktest.Option {
-	return []locktest.Option{locktest.MinTTL(testMinTTL), locktest.RoundsUpTTL(), locktest.ShortTTL(testMinTTL)}
+	return []locktest.Option{locktest.WithMinTTL(testMinTTL), locktest.WithRoundsUpTTL(), locktest.WithShortTTL(testMinTTL)}
 }
 
 func TestConformance(t *testing.T) {
@@ -212,12 +212,13 @@ func TestBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	for name, opt := range map[string]lock.Option{
-		"empty prefix":           etcdlock.WithPrefix(""),
-		"min ttl below 1 s":      etcdlock.WithMinTTL(500 * time.Millisecond),
-		"another backend option": lock.BackendOption("other", func(*struct{ x int }) error { return nil }),
+	for name, opt := range map[string]etcdlock.Option{
+		"empty prefix":      etcdlock.WithPrefix(""),
+		"min ttl below 1 s": etcdlock.WithMinTTL(500 * time.Millisecond),
+		"nil option":        nil,
+		"invalid owner":     etcdlock.WithCommon(lock.Common{Owner: "bad\nowner"}),
 	} {
-		if _, err := etcdlock.New(c, opt); !errors.Is(err, lock.ErrInvalidArgument) {
+		if _, err := etcdlock.New(c, opt); !errors.Is(err, lock.ErrInvalidArgument) || !strings.HasPrefix(err.Error(), "etcdlock: invalid argument: ") {
 			t.Errorf("%s: %v", name, err)
 		}
 	}

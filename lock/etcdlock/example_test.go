@@ -21,7 +21,7 @@ func ExampleNew() {
 		log.Fatal(err)
 	}
 	defer client.Close()
-	l, err := etcdlock.New(client, etcdlock.WithPrefix("myapp/locks/"), lock.WithOwner("worker-7"))
+	l, err := etcdlock.New(client, etcdlock.WithPrefix("myapp/locks/"), etcdlock.WithCommon(lock.Common{Owner: "worker-7"}))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold-go/leasehold/internal/testkit"
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/backendkit"
 	"github.com/leasehold-go/leasehold/lock/locktest"
@@ -78,8 +79,8 @@ func TestBrokenBackendChild(t *testing.T) {
 		return
 	}
 	b := brokenBackends[name]
-	shared := memlock.New()
-	locktest.Run(t, func(testing.TB) lock.Lock { return b.wrap(shared.Share()) })
+	shared := testkit.Must(memlock.New())
+	locktest.Run(t, func(testing.TB) lock.Lock { return b.wrap(testkit.Must(shared.Share())) })
 }
 
 func TestSuiteCatchesBrokenBackends(t *testing.T) {
@@ -113,10 +114,23 @@ func TestSuiteCatchesBrokenBackends(t *testing.T) {
 	}
 }
 
+// The broken backends wrap memlock, which is a lock.Queue: lock.Acquire
+// then waits in AcquireQueued, not by retrying TryAcquire. A breakage of
+// the grants is therefore made on both ways in, as a backend with the bug
+// in its grant would have it on both.
+
 type ignoresOwnership struct{ *memlock.Lock }
 
 func (l *ignoresOwnership) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
 	h, err := l.Lock.TryAcquire(ctx, key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return &forcefulRelease{h, l.Lock}, nil
+}
+
+func (l *ignoresOwnership) AcquireQueued(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
+	h, err := l.Lock.AcquireQueued(ctx, key, ttl)
 	if err != nil {
 		return nil, err
 	}
@@ -145,16 +159,31 @@ func (l *leaksGoroutines) TryAcquire(ctx context.Context, key string, ttl time.D
 	return h, err
 }
 
+func (l *leaksGoroutines) AcquireQueued(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
+	h, err := l.Lock.AcquireQueued(ctx, key, ttl)
+	if err != nil {
+		go func() { select {} }()
+	}
+	return h, err
+}
+
 type repeatsTokens struct{ *memlock.Lock }
 
 var firstTokens sync.Map // key -> the first token granted for it
 
 func (l *repeatsTokens) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
-	h, err := l.Lock.TryAcquire(ctx, key, ttl)
+	return repeatToken(l.Lock.TryAcquire(ctx, key, ttl))
+}
+
+func (l *repeatsTokens) AcquireQueued(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
+	return repeatToken(l.Lock.AcquireQueued(ctx, key, ttl))
+}
+
+func repeatToken(h lock.Handle, err error) (lock.Handle, error) {
 	if err != nil {
 		return nil, err
 	}
-	first, _ := firstTokens.LoadOrStore(key, h.Token())
+	first, _ := firstTokens.LoadOrStore(h.Key(), h.Token())
 	return &fixedToken{h, first.(uint64)}, nil
 }
 
@@ -182,6 +211,15 @@ func (l *grantsTwice) TryAcquire(ctx context.Context, key string, ttl time.Durat
 	return h, err
 }
 
+// AcquireQueued takes the broken TryAcquire's second grant when it makes
+// one, and waits in the queue otherwise.
+func (l *grantsTwice) AcquireQueued(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
+	if h, err := l.TryAcquire(ctx, key, ttl); !errors.Is(err, lock.ErrNotAcquired) {
+		return h, err
+	}
+	return l.Lock.AcquireQueued(ctx, key, ttl)
+}
+
 type renamed struct {
 	lock.Handle
 	key string
@@ -206,6 +244,17 @@ func (l *overflowsTTL) TryAcquire(ctx context.Context, key string, ttl time.Dura
 		return nil, backendkit.Unavailable("acquire", errors.New("ERR invalid expire time in 'set' command"))
 	}
 	h, err := l.Lock.TryAcquire(ctx, key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return &overflowingExtend{h, l.Lock}, nil
+}
+
+func (l *overflowsTTL) AcquireQueued(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
+	if ttl > lock.MaxTTL {
+		return nil, backendkit.Unavailable("acquire", errors.New("ERR invalid expire time in 'set' command"))
+	}
+	h, err := l.Lock.AcquireQueued(ctx, key, ttl)
 	if err != nil {
 		return nil, err
 	}

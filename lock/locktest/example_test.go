@@ -22,10 +22,19 @@ func ExampleRun() {
 	TestConformance := func(t *testing.T) {
 		// Every instance the factory returns stands for one process: its
 		// own owner identity, the same grants (here, one shared table).
-		shared := memlock.New()
-		locktest.Run(t, func(testing.TB) lock.Lock { return shared.Share() },
-			locktest.ShortTTL(200*time.Millisecond), // the tests that wait for an expiry
-			locktest.Rounds(20),                     // grants per contending goroutine
+		shared, err := memlock.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		locktest.Run(t, func(t testing.TB) lock.Lock {
+			l, err := shared.Share()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		},
+			locktest.WithShortTTL(200*time.Millisecond), // the tests that wait for an expiry
+			locktest.WithRounds(20),                     // grants per contending goroutine
 		)
 	}
 	_ = TestConformance
@@ -54,7 +63,7 @@ func ExampleRunProcessFaults() {
 			}
 			t.Cleanup(func() { _ = l.(io.Closer).Close() })
 			return l
-		}, env, locktest.Slack(2*time.Second))
+		}, env, locktest.WithSlack(2*time.Second))
 	}
 	_, _ = TestMain, TestProcessFaults
 }
@@ -62,7 +71,11 @@ func ExampleRunProcessFaults() {
 // The benchmark every backend runs, so that the figures compare.
 func ExampleBenchTryAcquireRelease() {
 	BenchmarkTryAcquireRelease := func(b *testing.B) {
-		locktest.BenchTryAcquireRelease(b, memlock.New())
+		l, err := memlock.New()
+		if err != nil {
+			b.Fatal(err)
+		}
+		locktest.BenchTryAcquireRelease(b, l)
 	}
 	_ = BenchmarkTryAcquireRelease
 }

@@ -25,22 +25,22 @@ func defaults() config {
 // Option adapts the suite to a backend.
 type Option func(*config)
 
-// ShortTTL sets the ttl of the tests that wait for a grant to expire
+// WithShortTTL sets the ttl of the tests that wait for a grant to expire
 // (default 300 ms). It must be at least the backend's minimum.
-func ShortTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
+func WithShortTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
 
-// MinTTL tells the suite the backend's smallest ttl. Unless RoundsUpTTL is
+// WithMinTTL tells the suite the backend's smallest ttl. Unless WithRoundsUpTTL is
 // given too, a ttl below it must be refused with ErrInvalidTTL.
-func MinTTL(d time.Duration) Option { return func(c *config) { c.minTTL = d } }
+func WithMinTTL(d time.Duration) Option { return func(c *config) { c.minTTL = d } }
 
-// RoundsUpTTL says the backend rounds a ttl below its minimum up (and
+// WithRoundsUpTTL says the backend rounds a ttl below its minimum up (and
 // documents it) instead of refusing it.
-func RoundsUpTTL() Option { return func(c *config) { c.roundsUp = true } }
+func WithRoundsUpTTL() Option { return func(c *config) { c.roundsUp = true } }
 
-// Slack is how much later than the ttl an abandoned key may become
+// WithSlack says how much later than the ttl an abandoned key may become
 // acquirable (default 1 s): the backend's stated expiry slack plus margin.
-func Slack(d time.Duration) Option { return func(c *config) { c.slack = d } }
+func WithSlack(d time.Duration) Option { return func(c *config) { c.slack = d } }
 
-// Rounds sets how many grants each of the 32 contending goroutines takes
+// WithRounds sets how many grants each of the 32 contending goroutines takes
 // (default 10).
-func Rounds(n int) Option { return func(c *config) { c.rounds = n } }
+func WithRounds(n int) Option { return func(c *config) { c.rounds = n } }

@@ -1,6 +1,7 @@
 package memlock_test
 
 import (
+	"github.com/leasehold-go/leasehold/internal/testkit"
 	"testing"
 
 	"github.com/leasehold-go/leasehold/lock/locktest"
@@ -8,10 +9,10 @@ import (
 )
 
 func BenchmarkMemlockTryAcquireRelease(b *testing.B) {
-	locktest.BenchTryAcquireRelease(b, memlock.New())
+	locktest.BenchTryAcquireRelease(b, testkit.Must(memlock.New()))
 }
 
 func BenchmarkMemlockHandoff(b *testing.B) {
-	l := memlock.New()
-	locktest.BenchHandoff(b, l, l.Share())
+	l := testkit.Must(memlock.New())
+	locktest.BenchHandoff(b, l, testkit.Must(l.Share()))
 }

@@ -1,6 +1,7 @@
 package memlock_test
 
 import (
+	"github.com/leasehold-go/leasehold/internal/testkit"
 	"testing"
 
 	"github.com/leasehold-go/leasehold/lock"
@@ -9,7 +10,7 @@ import (
 )
 
 func TestMemlockConformance(t *testing.T) {
-	shared := memlock.New()
+	shared := testkit.Must(memlock.New())
 	// Every instance shares one in-process table, as processes share a server.
-	locktest.Run(t, func(testing.TB) lock.Lock { return shared.Share() })
+	locktest.Run(t, func(testing.TB) lock.Lock { return testkit.Must(shared.Share()) })
 }

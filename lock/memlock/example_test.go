@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"time"
 
 	"github.com/leasehold-go/leasehold/lock"
@@ -11,7 +12,10 @@ import (
 )
 
 func ExampleNew() {
-	l := memlock.New(lock.WithOwner("worker-1"))
+	l, err := memlock.New(memlock.WithCommon(lock.Common{Owner: "worker-1"}))
+	if err != nil {
+		log.Fatal(err)
+	}
 	h, err := l.TryAcquire(context.Background(), "jobs/reindex", time.Minute)
 	if err != nil {
 		fmt.Println(err)
@@ -23,11 +27,17 @@ func ExampleNew() {
 }
 
 func ExampleLock_Share() {
-	table := memlock.New(lock.WithOwner("host-a"))
-	hostB := table.Share(lock.WithOwner("host-b")) // same grants, another owner
+	table, err := memlock.New(memlock.WithCommon(lock.Common{Owner: "host-a"}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	hostB, err := table.Share(memlock.WithCommon(lock.Common{Owner: "host-b"})) // same grants, another owner
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 	h, _ := table.TryAcquire(ctx, "k", time.Minute)
-	_, err := hostB.TryAcquire(ctx, "k", time.Minute)
+	_, err = hostB.TryAcquire(ctx, "k", time.Minute)
 	fmt.Println(err != nil)
 	_ = h.Release(ctx)
 	hb, err := hostB.TryAcquire(ctx, "k", time.Minute)
@@ -38,7 +48,10 @@ func ExampleLock_Share() {
 }
 
 func ExampleLock_List() {
-	l := memlock.New(lock.WithOwner("host-a"))
+	l, err := memlock.New(memlock.WithCommon(lock.Common{Owner: "host-a"}))
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 	_, _ = l.TryAcquire(ctx, "reports/daily", time.Minute)
 	_, _ = l.TryAcquire(ctx, "reports/weekly", time.Minute)
@@ -52,7 +65,10 @@ func ExampleLock_List() {
 }
 
 func ExampleLock_Inspect() {
-	l := memlock.New(lock.WithOwner("host-a"))
+	l, err := memlock.New(memlock.WithCommon(lock.Common{Owner: "host-a"}))
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 	_, _ = l.TryAcquire(ctx, "k", time.Minute)
 	g, held, _ := l.Inspect(ctx, "k")
@@ -61,7 +77,10 @@ func ExampleLock_Inspect() {
 }
 
 func ExampleLock_ForceRelease() {
-	l := memlock.New()
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 	h, _ := l.TryAcquire(ctx, "stuck", time.Hour)
 	removed, _ := l.ForceRelease(ctx, "stuck")
@@ -74,7 +93,10 @@ func ExampleLock_ForceRelease() {
 }
 
 func ExampleLock_Subscribe() {
-	l := memlock.New()
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 	h, _ := l.TryAcquire(ctx, "k", time.Hour)
 	sub, _ := l.Subscribe(ctx, "k") // subscribe first, then try
@@ -85,7 +107,10 @@ func ExampleLock_Subscribe() {
 }
 
 func ExampleLock_TryAcquireAny() {
-	l := memlock.New()
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 	_, _ = l.TryAcquire(ctx, "slot/0", time.Minute)
 	h, _ := l.TryAcquireAny(ctx, []string{"slot/0", "slot/1"}, time.Minute)
@@ -96,8 +121,20 @@ func ExampleLock_TryAcquireAny() {
 // The owner identity stored with every grant: WithOwner, or a fresh
 // "hostname/pid/random" per instance.
 func ExampleLock_Owner() {
-	fmt.Println(memlock.New(lock.WithOwner("worker-1")).Owner())
-	a, b := memlock.New(), memlock.New()
+	l, err := memlock.New(memlock.WithCommon(lock.Common{Owner: "worker-1"}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(l.Owner())
+	l2, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	l3, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	a, b := l2, l3
 	fmt.Println(a.Owner() != b.Owner())
 	// Output:
 	// worker-1
@@ -106,7 +143,11 @@ func ExampleLock_Owner() {
 
 // memlock accepts any positive ttl up to lock.MaxTTL.
 func ExampleLock_Limits() {
-	lim := memlock.New().Limits()
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	lim := l.Limits()
 	fmt.Println(lim.MinTTL, lim.MaxTTL == lock.MaxTTL, lim.MaxKeys == lock.MaxKeys)
 	// Output: 0s true true
 }
@@ -114,7 +155,10 @@ func ExampleLock_Limits() {
 // TryAcquire never waits: it reports ErrNotAcquired with the holder's
 // remaining ttl (lock.Acquire waits for you).
 func ExampleLock_TryAcquire() {
-	l := memlock.New()
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 	h, err := l.TryAcquire(ctx, "reports/daily", time.Minute)
 	if err != nil {
@@ -122,7 +166,11 @@ func ExampleLock_TryAcquire() {
 		return
 	}
 	defer h.Release(ctx)
-	_, err = l.Share().TryAcquire(ctx, "reports/daily", time.Minute)
+	other, err := l.Share() // a second instance over the same grants: another host
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = other.TryAcquire(ctx, "reports/daily", time.Minute)
 	fmt.Println(errors.Is(err, lock.ErrNotAcquired), lock.RemainingTTL(err) > 0)
 	// Output: true true
 }

@@ -4,10 +4,12 @@
 // It keeps every promise of package lock exactly, with no drift allowance:
 // ValidUntil is the instant the grant expires. Tokens come from one counter
 // per Lock, so they grow across all keys. It implements every optional
-// capability: Waiter (per-key channels; a release wakes every subscriber at
-// once), MultiLock, Inspector, and LossNotifier on its handles (closed when
-// another owner takes the key over after expiry, or when ForceRelease
-// removes the grant).
+// capability, so that it stays the exact reference backend: Waiter
+// (per-key channels; a release wakes every subscriber at once), Queue (a
+// release hands the key to the longest waiter), MultiLock, Claimer,
+// Inspector, Owned, and LossNotifier on its handles (closed when another
+// owner takes the key over after expiry, or when ForceRelease removes the
+// grant).
 //
 // It is the embedded default: goroutines of one process share one *Lock.
 // It is not a distributed lock: two processes never see each other's
@@ -48,6 +50,7 @@ type table struct {
 	grants   map[string]*grant
 	token    uint64
 	notifier backendkit.Notifier
+	queues   map[string][]*queued // AcquireQueued's waiters, head first
 }
 
 type grant struct {
@@ -65,28 +68,44 @@ var (
 	_ lock.MultiLock = (*Lock)(nil)
 	_ lock.Inspector = (*Lock)(nil)
 	_ lock.Owned     = (*Lock)(nil)
+	_ lock.Queue     = (*Lock)(nil)
+	_ lock.Claimer   = (*Lock)(nil)
 )
 
-// New returns an empty Lock. It accepts the common options of package lock
-// (WithOwner, WithLogger, WithMeterProvider, WithTracerProvider); it has
-// none of its own. An invalid option is a programming error: New panics
-// with the reason, like regexp.MustCompile.
-func New(opts ...lock.Option) *Lock {
-	return newLock(&table{grants: map[string]*grant{}}, opts)
+// Option configures New and Share.
+type Option func(*config) error
+
+type config struct{ common lock.Common }
+
+// WithCommon sets the owner identity stored with every grant (default a
+// fresh lock.NewOwner) and where logs, metrics and spans go.
+func WithCommon(c lock.Common) Option {
+	return func(cfg *config) error { cfg.common = cfg.common.Merge(c); return nil }
+}
+
+// New returns an empty Lock. It fails only on an invalid option (an owner
+// that backendkit.CheckOwner refuses), with an error that matches
+// lock.ErrInvalidArgument.
+func New(opts ...Option) (*Lock, error) {
+	return newLock(&table{grants: map[string]*grant{}, queues: map[string][]*queued{}}, opts)
 }
 
 // Share returns another instance over the same grants, with its own owner
-// identity (a new one unless opts set it) and options: the in-process
-// stand-in for a second host on the same server. Tests and simulations use
-// it; a real program shares one *Lock.
-func (l *Lock) Share(opts ...lock.Option) *Lock { return newLock(l.table, opts) }
+// identity (a new one unless WithCommon sets it) and options: the
+// in-process stand-in for a second host on the same server. Tests and
+// simulations use it; a real program shares one *Lock.
+func (l *Lock) Share(opts ...Option) (*Lock, error) { return newLock(l.table, opts) }
 
-func newLock(t *table, opts []lock.Option) *Lock {
-	cfg, err := lock.NewConfig(nil, opts)
-	if err != nil {
-		panic("memlock: " + err.Error())
+func newLock(t *table, opts []Option) (*Lock, error) {
+	var cfg config
+	if err := backendkit.Apply("memlock", &cfg, opts); err != nil {
+		return nil, err
 	}
-	return &Lock{owner: cfg.Owner, metrics: backendkit.TelemetryOf(cfg).Backend("memlock"), table: t}
+	c, err := backendkit.Resolve("memlock", cfg.common, "")
+	if err != nil {
+		return nil, err
+	}
+	return &Lock{owner: c.Owner, metrics: backendkit.NewTelemetry(c).Backend("memlock"), table: t}, nil
 }
 
 // Owner is this instance's owner identity.
@@ -175,6 +194,7 @@ func (l *Lock) removeLocked(g *grant) {
 		return
 	}
 	delete(l.grants, g.key)
+	l.handOverLocked(g.key, time.Now())
 	l.notifier.Notify(g.key)
 }
 

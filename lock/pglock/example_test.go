@@ -22,7 +22,7 @@ func ExampleNew() {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	l, err := pglock.New(pool, pglock.WithNamespace("billing"), lock.WithOwner("worker-7"))
+	l, err := pglock.New(pool, pglock.WithNamespace("billing"), pglock.WithCommon(lock.Common{Owner: "worker-7"}))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -99,35 +99,46 @@ var (
 	_ lock.Owned     = (*Lock)(nil)
 )
 
-type settings struct {
+// Option configures New and NewFromDSN.
+type Option func(*config) error
+
+type config struct {
 	namespace string
 	schema    string
 	pooled    bool
+	common    lock.Common
+}
+
+// WithCommon sets the owner identity stored with every grant (default a
+// fresh lock.NewOwner; it is also the sessions' application_name) and where
+// logs, metrics and spans go.
+func WithCommon(c lock.Common) Option {
+	return func(cfg *config) error { cfg.common = cfg.common.Merge(c); return nil }
 }
 
 // WithNamespace sets the namespace hashed with every key (default
 // DefaultNamespace). Instances that should see each other's locks use the
 // same namespace and database.
-func WithNamespace(ns string) lock.Option {
-	return lock.BackendOption("pglock.WithNamespace", func(s *settings) error {
+func WithNamespace(ns string) Option {
+	return func(s *config) error {
 		if ns == "" {
 			return errors.New("empty namespace")
 		}
 		s.namespace = ns
 		return nil
-	})
+	}
 }
 
 // WithSchema sets the schema of the token sequence and the key-name table
 // (default: none, found through the search_path).
-func WithSchema(schema string) lock.Option {
-	return lock.BackendOption("pglock.WithSchema", func(s *settings) error {
+func WithSchema(schema string) Option {
+	return func(s *config) error {
 		if !validSchema(schema) {
 			return fmt.Errorf("schema %q: want a plain identifier", schema)
 		}
 		s.schema = schema
 		return nil
-	})
+	}
 }
 
 // WithSessionPooler says that the pool's connections go through a pooler
@@ -136,11 +147,11 @@ func WithSchema(schema string) lock.Option {
 // TryAcquire refuses any connection whose server session is not the one
 // the client was told at connect time (ErrPooler). Extend still checks that
 // the lock is held by the session it was taken on.
-func WithSessionPooler() lock.Option {
-	return lock.BackendOption("pglock.WithSessionPooler", func(s *settings) error {
+func WithSessionPooler() Option {
+	return func(s *config) error {
 		s.pooled = true
 		return nil
-	})
+	}
 }
 
 // New returns a Lock over pool. Each held grant keeps one of the pool's
@@ -150,12 +161,15 @@ func WithSessionPooler() lock.Option {
 // owner. New sends nothing: the first operation checks the server, and
 // creates the token sequence and key-name table if they are missing
 // (see Setup).
-func New(pool *pgxpool.Pool, opts ...lock.Option) (*Lock, error) {
+func New(pool *pgxpool.Pool, opts ...Option) (*Lock, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("%w: pglock.New: nil pool", lock.ErrInvalidArgument)
+		return nil, backendkit.Invalid("pglock", "nil pool")
 	}
-	s := &settings{namespace: DefaultNamespace}
-	cfg, err := lock.NewConfig(s, opts)
+	s := &config{namespace: DefaultNamespace}
+	if err := backendkit.Apply("pglock", s, opts); err != nil {
+		return nil, err
+	}
+	cfg, err := backendkit.Resolve("pglock", s.common, "")
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +183,7 @@ func New(pool *pgxpool.Pool, opts ...lock.Option) (*Lock, error) {
 		pooled:    s.pooled,
 		schema:    s.schema,
 		log:       cfg.Logger,
-		metrics:   backendkit.TelemetryOf(cfg).Backend("pglock"),
+		metrics:   backendkit.NewTelemetry(cfg).Backend("pglock"),
 		names:     map[int64]struct{}{},
 		held:      map[*handle]struct{}{},
 	}
@@ -186,13 +200,13 @@ func New(pool *pgxpool.Pool, opts ...lock.Option) (*Lock, error) {
 // statement anew on every run, which costs about as much as the rest of
 // the acquire. A pool passed to New is left as it is: give its sessions
 // the same setting if nothing else that runs on them minds.
-func NewFromDSN(ctx context.Context, dsn string, opts ...lock.Option) (*Lock, error) {
+func NewFromDSN(ctx context.Context, dsn string, opts ...Option) (*Lock, error) {
 	if err := backendkit.CheckContext(ctx); err != nil {
 		return nil, err
 	}
 	pcfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("%w: pglock: %w", lock.ErrInvalidArgument, err)
+		return nil, backendkit.Invalid("pglock", "%w", err)
 	}
 	if !strings.Contains(dsn, "pool_max_conns") {
 		pcfg.MaxConns = DefaultMaxConns
@@ -510,7 +524,7 @@ func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration, qu
 	}
 	if !l.track(hd) {
 		hd.end()
-		return nil, fmt.Errorf("%w: pglock: Lock is closed", lock.ErrInvalidArgument)
+		return nil, backendkit.Invalid("pglock", "Lock is closed")
 	}
 	hd.watchAbandon()
 	return hd, nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,7 +26,7 @@ func TestMain(m *testing.M) {
 }
 
 // newLock returns a Lock with a pool of its own on dsn, closed at the end.
-func newLock(t testing.TB, dsn string, opts ...lock.Option) *pglock.Lock {
+func newLock(t testing.TB, dsn string, opts ...pglock.Option) *pglock.Lock {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -190,5 +191,26 @@ func TestAcquireQueued(t *testing.T) {
 	}
 	if err := last.h.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	if _, err := pglock.New(nil); !errors.Is(err, lock.ErrInvalidArgument) || !strings.HasPrefix(err.Error(), "pglock: invalid argument: ") {
+		t.Errorf("New(nil): %v", err)
+	}
+	// Nothing connects before the first operation: the options are
+	// refused without a server.
+	for name, opt := range map[string]pglock.Option{
+		"empty namespace": pglock.WithNamespace(""),
+		"schema":          pglock.WithSchema(`a"b`),
+		"nil option":      nil,
+		"invalid owner":   pglock.WithCommon(lock.Common{Owner: "bad\nowner"}),
+	} {
+		if l, err := pglock.NewFromDSN(t.Context(), "postgres://127.0.0.1:1/none", opt); !errors.Is(err, lock.ErrInvalidArgument) || !strings.HasPrefix(err.Error(), "pglock: invalid argument: ") {
+			t.Errorf("%s: %v", name, err)
+			if l != nil {
+				_ = l.Close()
+			}
+		}
 	}
 }

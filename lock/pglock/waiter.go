@@ -3,7 +3,6 @@ package pglock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -54,7 +53,7 @@ func (s *subscription) Close() error {
 	return s.Subscription.Close()
 }
 
-var errClosed = fmt.Errorf("%w: pglock: Lock is closed", lock.ErrInvalidArgument)
+var errClosed = backendkit.Invalid("pglock", "Lock is closed")
 
 // listener owns the waiting connection. Its goroutine (loop) alone uses the
 // connection; others ask it through want and pending and interrupt its wait.

@@ -20,7 +20,7 @@ import (
 func ExampleNew() {
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
-	l, err := redislock.New(client, redislock.WithPrefix("myapp:locks:"), lock.WithOwner("worker-7"))
+	l, err := redislock.New(client, redislock.WithPrefix("myapp:locks:"), redislock.WithCommon(lock.Common{Owner: "worker-7"}))
 	if err != nil {
 		log.Fatal(err)
 	}

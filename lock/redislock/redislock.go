@@ -98,42 +98,57 @@ var (
 	_ lock.Owned     = (*Lock)(nil)
 )
 
-type settings struct{ prefix string }
+// Option configures New.
+type Option func(*config) error
+
+type config struct {
+	prefix string
+	common lock.Common
+}
 
 // WithPrefix sets the prefix of every Redis key and of the release channel
 // (default DefaultPrefix). Instances that should see each other's locks use
 // the same prefix. It may not contain braces: hash tags are the keys' own.
-func WithPrefix(prefix string) lock.Option {
-	return lock.BackendOption("redislock.WithPrefix", func(s *settings) error {
+func WithPrefix(prefix string) Option {
+	return func(c *config) error {
 		if strings.ContainsAny(prefix, "{}") {
 			return fmt.Errorf("prefix %q contains a brace", prefix)
 		}
-		s.prefix = prefix
+		c.prefix = prefix
 		return nil
-	})
+	}
+}
+
+// WithCommon sets the owner identity stored with every grant (default a
+// fresh lock.NewOwner) and where logs, metrics and spans go.
+func WithCommon(c lock.Common) Option {
+	return func(cfg *config) error { cfg.common = cfg.common.Merge(c); return nil }
 }
 
 // New returns a Lock over client (a *redis.Client, *redis.ClusterClient,
 // failover client or ring: any UniversalClient). It sends nothing until the
 // first operation.
-func New(client redis.UniversalClient, opts ...lock.Option) (*Lock, error) {
+func New(client redis.UniversalClient, opts ...Option) (*Lock, error) {
 	if client == nil {
-		return nil, fmt.Errorf("%w: redislock.New: nil client", lock.ErrInvalidArgument)
+		return nil, backendkit.Invalid("redislock", "nil client")
 	}
-	s := &settings{prefix: DefaultPrefix}
-	cfg, err := lock.NewConfig(s, opts)
+	cfg := config{prefix: DefaultPrefix}
+	if err := backendkit.Apply("redislock", &cfg, opts); err != nil {
+		return nil, err
+	}
+	c, err := backendkit.Resolve("redislock", cfg.common, "")
 	if err != nil {
 		return nil, err
 	}
 	return &Lock{
 		client:  client,
 		bounds:  rediscall.For(client),
-		prefix:  s.prefix,
-		channel: s.prefix + "released",
-		inbox:   s.prefix + "inbox:" + attemptID(),
-		owner:   cfg.Owner,
-		log:     cfg.Logger,
-		metrics: backendkit.TelemetryOf(cfg).Backend("redislock"),
+		prefix:  cfg.prefix,
+		channel: cfg.prefix + "released",
+		inbox:   cfg.prefix + "inbox:" + attemptID(),
+		owner:   c.Owner,
+		log:     c.Logger,
+		metrics: backendkit.NewTelemetry(c).Backend("redislock"),
 	}, nil
 }
 

@@ -25,7 +25,7 @@ func TestMain(m *testing.M) {
 }
 
 // newLock returns a Lock with its own client on addr, closed at the end.
-func newLock(t testing.TB, client redis.UniversalClient, opts ...lock.Option) *redislock.Lock {
+func newLock(t testing.TB, client redis.UniversalClient, opts ...redislock.Option) *redislock.Lock {
 	t.Helper()
 	l, err := redislock.New(client, opts...)
 	if err != nil {
@@ -207,8 +207,11 @@ func TestBadInput(t *testing.T) {
 	if _, err := redislock.New(c, redislock.WithPrefix("a{b}")); !errors.Is(err, lock.ErrInvalidArgument) {
 		t.Errorf("prefix with braces: %v", err)
 	}
-	if _, err := redislock.New(c, lock.BackendOption("other", func(*struct{ x int }) error { return nil })); !errors.Is(err, lock.ErrInvalidArgument) {
-		t.Errorf("another backend's option: %v", err)
+	if _, err := redislock.New(c, nil); !errors.Is(err, lock.ErrInvalidArgument) || !strings.HasPrefix(err.Error(), "redislock: invalid argument: ") {
+		t.Errorf("nil option: %v", err)
+	}
+	if _, err := redislock.New(c, redislock.WithCommon(lock.Common{Owner: "bad\nowner"})); !errors.Is(err, lock.ErrInvalidArgument) || !strings.HasPrefix(err.Error(), "redislock: invalid argument: ") {
+		t.Errorf("invalid owner: %v", err)
 	}
 	l := newLock(t, c)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)

@@ -9,6 +9,7 @@ import (
 	"github.com/leasehold-go/leasehold/internal/testkit/metrictest"
 	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/redislock"
 )
 
 // TestMetrics: redislock records its attempts and releases, by outcome,
@@ -16,14 +17,14 @@ import (
 // options; lock.Acquire records its wait through the same one.
 func TestMetrics(t *testing.T) {
 	mp, reader := metrictest.New()
-	opts := []lock.Option{lock.WithMeterProvider(mp)}
+	common := lock.Common{MeterProvider: mp}
 	addr := testenv.Redis(t).Addr()
-	a := newLock(t, newClient(t, addr), opts...)
-	b := newLock(t, newClient(t, addr), opts...)
+	a := newLock(t, newClient(t, addr), redislock.WithCommon(common))
+	b := newLock(t, newClient(t, addr), redislock.WithCommon(common))
 	ctx := t.Context()
 	key := "metrics/" + lock.NewOwner()
 
-	h, err := lock.Acquire(ctx, a, key, time.Minute, opts...) // attempt acquired, wait acquired
+	h, err := lock.Acquire(ctx, a, key, time.Minute, lock.WithCommon(common)) // attempt acquired, wait acquired
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +47,7 @@ func TestMetrics(t *testing.T) {
 
 	// A client that is closed fails every command: error outcomes.
 	dead := redis.NewClient(&redis.Options{Addr: addr})
-	d := newLock(t, dead, opts...)
+	d := newLock(t, dead, redislock.WithCommon(common))
 	hd, err := d.TryAcquire(ctx, key+"/dead", time.Minute) // attempt acquired
 	if err != nil {
 		t.Fatal(err)

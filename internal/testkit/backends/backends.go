@@ -55,8 +55,17 @@ const EnvName = "LEASEHOLD_TEST_BACKEND"
 // Memlock is the in-process backend: instances share one table. Its
 // grants expire exactly (Slack is the margin alone).
 func Memlock(t testing.TB) Backend {
-	shared := memlock.New()
-	return Backend{Name: "memlock", New: func(testing.TB) lock.Lock { return shared.Share() }, Slack: margin}
+	shared, err := memlock.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Backend{Name: "memlock", New: func(t testing.TB) lock.Lock {
+		l, err := shared.Share()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}, Slack: margin}
 }
 
 // Redis is redislock on the test binary's shared Redis server. Redis

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
 // Probe is a backend instance that tells a test when one of its attempts
@@ -63,7 +64,7 @@ func (p *Probe) Subscribe(ctx context.Context, keys ...string) (lock.Subscriptio
 
 // Owner is the wrapped instance's owner identity, if it has one: a Probe
 // is lock.Owned as the instance it wraps is.
-func (p *Probe) Owner() string { return lock.OwnerOf(p.l, "") }
+func (p *Probe) Owner() string { return backendkit.OwnerOf(p.l, "") }
 
 // WaitRejected waits up to d for an attempt to be refused.
 func (p *Probe) WaitRejected(t testing.TB, d time.Duration) {

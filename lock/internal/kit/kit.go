@@ -13,9 +13,11 @@ import (
 // that imports it), and read by backendkit. Each holds a func value of the
 // type written beside it.
 var (
-	// AcquireWith is lock's waiting loop: func(context.Context, *lock.Config,
-	// lock.Lock, []string, func(context.Context) (lock.Handle, error)) (lock.Handle, error).
+	// AcquireWith is lock's waiting loop: func(context.Context, lock.Lock,
+	// []string, func(context.Context) (lock.Handle, error), []lock.Option) (lock.Handle, error).
 	AcquireWith any
+	// HelperOption is func(lock.Common, *Telemetry) lock.Option.
+	HelperOption any
 	// CheckContext is func(context.Context) error.
 	CheckContext any
 	// Validate is func(context.Context, string, time.Duration, lock.Limits) error.

@@ -2,10 +2,10 @@ package kit
 
 import (
 	"context"
-	"reflect"
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -17,8 +17,7 @@ import (
 const ScopeName = "github.com/leasehold-go/leasehold"
 
 // Telemetry holds the instruments of the lock layer (their names are
-// listed on backendkit.Telemetry). It is built once per (meter provider,
-// tracer provider) pair and shared.
+// listed on backendkit.Telemetry).
 type Telemetry struct {
 	Tracer trace.Tracer
 	Meter  metric.Meter
@@ -38,26 +37,27 @@ type Telemetry struct {
 	backends map[string]*Backend
 }
 
-type telemetryKey struct{ mp, tp any }
+var (
+	defaultOnce      sync.Once
+	defaultTelemetry *Telemetry
+)
 
-var telemetryCache sync.Map // telemetryKey -> *Telemetry
-
-// TelemetryOf returns the instruments for the providers, creating them on
-// first use.
-func TelemetryOf(mp metric.MeterProvider, tp trace.TracerProvider) *Telemetry {
-	comparable := reflect.TypeOf(mp).Comparable() && reflect.TypeOf(tp).Comparable()
-	key := telemetryKey{mp, tp}
-	if comparable {
-		if t, ok := telemetryCache.Load(key); ok {
-			return t.(*Telemetry)
-		}
+// TelemetryFor returns the instruments for the providers; nil means the
+// global provider. The instruments of the global providers are built once
+// and shared (they forward to whatever SDK the application installs, before
+// or after); others are built anew, and a component builds its own once.
+func TelemetryFor(mp metric.MeterProvider, tp trace.TracerProvider) *Telemetry {
+	if mp == nil && tp == nil {
+		defaultOnce.Do(func() { defaultTelemetry = newTelemetry(otel.GetMeterProvider(), otel.GetTracerProvider()) })
+		return defaultTelemetry
 	}
-	t := newTelemetry(mp, tp)
-	if comparable {
-		actual, _ := telemetryCache.LoadOrStore(key, t)
-		t = actual.(*Telemetry)
+	if mp == nil {
+		mp = otel.GetMeterProvider()
 	}
-	return t
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	return newTelemetry(mp, tp)
 }
 
 func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider) *Telemetry {

@@ -17,6 +17,7 @@ import (
 	"github.com/leasehold-go/leasehold/backend"
 	"github.com/leasehold-go/leasehold/cmd/leasehold/internal/ops"
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 	"github.com/leasehold-go/leasehold/semaphore"
 )
 
@@ -37,7 +38,7 @@ Usage:
 Commands:
   locks [PREFIX]            grants of the keys that start with PREFIX: key, owner, token, remaining ttl
   semaphore NAME [--size N] slot occupancy of a semaphore (size from its participants' declarations, or --size 1…4096)
-  leader [NAME]             leader of election NAME (identity, term, since); without NAME, every election
+  leader [NAME]             leader of election NAME (owner, term, since); without NAME, every election
   timers [PREFIX]           per timer: latest claimed tick and its host, runs in progress (cluster-wide view)
   jobs                      jobs in flight (owner, attempt, heartbeat age), expired and dead
   jobs retry ID             put a dead job back in flight; the application's recovery scan requeues it
@@ -347,13 +348,13 @@ func (cmd *command) args(pos []string) ([]string, error) {
 		if err := n(1, 1, "semaphore NAME [--size N]"); err != nil {
 			return nil, err
 		}
-		return pos, usage(lock.CheckName("semaphore name", pos[0]))
+		return pos, usage(backendkit.CheckName("semaphore name", pos[0]))
 	case "leader":
 		if err := n(0, 1, "leader [NAME]"); err != nil {
 			return nil, err
 		}
 		if len(pos) == 1 {
-			return pos, usage(lock.CheckName("election name", pos[0]))
+			return pos, usage(backendkit.CheckName("election name", pos[0]))
 		}
 	case "release":
 		if err := n(1, 1, "release KEY --force"); err != nil {

@@ -133,7 +133,7 @@ func (e *env) leader(ctx context.Context, src *ops.Source, pos []string) error {
 	shown := ls[:min(len(ls), e.c.limit)]
 	rows := make([]string, len(shown))
 	for i, l := range shown {
-		rows[i] = row(l.Name, l.Identity, l.Term, ops.Ago(l.Since, e.now()))
+		rows[i] = row(l.Name, l.Owner, l.Term, ops.Ago(l.Since, e.now()))
 	}
 	table(e.stdout, "ELECTION\tLEADER\tTERM\tSINCE", rows)
 	e.more(int64(len(ls)-len(shown)), "elections")

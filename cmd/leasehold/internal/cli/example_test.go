@@ -15,7 +15,7 @@ func ExampleRun() {
 	ctx := context.Background()
 	// Another part of this process holds a key on the shared in-process
 	// table "example"; the command sees it as it would on Redis.
-	l, _, _ := backend.Open(ctx, "mem://example", lock.WithOwner("worker-1"))
+	l, _, _ := backend.Open(ctx, "mem://example", backend.WithCommon(lock.Common{Owner: "worker-1"}))
 	_, _ = l.TryAcquire(ctx, "reports/daily", time.Minute)
 
 	code := cli.Run(ctx, []string{"release", "reports/daily", "--backend", "mem://example"}, os.Stdout, os.Stdout)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/leasehold-go/leasehold/cmd/leasehold/internal/dashboard"
 	"github.com/leasehold-go/leasehold/cmd/leasehold/internal/ops"
+	"github.com/leasehold-go/leasehold/internal/testkit"
 	"github.com/leasehold-go/leasehold/internal/testkit/backends"
 	"github.com/leasehold-go/leasehold/internal/testkit/childproc"
 	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
@@ -136,7 +137,7 @@ func TestInChromium(t *testing.T) {
 	// one, a semaphore, a leader, a timer.
 	l := b.New(t)
 	for i, owner := range []string{"worker-1", "worker-2"} {
-		if _, err := reg.Track(ctx, jobs.Job{ID: fmt.Sprintf("invoice-%d", 100+i), Owner: owner}, jobs.DefaultLease); err != nil {
+		if _, err := reg.Track(ctx, jobs.Job{ID: fmt.Sprintf("invoice-%d", 100+i), Owner: owner}, jobs.DefaultTTL); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -167,7 +168,7 @@ func TestInChromium(t *testing.T) {
 	}()
 	defer func() { stopLeader(); <-leaderDone }()
 	<-elected
-	sched := timers.New(l, timers.WithShutdownTimeout(time.Second))
+	sched := testkit.Must(timers.New(l, timers.WithShutdownTimeout(time.Second)))
 	ticked := make(chan struct{}, 1)
 	if err := sched.Add(timers.Every("cleanup-"+run, time.Second, func(ctx context.Context) error {
 		select {
@@ -206,6 +207,13 @@ func TestInChromium(t *testing.T) {
 	}
 	if !strings.Contains(text, key) || !strings.Contains(text, owner) {
 		t.Fatalf("the locks table does not show %s held by %s:\n%s", key, owner, text)
+	}
+	leaders, err := chromedp.Run(bctx, chromedp.Text("#leaders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if leaderOwner := l.(lock.Owned).Owner(); !strings.Contains(leaders, "billing-"+run) || !strings.Contains(leaders, leaderOwner) {
+		t.Fatalf("the leaders table does not show billing-%s led by %s:\n%s", run, leaderOwner, leaders)
 	}
 	// Live refresh: a grant taken now shows up without a reload.
 	later := "orders/later-" + run

@@ -41,7 +41,7 @@ type Config struct {
 	Namespace string        // redisjobs namespace ("" for its default)
 	Table     string        // pgjobs table ("" for its default)
 	Owner     string        // identity recorded by actions (jobs.Revive)
-	Lease     time.Duration // the job lease the application's Runners use (heartbeat age); 0 for jobs.DefaultLease
+	Lease     time.Duration // the job lease the application's Runners use (heartbeat age); 0 for jobs.DefaultTTL
 }
 
 // Source is an opened backend and, when it has one, jobs registry.
@@ -92,17 +92,13 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 	if cfg.Backend == "" {
 		return nil, fmt.Errorf("%w: no backend URL", lock.ErrInvalidArgument)
 	}
-	var opts []lock.Option
-	if cfg.Owner != "" {
-		opts = append(opts, lock.WithOwner(cfg.Owner))
-	}
-	l, closeLock, err := backend.Open(ctx, cfg.Backend, opts...)
+	l, closeLock, err := backend.Open(ctx, cfg.Backend, backend.WithCommon(lock.Common{Owner: cfg.Owner}))
 	if err != nil {
 		return nil, err
 	}
 	s := &Source{Lock: l, owner: cfg.Owner, lease: cfg.Lease, Now: time.Now, closers: []func() error{closeLock}}
 	if s.lease <= 0 {
-		s.lease = jobs.DefaultLease
+		s.lease = jobs.DefaultTTL
 	}
 	if s.owner == "" {
 		s.owner = "leasehold-cli"

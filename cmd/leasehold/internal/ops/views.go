@@ -9,6 +9,7 @@ import (
 	"github.com/leasehold-go/leasehold/jobs"
 	"github.com/leasehold-go/leasehold/leader"
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 	"github.com/leasehold-go/leasehold/semaphore"
 	"github.com/leasehold-go/leasehold/timers"
 )
@@ -149,7 +150,7 @@ func semaphoreOf(o semaphore.Observation, size int) Semaphore {
 // Semaphore reports the semaphore name; size 0 means the size the
 // participants declared.
 func (s *Source) Semaphore(ctx context.Context, name string, size int) (Semaphore, error) {
-	if err := lock.CheckName("semaphore name", name); err != nil {
+	if err := backendkit.CheckName("semaphore name", name); err != nil {
 		return Semaphore{}, err
 	}
 	if err := CheckSize(size); err != nil {
@@ -179,10 +180,10 @@ func (s *Source) Semaphores(ctx context.Context, prefix string, limit int) ([]Se
 
 // Leader is an election's current leader.
 type Leader struct {
-	Name     string     `json:"name"`
-	Identity string     `json:"identity"`
-	Term     uint64     `json:"term"`
-	Since    *time.Time `json:"since,omitempty"`
+	Name  string     `json:"name"`
+	Owner string     `json:"owner"`
+	Term  uint64     `json:"term"`
+	Since *time.Time `json:"since,omitempty"`
 }
 
 // Leader reports the leader of name, or ErrNotFound.
@@ -194,7 +195,7 @@ func (s *Source) Leader(ctx context.Context, name string) (Leader, error) {
 	if !ok {
 		return Leader{}, fmt.Errorf("%w: no leader of %q (no process campaigns, or the backend's key prefix differs)", ErrNotFound, name)
 	}
-	return Leader{Name: name, Identity: t.Identity, Term: t.Term, Since: timePtr(t.Since)}, nil
+	return Leader{Name: name, Owner: t.Owner, Term: t.Term, Since: timePtr(t.Since)}, nil
 }
 
 // Leaders reports the leaders of the elections whose name starts with
@@ -206,7 +207,7 @@ func (s *Source) Leaders(ctx context.Context, prefix string) ([]Leader, error) {
 	}
 	out := make([]Leader, len(all))
 	for i, o := range all {
-		out[i] = Leader{Name: o.Name, Identity: o.Identity, Term: o.Term.Term, Since: timePtr(o.Since)}
+		out[i] = Leader{Name: o.Name, Owner: o.Owner, Term: o.Term.Term, Since: timePtr(o.Since)}
 	}
 	return out, nil
 }

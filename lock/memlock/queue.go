@@ -1,0 +1,138 @@
+package memlock
+
+import (
+	"context"
+	"time"
+
+	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
+)
+
+// queued is one caller waiting in a key's queue.
+type queued struct {
+	l      *Lock         // the instance that waits: the grant is its owner's
+	ttl    time.Duration // the grant's ttl
+	handed chan *grant   // the grant, handed over by a release (buffered)
+}
+
+// AcquireQueued implements lock.Queue: callers wait for a key first come,
+// first served. A release hands the key to the head of its queue at once
+// (no caller can take it in between); a grant that expires is taken by
+// the head when its ttl has passed.
+func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
+	if err := backendkit.Validate(ctx, key, ttl, lock.DefaultLimits); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	w := &queued{l: l, ttl: ttl, handed: make(chan *grant, 1)}
+	l.mu.Lock()
+	if len(l.queues[key]) == 0 {
+		if g, err := l.grantLocked(key, ttl, start); err == nil {
+			l.mu.Unlock()
+			l.metrics.Attempt(ctx, start, nil)
+			return &handle{l: l, g: g}, nil
+		}
+	}
+	l.queues[key] = append(l.queues[key], w)
+	for {
+		// The head takes an expired grant's key; everyone waits for a
+		// handover, the current grant's expiry, or the end of ctx.
+		now := time.Now()
+		if q := l.queues[key]; q[0] == w {
+			if g, err := l.grantLocked(key, ttl, now); err == nil {
+				l.dequeueLocked(key, w)
+				l.mu.Unlock()
+				l.metrics.Attempt(ctx, start, nil)
+				return &handle{l: l, g: g}, nil
+			}
+		}
+		wait := time.Hour
+		if g, ok := l.grants[key]; ok && now.Before(g.expires) {
+			wait = g.expires.Sub(now)
+		}
+		l.mu.Unlock()
+		timer := time.NewTimer(wait)
+		select {
+		case g := <-w.handed:
+			timer.Stop()
+			l.metrics.Attempt(ctx, start, nil)
+			return &handle{l: l, g: g}, nil
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			l.mu.Lock()
+			l.dequeueLocked(key, w)
+			l.mu.Unlock()
+			select {
+			case g := <-w.handed: // handed over as ctx ended: give it back
+				_ = (&handle{l: l, g: g}).Release(context.WithoutCancel(ctx))
+			default:
+			}
+			err := context.Cause(ctx)
+			l.metrics.Attempt(ctx, start, err)
+			return nil, err
+		}
+		l.mu.Lock()
+	}
+}
+
+// Waiting implements lock.Queue.
+func (l *Lock) Waiting(ctx context.Context, key string) (int, error) {
+	if err := backendkit.ValidateKey(ctx, key); err != nil {
+		return 0, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.queues[key]), nil
+}
+
+// dequeueLocked removes w from key's queue, if it is there.
+func (l *Lock) dequeueLocked(key string, w *queued) {
+	q := l.queues[key]
+	for i, x := range q {
+		if x == w {
+			q = append(q[:i:i], q[i+1:]...)
+			break
+		}
+	}
+	if len(q) == 0 {
+		delete(l.queues, key)
+	} else {
+		l.queues[key] = q
+	}
+}
+
+// handOverLocked grants a free key to the head of its queue, if any, and
+// reports whether it did.
+func (l *Lock) handOverLocked(key string, now time.Time) bool {
+	q := l.queues[key]
+	if len(q) == 0 {
+		return false
+	}
+	w := q[0]
+	g, err := w.l.grantLocked(key, w.ttl, now)
+	if err != nil {
+		return false
+	}
+	l.dequeueLocked(key, w)
+	w.handed <- g
+	return true
+}
+
+// Claim implements lock.Claimer: a grant that nothing releases, which
+// lapses after ttl. It holds nothing in memory beyond its entry, so it is
+// TryAcquire without a handle.
+func (l *Lock) Claim(ctx context.Context, key string, ttl time.Duration) (uint64, error) {
+	if err := backendkit.Validate(ctx, key, ttl, lock.DefaultLimits); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	l.mu.Lock()
+	g, err := l.grantLocked(key, ttl, start)
+	l.mu.Unlock()
+	l.metrics.Attempt(ctx, start, err)
+	if err != nil {
+		return 0, err
+	}
+	return g.token, nil
+}
