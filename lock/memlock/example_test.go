@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"runtime"
 	"time"
 
 	"github.com/leasehold-go/leasehold/lock"
@@ -173,4 +174,47 @@ func ExampleLock_TryAcquire() {
 	_, err = other.TryAcquire(ctx, "reports/daily", time.Minute)
 	fmt.Println(errors.Is(err, lock.ErrNotAcquired), lock.RemainingTTL(err) > 0)
 	// Output: true true
+}
+
+// AcquireQueued waits in the key's queue: a release hands the key to the
+// longest waiter at once, with no caller able to take it in between.
+func ExampleLock_AcquireQueued() {
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	h, _ := l.TryAcquire(ctx, "reports/daily", time.Minute)
+	got := make(chan lock.Handle)
+	go func() {
+		w, err := l.AcquireQueued(ctx, "reports/daily", time.Minute)
+		if err != nil {
+			log.Fatal(err)
+		}
+		got <- w
+	}()
+	for n := 0; n == 0; n, _ = l.Waiting(ctx, "reports/daily") {
+		runtime.Gosched() // until the waiter is queued
+	}
+	_ = h.Release(ctx)
+	w := <-got
+	fmt.Println(w.Key(), w.Token())
+	// Output: reports/daily 2
+}
+
+// A claim is a grant nobody releases: it lapses after its ttl. Timers
+// claim each tick this way.
+func ExampleLock_Claim() {
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	token, err := l.Claim(ctx, "tick/2026-11-24T12:00", time.Minute)
+	fmt.Println(token, err)
+	_, err = l.Claim(ctx, "tick/2026-11-24T12:00", time.Minute)
+	fmt.Println(errors.Is(err, lock.ErrNotAcquired))
+	// Output:
+	// 1 <nil>
+	// true
 }
