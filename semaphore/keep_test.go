@@ -1,6 +1,8 @@
 package semaphore_test
 
 import (
+	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,6 +12,7 @@ import (
 	"github.com/leasehold-go/leasehold/internal/testkit"
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/memlock"
+	"github.com/leasehold-go/leasehold/semaphore"
 )
 
 // Acquire keeps its slot until Release, however long the work: exactly,
@@ -54,4 +57,42 @@ func testAcquireKeeps(t *testing.T, newLock func(testing.TB) lock.Lock, ttl time
 	if got := peak.Load(); got > size {
 		t.Fatalf("%d workers worked at once on %d slots", got, size)
 	}
+}
+
+// A lease whose slot is lost (here an operator's ForceRelease) ends its
+// Context with a cause matching lock.ErrLost, and Release reports it.
+func TestAcquireReportsALoss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := testkit.Must(memlock.New())
+		sem := newSem(t, l, "lost", 1)
+		ctx := t.Context()
+		lease, err := sem.Acquire(ctx, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.ForceRelease(ctx, semaphore.SlotKey("lost", lease.Slot())); err != nil {
+			t.Fatal(err)
+		}
+		<-lease.Context().Done()
+		if cause := context.Cause(lease.Context()); !errors.Is(cause, lock.ErrLost) {
+			t.Fatalf("the lease's Context ended with %v, want ErrLost", cause)
+		}
+		if err := lease.Release(ctx); !errors.Is(err, lock.ErrLost) {
+			t.Fatalf("Release after the loss: %v, want ErrLost", err)
+		}
+	})
+}
+
+// A ttl too short to renew is refused before any slot is taken.
+func TestAcquireRefusesATTLTooShortToRenew(t *testing.T) {
+	sem := newSem(t, testkit.Must(memlock.New()), "short", 1)
+	ctx := t.Context()
+	if _, err := sem.Acquire(ctx, 2*time.Nanosecond); !errors.Is(err, lock.ErrInvalidTTL) {
+		t.Fatalf("Acquire(2ns): %v, want ErrInvalidTTL", err)
+	}
+	p, err := sem.TryAcquire(ctx, time.Minute)
+	if err != nil {
+		t.Fatalf("the slot is not free after the refusal: %v", err)
+	}
+	_ = p.Release(ctx)
 }

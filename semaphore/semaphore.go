@@ -39,15 +39,15 @@
 //
 // # Limits
 //
-// A name follows backendkit.CheckName (1 to lock.MaxNameLen bytes of UTF-8, no
-// control characters, no braces): every slot key then fits in
+// A name follows backendkit.CheckName (1 to lock.MaxNameLen bytes of
+// UTF-8, no control characters, no braces): every slot key then fits in
 // lock.MaxKeyLen. A size is 1 to MaxSize (4096). Both are checked by New.
 // The ttl given to TryAcquire, Acquire and AcquirePermit, and Do's
-// (WithTTL), is checked against the backend's limits (lock.LimitsOf). On a backend that takes fewer keys
-// per TryAcquireAny than the size (a third-party one; every built-in
-// backend takes MaxSize), an attempt tries the slots in batches of its
-// MaxKeys, and Acquire waits by backoff bounded by the slots' remaining ttl
-// instead of one subscription for every slot.
+// (WithTTL), is checked against the backend's limits (lock.LimitsOf). On a
+// backend that takes fewer keys per TryAcquireAny than the size (a
+// third-party one; every built-in backend takes MaxSize), an attempt tries
+// the slots in batches of its MaxKeys, and a wait goes by backoff bounded
+// by the slots' remaining ttl instead of one subscription for every slot.
 //
 // Sizes and slot numbers read back from a backend (Observe, ObserveAll,
 // Occupancy, the size check) are untrusted: anything New could not have
@@ -57,10 +57,10 @@
 // # Options
 //
 // New takes this package's options: WithTTL (Do's ttl), WithBackoff (the
-// retry delay of Acquire, AcquirePermit and Do where the backend sends no release
-// notifications) and WithCommon (the logger, meter and tracer providers;
-// a slot's owner is its backend's). A refused option is an error of New's
-// that matches lock.ErrInvalidArgument.
+// retry delay of Acquire, AcquirePermit and Do where the backend sends no
+// release notifications) and WithCommon (the logger, meter and tracer
+// providers; a slot's owner is its backend's). A refused option is an
+// error of New's that matches lock.ErrInvalidArgument.
 package semaphore
 
 import (
