@@ -117,7 +117,7 @@ func runNemesis(t *testing.T, tg target, c config) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			acquire = func(ctx context.Context) (lock.Handle, error) { return sem.Acquire(ctx, tg.ttl) }
+			acquire = func(ctx context.Context) (lock.Handle, error) { return sem.AcquirePermit(ctx, tg.ttl) }
 		}
 		if c.jobs {
 			reg, closeReg := tg.registry(t, proxies[i].addrs())

@@ -69,12 +69,22 @@ func hold(ctx context.Context, cfg *options, h Handle, ttl time.Duration, fn fun
 	return fnErr
 }
 
-// healthTTL is the ttl of HealthCheck's probe key.
+// healthTTL is the ttl of HealthCheck's probe grant, on a backend that is
+// not an Inspector.
 const healthTTL = 5 * time.Second
 
-// HealthCheck acquires and releases a probe key and reports how long the
-// round trips took: the building block for readiness endpoints. The probe's
-// ttl is 5 s, or the backend's minimum ttl when that is larger.
+// healthKey is the one key HealthCheck probes.
+const healthKey = "leasehold/health"
+
+// HealthCheck makes one round trip to the backend and reports how long it
+// took: the building block for readiness endpoints. It leaves nothing
+// behind, however often it is called: on an Inspector (every built-in
+// backend) it reads the grant of the fixed key "leasehold/health"
+// (Inspect), which writes nothing; on any other backend it acquires and
+// releases that one key (ttl 5 s, or the backend's minimum ttl when that
+// is larger), and a refusal because another probe holds it
+// (ErrNotAcquired) is an answer, so healthy. Otherwise the error is the
+// backend's.
 func HealthCheck(ctx context.Context, l Lock) (time.Duration, error) {
 	if l == nil {
 		return 0, fmt.Errorf("%w: nil Lock", ErrInvalidArgument)
@@ -82,10 +92,17 @@ func HealthCheck(ctx context.Context, l Lock) (time.Duration, error) {
 	if err := checkContext(ctx); err != nil {
 		return 0, err
 	}
+	start := time.Now()
+	if in, ok := l.(Inspector); ok {
+		_, _, err := in.Inspect(ctx, healthKey)
+		return time.Since(start), err
+	}
 	lim := LimitsOf(l)
 	ttl := min(max(healthTTL, lim.MinTTL), lim.MaxTTL)
-	start := time.Now()
-	h, err := l.TryAcquire(ctx, "leasehold/health/"+NewOwner(), ttl)
+	h, err := l.TryAcquire(ctx, healthKey, ttl)
+	if errors.Is(err, ErrNotAcquired) {
+		return time.Since(start), nil
+	}
 	if err != nil {
 		return time.Since(start), err
 	}

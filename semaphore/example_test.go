@@ -55,16 +55,68 @@ func ExampleSemaphore_Acquire() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	p, err := sem.Acquire(ctx, 30*time.Second) // waits for a free slot
+	ctx := context.Background()
+	lease, err := sem.Acquire(ctx, 30*time.Second) // waits for a free slot, then keeps it
 	if err != nil {
-		fmt.Println(err)
-		return
+		log.Fatal(err)
 	}
-	defer p.Release(context.Background())
-	fmt.Println("holding a slot with token", p.Token())
-	// Output: holding a slot with token 2
+	defer lease.Release(ctx) // stops the renewal and gives the slot back
+	// The work runs under the lease's context: it ends if the slot is lost.
+	work := lease.Context()
+	token, _ := lock.TokenFrom(work)
+	fmt.Println("exporting under token", token)
+	// Output: exporting under token 2
+}
+
+// A permit from AcquirePermit (or TryAcquire) lapses after its ttl unless
+// it is kept: lock.Keep renews it until the lease's Release.
+func ExampleSemaphore_AcquirePermit() {
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	sem, err := semaphore.New(l, "exports", 1)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	p, err := sem.AcquirePermit(ctx, 30*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	lease, err := lock.Keep(ctx, p, 30*time.Second)
+	if err != nil {
+		_ = p.Release(ctx)
+		log.Fatal(err)
+	}
+	defer lease.Release(ctx)
+	fmt.Println("slot", p.Slot(), "kept until Release")
+	// Output: slot 0 kept until Release
+}
+
+// Work longer than the ttl keeps its slot: the lease renews it. The ttl
+// only bounds how long the slot stays taken if this process dies.
+func ExampleLease() {
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	sem, err := semaphore.New(l, "reports", 1)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	lease, err := sem.Acquire(ctx, time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // the work: twice the ttl
+	_, err = sem.TryAcquire(ctx, time.Minute)
+	fmt.Println("slot", lease.Slot(), "still held:", errors.Is(err, lock.ErrNotAcquired))
+	fmt.Println("release:", lease.Release(ctx))
+	// Output:
+	// slot 0 still held: true
+	// release: <nil>
 }
 
 func ExampleSemaphore_Do() {
@@ -176,7 +228,7 @@ func ExampleObservation_Slots() {
 	// 2 false
 }
 
-// A long job holds its slot with lock.Hold: renewed while it runs, given
+// A long job holds a permit with lock.Hold: renewed while it runs, given
 // back when it returns, and its context ends if the slot is lost.
 func ExamplePermit() {
 	l, err := memlock.New()
@@ -190,7 +242,7 @@ func ExamplePermit() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	p, err := sem.Acquire(ctx, 30*time.Second)
+	p, err := sem.AcquirePermit(ctx, 30*time.Second)
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -43,7 +43,7 @@ func worker() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if os.Getenv("SEM_HOLD") == "forever" {
-		p, err := sem.Acquire(ctx, ttl)
+		p, err := sem.AcquirePermit(ctx, ttl)
 		if err != nil {
 			return err
 		}

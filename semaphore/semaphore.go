@@ -3,6 +3,15 @@
 // that shares the backend, each permit is a grant on one of Size slot keys,
 // and a crashed holder's slot frees within its ttl.
 //
+// # Which call
+//
+// Acquire waits for a slot and keeps it until Release (a Lease: renewed in
+// the background, its Context ends if the slot is lost); Do does the same
+// around a function. Both hold the slot however long the work takes. The
+// permits of TryAcquire and AcquirePermit are not renewed: they lapse after
+// their ttl, when another caller may take the slot while the first still
+// works, unless the caller keeps them (lock.Keep, lock.Hold).
+//
 // # How it works
 //
 // A semaphore named n of size s owns the keys "sem/{n}/slot/0" to
@@ -30,15 +39,15 @@
 //
 // # Limits
 //
-// A name follows backendkit.CheckName (1 to lock.MaxNameLen bytes of UTF-8, no
-// control characters, no braces): every slot key then fits in
+// A name follows backendkit.CheckName (1 to lock.MaxNameLen bytes of
+// UTF-8, no control characters, no braces): every slot key then fits in
 // lock.MaxKeyLen. A size is 1 to MaxSize (4096). Both are checked by New.
-// The ttl given to TryAcquire and Acquire, and Do's (WithTTL), is checked
-// against the backend's limits (lock.LimitsOf). On a backend that takes fewer keys
-// per TryAcquireAny than the size (a third-party one; every built-in
-// backend takes MaxSize), an attempt tries the slots in batches of its
-// MaxKeys, and Acquire waits by backoff bounded by the slots' remaining ttl
-// instead of one subscription for every slot.
+// The ttl given to TryAcquire, Acquire and AcquirePermit, and Do's
+// (WithTTL), is checked against the backend's limits (lock.LimitsOf). On a
+// backend that takes fewer keys per TryAcquireAny than the size (a
+// third-party one; every built-in backend takes MaxSize), an attempt tries
+// the slots in batches of its MaxKeys, and a wait goes by backoff bounded
+// by the slots' remaining ttl instead of one subscription for every slot.
 //
 // Sizes and slot numbers read back from a backend (Observe, ObserveAll,
 // Occupancy, the size check) are untrusted: anything New could not have
@@ -48,10 +57,10 @@
 // # Options
 //
 // New takes this package's options: WithTTL (Do's ttl), WithBackoff (the
-// retry delay of Acquire and Do where the backend sends no release
-// notifications) and WithCommon (the logger, meter and tracer providers;
-// a slot's owner is its backend's). A refused option is an error of New's
-// that matches lock.ErrInvalidArgument.
+// retry delay of Acquire, AcquirePermit and Do where the backend sends no
+// release notifications) and WithCommon (the logger, meter and tracer
+// providers; a slot's owner is its backend's). A refused option is an
+// error of New's that matches lock.ErrInvalidArgument.
 package semaphore
 
 import (
@@ -143,8 +152,9 @@ func WithTTL(ttl time.Duration) Option {
 	}
 }
 
-// WithBackoff bounds the retry delay of Acquire and Do where the backend
-// sends no release notifications, as lock.WithBackoff does Acquire's.
+// WithBackoff bounds the retry delay of Acquire, AcquirePermit and Do
+// where the backend sends no release notifications, as lock.WithBackoff
+// does lock.Acquire's.
 func WithBackoff(min, max time.Duration) Option {
 	return func(c *config) error {
 		if min <= 0 || max <= 0 || max < min {
@@ -209,6 +219,11 @@ func (s *Semaphore) Size() int { return s.size }
 
 // TryAcquire takes a free slot for ttl, or returns lock.ErrNotAcquired when
 // all are held (counted as a rejection).
+//
+// The permit is not renewed: it lapses after ttl, and another caller may
+// then take the slot while this one still works. Finish within ttl, or
+// keep the permit alive with lock.Keep(ctx, p, ttl) (and release the
+// lock.Lease it returns) or lock.Hold(ctx, p, ttl, fn).
 func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*Permit, error) {
 	if err := backendkit.Validate(ctx, s.keys[0], ttl, lock.LimitsOf(s.l)); err != nil {
 		return nil, err
@@ -226,9 +241,67 @@ func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*Permit,
 	return p, err
 }
 
-// Acquire waits until it holds a slot for ttl or ctx ends. Any slot's
-// release wakes it.
-func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration) (*Permit, error) {
+// Lease is a permit kept alive by renewal until Release: what Acquire
+// returns. Its Context carries the slot's fencing token (lock.TokenFrom)
+// and ends, with a cause that matches lock.ErrLost, as soon as the slot can
+// no longer be trusted; Handle is the *Permit.
+type Lease struct {
+	*lock.Lease
+	slot int
+}
+
+// Slot is the lease's slot number, in [0, Size).
+func (l *Lease) Slot() int { return l.slot }
+
+// Acquire waits until it holds a slot, or ctx ends, and keeps the slot
+// until Release: the permit is renewed every ttl/3 in the background, so
+// the work may take as long as it needs; ttl only bounds how long the slot
+// stays taken after this process dies. Any slot's release wakes the wait.
+//
+// The caller must:
+//
+//   - call Release when done (defer it): it stops the renewal and gives
+//     the slot back; it returns lock.ErrLost if the slot was lost meanwhile;
+//   - stop working when the lease's Context ends with a cause matching
+//     lock.ErrLost: the slot could not be renewed in time (the backend
+//     unreachable for most of a ttl) and another caller may hold it now.
+//
+// The Context is a child of ctx: it ends with ctx too, while the renewal
+// goes on until Release. Do does all of this around a function;
+// AcquirePermit is the wait without the renewal.
+func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration) (*Lease, error) {
+	if err := checkRenewable(ttl); err != nil {
+		return nil, err
+	}
+	p, err := s.AcquirePermit(ctx, ttl)
+	if err != nil {
+		return nil, err
+	}
+	l, err := lock.Keep(ctx, p, ttl, s.opts...)
+	if err != nil {
+		_ = p.Release(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return &Lease{Lease: l, slot: p.slot}, nil
+}
+
+// checkRenewable refuses, before any slot is taken, a ttl that lock.Keep
+// would refuse: one whose renewal interval (ttl/3) is below
+// lock.MinRenewInterval.
+func checkRenewable(ttl time.Duration) error {
+	if ttl > 0 && ttl/3 < lock.MinRenewInterval {
+		return backendkit.Invalid("semaphore", "%w: %v is too short to renew, at least %v", lock.ErrInvalidTTL, ttl, 3*lock.MinRenewInterval)
+	}
+	return nil
+}
+
+// AcquirePermit is Acquire without the renewal: it waits until it holds a
+// slot for ttl or ctx ends. The permit lapses after ttl, and another caller
+// may then take the slot while this one still works: finish within ttl, or
+// keep the permit alive with lock.Keep(ctx, p, ttl) (and release the
+// lock.Lease it returns) or lock.Hold(ctx, p, ttl, fn). Acquire and Do do
+// that for you.
+func (s *Semaphore) AcquirePermit(ctx context.Context, ttl time.Duration) (*Permit, error) {
 	if err := backendkit.Validate(ctx, s.keys[0], ttl, lock.LimitsOf(s.l)); err != nil {
 		return nil, err
 	}
@@ -268,7 +341,7 @@ func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context) error) 
 	if fn == nil {
 		return backendkit.Invalid("semaphore", "nil function")
 	}
-	p, err := s.Acquire(ctx, s.ttl)
+	p, err := s.AcquirePermit(ctx, s.ttl)
 	if err != nil {
 		return err
 	}

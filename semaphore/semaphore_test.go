@@ -50,6 +50,11 @@ func TestSuite(t *testing.T) {
 		t.Run("Occupancy", func(t *testing.T) { t.Parallel(); testOccupancy(t, b) })
 		t.Run("Observe", func(t *testing.T) { t.Parallel(); testObserve(t, b) })
 		t.Run("DoAndKeep", func(t *testing.T) { t.Parallel(); testDo(t, b) })
+		t.Run("AcquireKeepsTheSlot", func(t *testing.T) {
+			t.Parallel()
+			ttl := max(time.Second, lock.LimitsOf(b.New(t)).MinTTL)
+			testAcquireKeeps(t, b.New, ttl)
+		})
 		t.Run("WithoutMultiLock", func(t *testing.T) { t.Parallel(); testWithoutMultiLock(t, b) })
 	})
 }
@@ -173,7 +178,7 @@ func testWakes(t *testing.T, b backends.Backend) {
 		}
 		ps = append(ps, p)
 	}
-	got := make(chan *semaphore.Permit, 1)
+	got := make(chan *semaphore.Lease, 1)
 	go func() {
 		p, err := waiter.Acquire(ctx, ttl)
 		if err != nil {

@@ -1,16 +1,19 @@
-// Command quickstart shows what a fenced lease buys you, in-process and in
-// under ten seconds: three simulated hosts take turns on one lock through
+// Command quickstart shows what a fenced lease buys you, in a few seconds:
+// three simulated hosts (in memory by default, or each with its own
+// connection to the backend -backend names) take turns on one lock through
 // lock.Do and append to a ledger that checks fencing tokens. One host is
 // paused past its ttl on purpose (think of a long GC pause or SIGSTOP); a
 // successor takes over, and when the paused host wakes up and writes, the
 // ledger refuses its stale token.
 //
-//	go run ./examples/quickstart
+//	go run ./examples/quickstart                                  # in memory
+//	go run ./examples/quickstart -backend redis://127.0.0.1:6379  # on a real backend
 package main
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,19 +22,20 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold-go/leasehold/backend"
 	"github.com/leasehold-go/leasehold/lock"
-	"github.com/leasehold-go/leasehold/lock/memlock"
 )
 
 const (
-	ttl    = 300 * time.Millisecond
-	rounds = 3
-	work   = 40 * time.Millisecond
-	pause  = 3 * ttl
+	shortTTL = 300 * time.Millisecond // the ttl, unless the backend's minimum is longer
+	rounds   = 3
+	work     = 40 * time.Millisecond
 )
 
 func main() {
-	if err := run(os.Stdout); err != nil {
+	url := flag.String("backend", "mem://quickstart", "backend URL (mem://NAME, redis://host:port, postgres://..., etcd://host:port)")
+	flag.Parse()
+	if err := run(context.Background(), os.Stdout, *url); err != nil {
 		fmt.Fprintln(os.Stderr, "quickstart:", err)
 		os.Exit(1)
 	}
@@ -63,13 +67,28 @@ func (g *grantLog) say(format string, args ...any) {
 	g.events = append(g.events, event{time.Now(), fmt.Sprintf(format, args...)})
 }
 
-func run(out io.Writer) error {
+func run(ctx context.Context, out io.Writer, url string) error {
 	// Silence the library's own log lines; the timeline below tells the story.
 	quiet := lock.Common{Logger: slog.New(slog.DiscardHandler)}
-	server, err := memlock.New(memlock.WithCommon(quiet)) // one table of grants, as one server
-	if err != nil {
-		return err
+	// Three hosts, each with its own connection to one backend (in memory:
+	// one table of grants, as one server).
+	hosts := map[string]lock.Lock{}
+	for _, name := range []string{"host-a", "host-b", "host-c"} {
+		l, closeFn, err := backend.Open(ctx, url, backend.WithCommon(quiet), backend.WithCommon(lock.Common{Owner: name}))
+		if err != nil {
+			return err
+		}
+		defer closeFn()
+		hosts[name] = l
 	}
+	// The ttl: 300 ms, or the backend's shortest (etcd rounds a shorter one
+	// up to its MinTTL, 2 s by default).
+	ttl := max(shortTTL, lock.LimitsOf(hosts["host-a"]).MinTTL)
+	if e, ok := hosts["host-a"].(interface{ MinTTL() time.Duration }); ok {
+		ttl = max(ttl, e.MinTTL())
+	}
+	pause := 3 * ttl
+	key := fmt.Sprintf("quickstart/ledger/%d", time.Now().UnixNano()) // this run's own
 	var (
 		led  ledger
 		log  grantLog
@@ -79,10 +98,7 @@ func run(out io.Writer) error {
 	start := time.Now()
 	cHolds := make(chan struct{}) // host-c goes first, so that its pause blocks the others
 	for _, name := range []string{"host-c", "host-a", "host-b"} {
-		host, err := server.Share(memlock.WithCommon(quiet), memlock.WithCommon(lock.Common{Owner: name}))
-		if err != nil {
-			return err
-		}
+		host := hosts[name]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -91,11 +107,11 @@ func run(out io.Writer) error {
 			}
 			for round := 1; round <= rounds; round++ {
 				stall := name == "host-c" && round == 1
-				l := lock.Lock(host)
+				l := host
 				if stall {
 					l = &paused{Lock: host, until: make(chan struct{})}
 				}
-				err := lock.Do(context.Background(), l, "ledger", func(ctx context.Context) error {
+				err := lock.Do(ctx, l, key, func(ctx context.Context) error {
 					token, _ := lock.TokenFrom(ctx)
 					acquired := time.Now()
 					var lostAt time.Time
