@@ -42,6 +42,20 @@
 // LEASEHOLD_REDIS_ADDR may list several host:port, comma-separated: the
 // nodes of a Redis Cluster.
 //
+// # Replicated servers
+//
+// [Replicas] and [Sentinels] make a dedicated server replicated, the way
+// production runs it: NewRedis(t, Replicas(2), Sentinels(3)) is a primary,
+// two replicas and three Sentinels ([Server.SentinelURL],
+// [Server.SentinelAddrs]); NewRedis(t, Members(3), Replicas(1)) a Redis
+// Cluster whose three masters have a replica each; NewPostgres(t,
+// Replicas(1)) a primary with a synchronous streaming standby
+// (pg_basebackup -R), reached through a two-host DSN with
+// target_session_attrs=read-write. [Server.Failover] kills the primary
+// ([Crash]) or hands it over ([Handover]) and returns once clients can reach
+// the new one and the old one is its replica again; [Server.Primary] says
+// which node is the primary now.
+//
 // [Server.Env] returns the environment variables that make testenv in a child
 // process (for example the test binary run again with exec.Command) find the
 // same server.

@@ -37,6 +37,11 @@ var postgresKind = &kind{
 func findPostgres() (string, error) {
 	var dirs []string
 	if p, err := exec.LookPath("postgres"); err == nil {
+		// A link on PATH (/usr/local/bin/postgres) names the directory
+		// that has the other binaries (pg_basebackup, pg_ctl).
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			p = real
+		}
 		dirs = append(dirs, filepath.Dir(p))
 	}
 	installed, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
@@ -140,6 +145,9 @@ func buildPostgres(binDir, dir string, cfg config) (*Server, error) {
 	if err := chownForPostgres(dir, cred); err != nil {
 		return nil, err
 	}
+	if cfg.replicas > 0 {
+		return buildStandby(binDir, dir, template, cred, cfg)
+	}
 	data := filepath.Join(dir, "data")
 	if err := run([]string{"cp", "-a", template, data}, "", nil); err != nil {
 		return nil, err
@@ -148,36 +156,47 @@ func buildPostgres(binDir, dir string, cfg config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	addr := loopback(ports[0])
-	dsn := "postgres://postgres@" + addr + "/postgres?sslmode=disable"
+	p := postgresNode(binDir, dir, ports[0], cred, append([]string{"synchronous_commit=off"}, cfg.pgSettings...))
+	return &Server{
+		addr:      loopback(ports[0]),
+		dsn:       p.target,
+		endpoints: []string{loopback(ports[0])},
+		envValue:  p.target,
+		members:   []*proc{p},
+	}, nil
+}
+
+// postgresDSN is the connection string of the server at addr.
+func postgresDSN(addr string) string {
+	return "postgres://postgres@" + addr + "/postgres?sslmode=disable"
+}
+
+// postgresNode is one postmaster on port, its data in dir/data, its Unix
+// socket in dir, with the given settings (name=value) after the common
+// ones.
+func postgresNode(binDir, dir string, port int, cred *syscall.Credential, settings []string) *proc {
+	addr := loopback(port)
 	argv := []string{filepath.Join(binDir, "postgres"),
-		"-D", data,
-		"-p", strconv.Itoa(ports[0]),
+		"-D", filepath.Join(dir, "data"),
+		"-p", strconv.Itoa(port),
 		"-k", dir, // Unix socket directory
 		"-c", "listen_addresses=127.0.0.1",
 		"-c", "fsync=off",
-		"-c", "synchronous_commit=off",
 		"-c", "full_page_writes=off",
 		"-c", "max_connections=200",
 		"-c", "shared_buffers=32MB",
 	}
-	for _, s := range cfg.pgSettings {
+	for _, s := range settings {
 		argv = append(argv, "-c", s)
 	}
-	return &Server{
-		addr:      addr,
-		dsn:       dsn,
-		endpoints: []string{addr},
-		envValue:  dsn,
-		members: []*proc{{
-			name:    "PostgreSQL " + addr,
-			argv:    argv,
-			dir:     dir,
-			logPath: filepath.Join(dir, "postgres.log"),
-			cred:    cred,
-			target:  dsn,
-		}},
-	}, nil
+	return &proc{
+		name:    "PostgreSQL " + addr,
+		argv:    argv,
+		dir:     dir,
+		logPath: filepath.Join(dir, "postgres.log"),
+		cred:    cred,
+		target:  postgresDSN(addr),
+	}
 }
 
 func parsePostgres(value string) (*Server, error) {

@@ -144,14 +144,17 @@ func (p *proc) running() bool {
 
 // stop sends the kind's stop signal, escalates to SIGKILL after stopTimeout,
 // and waits until the process is gone. Stopping a stopped process is a no-op.
-func (p *proc) stop() error {
+func (p *proc) stop() error { return p.stopWith(p.kind.stopSig) }
+
+// stopWith is stop with the signal sig.
+func (p *proc) stopWith(sig syscall.Signal) error {
 	p.mu.Lock()
 	cmd, exited := p.cmd, p.exited
 	p.mu.Unlock()
 	if cmd == nil {
 		return nil
 	}
-	_ = cmd.Process.Signal(p.kind.stopSig) // os.ErrProcessDone once exited
+	_ = cmd.Process.Signal(sig) // os.ErrProcessDone once exited
 	select {
 	case <-exited:
 	case <-time.After(stopTimeout):

@@ -27,95 +27,96 @@ var redisKind = &kind{
 	build:   buildRedis,
 	parse:   parseRedis,
 	probe:   pingRedis,
-	form:    formRedisCluster,
 }
 
-// buildRedis lays out one server, or with cfg.members > 1 the masters of a
-// Redis Cluster (formed by formRedisCluster once they run). Nothing is
-// persisted: a restart loses the data (a cluster member keeps its
-// nodes.conf, so it rejoins).
+// buildRedis lays out one server; with Members(n > 1) the nodes of a Redis
+// Cluster (rediscluster.go); with Sentinels a primary, its replicas and the
+// Sentinels that watch them (sentinel.go). Nothing is persisted: a restart
+// loses the data (a cluster node keeps its nodes.conf, so it rejoins).
 func buildRedis(bin, dir string, cfg config) (*Server, error) {
-	n := max(cfg.members, 1)
-	ports, err := freePorts(n)
+	switch {
+	case cfg.sentinels > 0:
+		return buildSentinel(bin, dir, cfg)
+	case cfg.members > 1:
+		return buildRedisCluster(bin, dir, cfg)
+	}
+	ports, err := freePorts(1)
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{}
-	for i := range n {
-		addr := loopback(ports[i])
-		mdir := dir
-		argv := []string{bin,
-			"--port", strconv.Itoa(ports[i]),
-			"--bind", "127.0.0.1",
-			"--save", "",
-			"--appendonly", "no",
-			"--protected-mode", "no",
-		}
-		if n > 1 {
-			mdir = filepath.Join(dir, fmt.Sprintf("m%d", i))
-			if err := os.MkdirAll(mdir, 0o755); err != nil {
-				return nil, err
-			}
-			argv = append(argv, "--cluster-enabled", "yes",
-				"--cluster-config-file", filepath.Join(mdir, "nodes.conf"),
-				"--cluster-node-timeout", "2000")
-		}
-		argv = append(argv, "--dir", mdir)
-		s.endpoints = append(s.endpoints, addr)
-		s.members = append(s.members, &proc{
-			name:    "Redis " + addr,
-			argv:    argv,
-			dir:     mdir,
-			logPath: filepath.Join(mdir, "redis.log"),
-			target:  addr,
-		})
-	}
-	s.addr = s.endpoints[0]
-	s.envValue = strings.Join(s.endpoints, ",")
+	s.addNode(redisNode(bin, dir, ports[0]))
+	s.envValue = s.addr
 	return s, nil
 }
 
-// formRedisCluster spreads the 16384 hash slots over the members, makes them
-// meet, and waits until every member reports the cluster ok.
-func formRedisCluster(ctx context.Context, s *Server) error {
-	const slots = 16384
-	n := len(s.endpoints)
-	clients := make([]*redis.Client, n)
-	for i, addr := range s.endpoints {
-		clients[i] = redis.NewClient(&redis.Options{Addr: addr})
-		defer clients[i].Close()
+// redisNode is one redis-server process on port, its files in dir.
+func redisNode(bin, dir string, port int, args ...string) *proc {
+	addr := loopback(port)
+	argv := append([]string{bin,
+		"--port", strconv.Itoa(port),
+		"--bind", "127.0.0.1",
+		"--save", "",
+		"--appendonly", "no",
+		"--protected-mode", "no",
+		"--dir", dir,
+	}, args...)
+	return &proc{
+		name:    "Redis " + addr,
+		argv:    argv,
+		dir:     dir,
+		logPath: filepath.Join(dir, "redis.log"),
+		target:  addr,
 	}
-	for i, c := range clients {
-		lo, hi := i*slots/n, (i+1)*slots/n-1
-		if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err(); err != nil {
-			return fmt.Errorf("%s: CLUSTER ADDSLOTSRANGE: %w", s.endpoints[i], err)
-		}
+}
+
+// addNode adds a data node: a member whose address is an endpoint (the
+// first one is Addr).
+func (s *Server) addNode(p *proc) {
+	s.members = append(s.members, p)
+	s.endpoints = append(s.endpoints, p.target)
+	if s.addr == "" {
+		s.addr = p.target
 	}
-	for _, addr := range s.endpoints[1:] {
-		host, port, _ := net.SplitHostPort(addr)
-		if err := clients[0].ClusterMeet(ctx, host, port).Err(); err != nil {
-			return fmt.Errorf("CLUSTER MEET %s: %w", addr, err)
-		}
-	}
+}
+
+// memberDir makes the directory of member i under dir.
+func memberDir(dir string, i int) (string, error) {
+	d := filepath.Join(dir, fmt.Sprintf("m%d", i))
+	return d, os.MkdirAll(d, 0o755)
+}
+
+// waitFor calls cond every pollInterval until it returns nil or ctx ends,
+// and then returns its last error.
+func waitFor(ctx context.Context, what string, cond func(ctx context.Context) error) error {
 	for {
-		ok := true
-		for _, c := range clients {
-			info, err := c.ClusterInfo(ctx).Result()
-			if err != nil || !strings.Contains(info, "cluster_state:ok") ||
-				!strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(n)) {
-				ok = false
-				break
-			}
-		}
-		if ok {
+		err := cond(ctx)
+		if err == nil {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("the cluster did not reach state ok: %w", ctx.Err())
-		case <-time.After(20 * time.Millisecond):
+			return fmt.Errorf("%s: %w (last: %v)", what, ctx.Err(), err)
+		case <-time.After(pollInterval):
 		}
 	}
+}
+
+// redisInfo returns the fields of INFO section of the node at addr.
+func redisInfo(ctx context.Context, addr, section string) (map[string]string, error) {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: probeTimeout, ReadTimeout: probeTimeout})
+	defer c.Close()
+	text, err := c.Info(ctx, section).Result()
+	if err != nil {
+		return nil, err
+	}
+	fields := map[string]string{}
+	for line := range strings.SplitSeq(text, "\r\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			fields[k] = v
+		}
+	}
+	return fields, nil
 }
 
 // parseRedis accepts host:port, or a comma-separated list of a Redis

@@ -33,9 +33,6 @@ type kind struct {
 	parse func(value string) (*Server, error)
 	// probe returns nil when the server at target answers.
 	probe func(ctx context.Context, target string) error
-	// form, when set, runs once after the members of a new server first
-	// answer: it joins them into a cluster (Redis Cluster).
-	form func(ctx context.Context, s *Server) error
 }
 
 type source int
@@ -61,7 +58,14 @@ type Server struct {
 	members   []*proc                     // fromBinary
 	terminate func(context.Context) error // fromContainer
 
-	mu     sync.Mutex // serialises Start, Stop, Restart and close
+	// form, when set, runs once after the members of a new server first
+	// answer: it joins them into a cluster or a replicated topology.
+	form func(ctx context.Context) error
+	// topo is the replicated topology (replicated.go), nil for a plain
+	// server or cluster.
+	topo topology
+
+	mu     sync.Mutex // serialises Start, Stop, Restart, Failover and close
 	closed bool
 }
 
@@ -85,6 +89,8 @@ type Option func(*config)
 
 type config struct {
 	members    int
+	replicas   int      // per primary (Redis), or 1: a standby (PostgreSQL)
+	sentinels  int      // Redis only
 	pgSettings []string // "name=value", NewPostgres only
 }
 
@@ -320,9 +326,9 @@ func startLocal(k *kind, bin string, cfg config) (*Server, error) {
 			m.kind = k
 		}
 		register(s)
-		if err = s.startMembers(s.all()); err == nil && k.form != nil && len(s.members) > 1 {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			err = k.form(ctx, s)
+		if err = s.startMembers(s.all()); err == nil && s.form != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+			err = s.form(ctx)
 			cancel()
 			if err != nil {
 				err = fmt.Errorf("forming the %s cluster: %w\n%s", k.name, err, s.logTails())
@@ -496,6 +502,9 @@ func dedicated(t testing.TB, k *kind, opts []Option) *Server {
 	}
 	if cfg.members < 1 || (cfg.members > 1 && k == postgresKind) {
 		t.Fatalf("testenv: New%s: Members(%d): only etcd and Redis take more than one member", k.short, cfg.members)
+	}
+	if err := cfg.checkReplication(k); err != nil {
+		t.Fatalf("testenv: New%s: %v", k.short, err)
 	}
 	if v := os.Getenv(k.envVar); v != "" {
 		unavailable(t, fmt.Sprintf("a dedicated %s server needs its binary, but %s=%s selects an external one; unset it to start one here", k.name, k.envVar, v))
