@@ -33,6 +33,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold-go/leasehold/backend"
 	"github.com/leasehold-go/leasehold/jobs"
 	"github.com/leasehold-go/leasehold/lock"
 )
@@ -227,6 +228,13 @@ func run(ctx context.Context, out io.Writer, url string, total int) (*result, er
 		len(res.completed), total, dups, recoveries, poison, res.killed)
 	if len(res.completed) != total {
 		return res, fmt.Errorf("%d good jobs never completed", total-len(res.completed))
+	}
+	if !st.mem {
+		flag := "--table"
+		if strings.HasPrefix(url, "redis") {
+			flag = "--namespace"
+		}
+		fmt.Fprintf(out, "the dead set stays on the server: leasehold jobs --backend %s %s %s\n", backend.Redact(url), flag, ns)
 	}
 	return res, nil
 }
