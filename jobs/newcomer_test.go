@@ -331,3 +331,26 @@ func TestTrackLeavesNoGoroutineBehind(t *testing.T) {
 		}
 	})
 }
+
+// A burial names its recoverer ("by") beside the job's last owner
+// ("from"), as a recovery does.
+func TestDeadLineNamesTheRecoverer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg, table := memjobs.New(), testkit.Must(memlock.New())
+		h := &records{}
+		var q queue
+		r := newRunner(t, reg, testkit.Must(table.Share()), &q, jobs.WithMaxRetries(0),
+			jobs.WithCommon(lock.Common{Owner: "recoverer-1", Logger: slog.New(h)}))
+		if _, err := reg.Track(t.Context(), jobs.Job{ID: "poison", Owner: "crashed"}, time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+		if n := r.Scan(t.Context()); n != 0 {
+			t.Fatalf("Scan requeued %d, want the job buried", n)
+		}
+		dead, ok := h.find("leasehold: job moved to the dead set")
+		if !ok || dead["level"] != "WARN" || dead["job"] != "poison" || dead["from"] != "crashed" || dead["by"] != "recoverer-1" {
+			t.Fatalf("dead line %v", dead)
+		}
+	})
+}
