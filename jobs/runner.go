@@ -302,7 +302,7 @@ func (r *Runner) Track(ctx context.Context, job Job) (context.Context, func(err 
 	r.inflight[job.ID] = f
 	if r.beats == nil {
 		b := &beats{stopped: make(chan struct{})}
-		b.ctx, b.stop = context.WithCancel(context.WithoutCancel(ctx))
+		b.ctx, b.stop = context.WithCancel(context.Background()) // the runner's, not this job's
 		r.beats = b
 		go r.heartbeats(b)
 	}
