@@ -68,7 +68,8 @@ func CheckHeartbeat(ctx context.Context, refs []Ref, lease time.Duration) error 
 
 // CheckTrack is the input check of Registry.Track: the context, the ID and
 // the lease (CheckLease); an Owner that is empty (none) or a valid identity
-// (backendkit.CheckOwner); an Attempt from 0 to MaxAttempt; and a History whose
+// (backendkit.CheckOwner); an Attempt and a MaxRetries from 0 to
+// MaxAttempt; and a History whose
 // owners are empty or valid identities and whose attempts are within
 // bounds, so that nothing a caller passes can corrupt the stored record.
 func CheckTrack(ctx context.Context, job Job, lease time.Duration) error {
@@ -79,6 +80,9 @@ func CheckTrack(ctx context.Context, job Job, lease time.Duration) error {
 		return err
 	}
 	if err := checkAttempt("job Attempt", job.Attempt, MaxAttempt); err != nil {
+		return err
+	}
+	if err := checkAttempt("job MaxRetries", job.MaxRetries, MaxAttempt); err != nil {
 		return err
 	}
 	for i, h := range job.History {
