@@ -130,6 +130,42 @@ INSERT INTO T_ VALUES ('jöb', 'p', 'w', 0, nextval('T__epoch'), now() + interva
 	if err := r.Done(ctx, j.Ref()); err != nil {
 		t.Fatal(err)
 	}
+	// Setup added the max_retries columns and the retry records' table.
+	c := registrytest.Requeued(t, r, "m", 5)
+	if j, err := r.Track(ctx, jobs.Job{ID: "m", Owner: "w"}, time.Minute); err != nil || j.Attempt != 1 || j.MaxRetries != 5 {
+		t.Fatalf("Track after a requeue on an upgraded table: %+v, %v (reclaimed %+v)", j, err, c)
+	}
+}
+
+// A retry record older than jobs.RetryWindow is not taken over (the job
+// starts again), and records older than it are deleted by later Remove
+// calls, a few at a time: the table does not grow with the history.
+func TestOldRetryRecordsAreIgnoredAndDropped(t *testing.T) {
+	pool := newPool(t)
+	r, table := newRegistry(t, pool, "retry")
+	ctx := t.Context()
+	registrytest.Requeued(t, r, "late", 3)
+	if _, err := pool.Exec(ctx, "UPDATE "+table+"_retry SET at = at - $1::bigint * interval '1 millisecond' - interval '1 second'",
+		jobs.RetryWindow.Milliseconds()); err != nil {
+		t.Fatal(err)
+	}
+	if j, err := r.Track(ctx, jobs.Job{ID: "late", Owner: "w"}, time.Minute); err != nil || j.Attempt != 0 || j.MaxRetries != 0 || len(j.History) != 0 {
+		t.Fatalf("Track after the retry window: %+v, %v; want a new job", j, err)
+	}
+	const old = 40
+	if _, err := pool.Exec(ctx, "INSERT INTO "+table+"_retry (id, attempt, max_retries, history, at) SELECT convert_to('old' || g, 'UTF8'), 1, 0, '[]', now() - $2::bigint * interval '1 millisecond' - interval '1 hour' FROM generate_series(1, $1) g", old, jobs.RetryWindow.Milliseconds()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		registrytest.Requeued(t, r, fmt.Sprint(i), 0)
+	}
+	var left, recent int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FILTER (WHERE at < now() - interval '1 hour'), count(*) FILTER (WHERE at >= now() - interval '1 hour') FROM "+table+"_retry").Scan(&left, &recent); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 || recent != 4 {
+		t.Fatalf("after 4 Remove calls: %d of %d expired retry records left, %d recent ones; want 0 and 4", left, old, recent)
+	}
 }
 
 // Completion markers older than jobs.DoneWindow are deleted by later Done

@@ -26,3 +26,34 @@ func TestConformance(t *testing.T) {
 		return r
 	})
 }
+
+// A retry record (Remove) is a key that expires after jobs.RetryWindow:
+// Redis drops it, and a Track after that starts the job again from
+// Attempt 0.
+func TestRetryRecordsExpire(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: testenv.Redis(t).Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	ns := "retry-" + time.Now().Format("150405.000000000")
+	r, err := redisjobs.New(c, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	registrytest.Requeued(t, r, "j", 3)
+	key := "{" + ns + "}:retry:j"
+	if ttl, err := c.PTTL(ctx, key).Result(); err != nil || ttl <= jobs.RetryWindow-time.Minute || ttl > jobs.RetryWindow {
+		t.Fatalf("retry record %s expires in %v (%v), want jobs.RetryWindow", key, ttl, err)
+	}
+	// The window ends (a millisecond left).
+	if err := c.PExpire(ctx, key, time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); c.Exists(ctx, key).Val() == 1; <-time.After(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the retry record did not expire")
+		}
+	}
+	if j, err := r.Track(ctx, jobs.Job{ID: "j", Owner: "w"}, time.Minute); err != nil || j.Attempt != 0 || j.MaxRetries != 0 || len(j.History) != 0 {
+		t.Fatalf("Track after the retry window: %+v, %v; want a new job", j, err)
+	}
+}
