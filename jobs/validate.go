@@ -12,7 +12,8 @@ import (
 )
 
 // MaxAttempt is the largest Attempt a job may be tracked with, and so the
-// most recoveries a registry counts (WithMaxRetries takes at most it too):
+// most recoveries a registry counts (WithMaxRetries and Job.MaxRetries
+// take at most it too):
 // every registry stores an attempt, and adds one to it, without overflow.
 const MaxAttempt = 1<<31 - 2
 

@@ -946,7 +946,7 @@ func retryRecordEnds(t *testing.T, r jobs.Registry) {
 
 // maxRetriesKept: a job's MaxRetries is stored with it and carried by
 // every method that returns the job: Track, Expired, Reclaim, the dead
-// set (DeadJob) and the operator listings.
+// set (DeadJob), the operator listings, and jobs.Revive.
 func maxRetriesKept(t *testing.T, r jobs.Registry) {
 	ctx := ctxFor(t)
 	j, err := r.Track(ctx, jobs.Job{ID: "m", Payload: []byte("x"), Owner: "worker-a", MaxRetries: 7}, 100*time.Millisecond)
@@ -977,4 +977,8 @@ func maxRetriesKept(t *testing.T, r jobs.Registry) {
 			t.Fatalf("Dead = %+v, %v", dead, err)
 		}
 	})
+	// Revived: a new job (Attempt 0), with its own MaxRetries still.
+	if back, err := jobs.Revive(ctx, r, "m", "operator"); err != nil || back.Attempt != 0 || back.MaxRetries != 7 {
+		t.Fatalf("Revive = %+v, %v", back, err)
+	}
 }
