@@ -32,23 +32,29 @@ func (q *idQueue) take() []jobs.Job {
 	return out
 }
 
-// poisonRun has workers of crashing take every job off q, track it as the
-// queue gives it and crash (the job's context ends without done), and the
-// recoverer scan after each ttl, for at most rounds rounds or until every
-// one of want jobs is dead. It returns the dead jobs by ID.
-func poisonRun(t *testing.T, reg jobs.Registry, crashing, recoverer *jobs.Runner, q *idQueue, want, rounds int, dead map[string]jobs.DeadJob) {
+// crash has a worker of r track j and die mid-job: the job's context ends
+// without done, and nothing heartbeats it any more.
+func crash(t *testing.T, r *jobs.Runner, j jobs.Job) {
+	t.Helper()
+	ctx, die := context.WithCancel(t.Context())
+	if _, _, err := r.Track(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	die()
+	synctest.Wait()
+}
+
+// poisonRun has the recoverer scan after each ttl, and workers of crashing
+// take every requeued job off q, track it as the queue gives it and crash,
+// for at most rounds rounds or until want jobs are dead.
+func poisonRun(t *testing.T, crashing, recoverer *jobs.Runner, q *idQueue, want, rounds int, dead map[string]jobs.DeadJob) {
 	t.Helper()
 	for round := 0; len(dead) < want && round < rounds; round++ {
 		time.Sleep(jobs.DefaultTTL + time.Second)
 		recoverer.Scan(t.Context())
 		for _, j := range q.take() {
-			ctx, crash := context.WithCancel(t.Context())
-			if _, _, err := crashing.Track(ctx, j); err != nil {
-				t.Fatal(err)
-			}
-			crash() // the worker dies mid-job: no done, no more heartbeats
+			crash(t, crashing, j)
 		}
-		synctest.Wait()
 	}
 }
 
@@ -78,10 +84,8 @@ func TestPoisonJobCountsWhateverItsQueueCarries(t *testing.T) {
 		var q idQueue
 		dead := map[string]jobs.DeadJob{}
 		crashing, recoverer := crashingAndRecoverer(t, reg, &q, dead, jobs.WithMaxRetries(3))
-		if _, _, err := crashing.Track(t.Context(), jobs.Job{ID: "poison", Payload: []byte("p")}); err != nil {
-			t.Fatal(err)
-		}
-		poisonRun(t, reg, crashing, recoverer, &q, 1, 10, dead)
+		crash(t, crashing, jobs.Job{ID: "poison", Payload: []byte("p")})
+		poisonRun(t, crashing, recoverer, &q, 1, 10, dead)
 		d, ok := dead["poison"]
 		if !ok || d.Attempt != 4 || len(d.History) != 4 || string(d.Payload) != "p" {
 			t.Fatalf("dead %+v; want the job dead at attempt 4 after its 3 retries, 4 recoveries in its history", dead)
@@ -106,11 +110,9 @@ func TestPerJobMaxRetriesOverridesTheRunners(t *testing.T) {
 		dead := map[string]jobs.DeadJob{}
 		crashing, recoverer := crashingAndRecoverer(t, reg, &q, dead, jobs.WithMaxRetries(3))
 		for id, max := range map[string]int{"fewer": 1, "more": 6, "runner's": 0} {
-			if _, _, err := crashing.Track(t.Context(), jobs.Job{ID: id, MaxRetries: max}); err != nil {
-				t.Fatal(err)
-			}
+			crash(t, crashing, jobs.Job{ID: id, MaxRetries: max})
 		}
-		poisonRun(t, reg, crashing, recoverer, &q, 3, 20, dead)
+		poisonRun(t, crashing, recoverer, &q, 3, 20, dead)
 		for id, attempt := range map[string]int{"fewer": 2, "more": 7, "runner's": 4} {
 			if d, ok := dead[id]; !ok || d.Attempt != attempt {
 				t.Errorf("%s: dead %v at attempt %d, want dead at attempt %d", id, ok, d.Attempt, attempt)

@@ -13,8 +13,8 @@ import (
 
 // MaxAttempt is the largest Attempt a job may be tracked with, and so the
 // most recoveries a registry counts (WithMaxRetries and Job.MaxRetries
-// take at most it too):
-// every registry stores an attempt, and adds one to it, without overflow.
+// take at most it too): every registry stores an attempt, and adds one to
+// it, without overflow.
 const MaxAttempt = 1<<31 - 2
 
 // MaxReasonLen is the longest reason, in bytes, that Bury records.
