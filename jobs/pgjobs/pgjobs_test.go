@@ -216,3 +216,35 @@ func newRegistry(t testing.TB, pool *pgxpool.Pool, prefix string) (*pgjobs.Regis
 	}
 	return r, table
 }
+
+// Setup of tables that are up to date alters nothing: it must not wait for
+// an ACCESS EXCLUSIVE lock (an ALTER TABLE, even one that IF NOT EXISTS
+// makes a no-op) behind a transaction that reads the jobs, as every
+// process's first operation runs Setup.
+func TestSetupOfCurrentTablesTakesNoExclusiveLock(t *testing.T) {
+	pool := newPool(t)
+	r, table := newRegistry(t, pool, "locks")
+	ctx := t.Context()
+	if err := r.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	for _, tb := range []string{table, table + "_dead"} {
+		if _, err := tx.Exec(ctx, "SELECT count(*) FROM "+tb); err != nil { // ACCESS SHARE until the rollback
+			t.Fatal(err)
+		}
+	}
+	again, err := pgjobs.New(pool, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := again.Setup(sctx); err != nil {
+		t.Fatalf("Setup while a transaction reads the tables: %v", err)
+	}
+}
