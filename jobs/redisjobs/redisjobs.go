@@ -127,13 +127,13 @@ func New(c redis.UniversalClient, namespace string) (*Registry, error) {
 
 func (r *Registry) jobKey(id string) string  { return r.ns + "job:" + id }
 func (r *Registry) deadKey(id string) string { return r.ns + "dead:" + id }
+func (r *Registry) deadlines() string        { return r.ns + "deadlines" }
+func (r *Registry) epochs() string           { return r.ns + "epoch" }
+func (r *Registry) deadset() string          { return r.ns + "deadset" }
 
 // retryKey is the retry record of a requeued job (Remove), which the next
 // Track of its ID takes over.
 func (r *Registry) retryKey(id string) string { return r.ns + "retry:" + id }
-func (r *Registry) deadlines() string         { return r.ns + "deadlines" }
-func (r *Registry) epochs() string            { return r.ns + "epoch" }
-func (r *Registry) deadset() string           { return r.ns + "deadset" }
 
 // doneKey is the completion marker of one epoch of a job: the epoch's
 // digits end at the first colon, so that no two (epoch, id) pairs share a
