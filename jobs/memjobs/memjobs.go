@@ -150,7 +150,8 @@ func (r *Registry) remove(ctx context.Context, ref jobs.Ref) (*entry, error) {
 // Done implements jobs.Registry: it removes the entry if its epoch matches
 // ref's and remembers the completion for jobs.DoneWindow (a map and a
 // queue by time, trimmed by every Done), so that a retried Done of it
-// returns nil; any other epoch is jobs.ErrStale.
+// returns nil; any other epoch is jobs.ErrStale. A completion drops the
+// ID's retry record, if any.
 func (r *Registry) Done(ctx context.Context, ref jobs.Ref) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -166,6 +167,7 @@ func (r *Registry) Done(ctx context.Context, ref jobs.Ref) error {
 		return err
 	}
 	r.done.put(ref, struct{}{}, now)
+	r.retry.remove(ref.ID) // the count ends with the job
 	return nil
 }
 
@@ -268,7 +270,7 @@ func (r *Registry) Reclaim(ctx context.Context, ref jobs.Ref, by string, lease t
 
 // Bury implements jobs.Registry: it moves the entry of ref's epoch to the
 // dead set (replacing a dead job of the same ID), with reason and the time
-// of death, else returns jobs.ErrStale.
+// of death, and drops the ID's retry record, else returns jobs.ErrStale.
 func (r *Registry) Bury(ctx context.Context, ref jobs.Ref, reason string) error {
 	if err := jobs.CheckBury(ctx, ref, reason); err != nil {
 		return err
@@ -280,6 +282,7 @@ func (r *Registry) Bury(ctx context.Context, ref jobs.Ref, reason string) error 
 		return err
 	}
 	r.dead[ref.ID] = jobs.DeadJob{Job: e.job, DiedAt: time.Now(), Reason: reason}
+	r.retry.remove(ref.ID) // the dead job has the count
 	return nil
 }
 

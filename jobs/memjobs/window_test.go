@@ -49,3 +49,13 @@ func TestUntakenRetryRecordsAreDropped(t *testing.T) {
 		}
 	})
 }
+
+// Done and Bury drop a retry record of their job's ID.
+func TestDoneAndBuryDropRetryRecords(t *testing.T) {
+	r := New()
+	registrytest.DoneAndBuryDropRetryRecords(t, r, func(id string) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.retry.put(id, retryRecord{attempt: 3, maxRetries: 2}, time.Now())
+	})
+}

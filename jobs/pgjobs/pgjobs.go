@@ -165,6 +165,7 @@ BEGIN
 END
 $migrate$;`),
 		done: r.Replace(`WITH d AS (DELETE FROM T_ WHERE id = $1 AND epoch = $2 RETURNING id, epoch),
+	r AS (DELETE FROM T__retry WHERE id IN (SELECT id FROM d)),
 	m AS (INSERT INTO T__done (epoch, id, at) SELECT epoch, id, now() FROM d ON CONFLICT (epoch) DO NOTHING),
 	gc AS (DELETE FROM T__done WHERE epoch IN (SELECT epoch FROM T__done
 		WHERE at < now() - $3::bigint * interval '1 millisecond' ORDER BY at LIMIT 16 FOR UPDATE SKIP LOCKED))
@@ -206,7 +207,8 @@ SELECT count(*) FROM d`),
 	history = history || jsonb_build_array(jsonb_build_object('at', now(), 'from', owner, 'by', $3::text, 'attempt', attempt + 1))
 WHERE id = $1 AND epoch = $2 AND deadline <= now()
 RETURNING ` + cols),
-		bury: r.Replace(`WITH d AS (DELETE FROM T_ WHERE id = $1 AND epoch = $2 RETURNING ` + cols + `)
+		bury: r.Replace(`WITH d AS (DELETE FROM T_ WHERE id = $1 AND epoch = $2 RETURNING ` + cols + `),
+	r AS (DELETE FROM T__retry WHERE id IN (SELECT id FROM d))
 INSERT INTO T__dead (` + cols + `, died, reason) SELECT ` + cols + `, now(), $3 FROM d
 ON CONFLICT (id) DO UPDATE SET payload = excluded.payload, owner = excluded.owner, attempt = excluded.attempt,
 	epoch = excluded.epoch, deadline = excluded.deadline, history = excluded.history, max_retries = excluded.max_retries,
@@ -381,8 +383,8 @@ func (r *Registry) Heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Du
 }
 
 // Done implements jobs.Registry: one statement deletes the row of ref's
-// epoch and records the completion in the markers table (dropping up to 16
-// markers older than jobs.DoneWindow); it returns nil when it deleted the
+// epoch and the ID's retry record and records the completion in the
+// markers table (dropping up to 16 markers older than jobs.DoneWindow); it returns nil when it deleted the
 // row or found the epoch's marker (a retried Done), else jobs.ErrStale.
 func (r *Registry) Done(ctx context.Context, ref jobs.Ref) error {
 	if err := jobs.CheckID(ctx, ref.ID); err != nil {
@@ -487,7 +489,7 @@ func (r *Registry) Reclaim(ctx context.Context, ref jobs.Ref, by string, lease t
 
 // Bury implements jobs.Registry: one statement (DELETE … RETURNING into an
 // INSERT) moves the row of ref's epoch to the dead table, time of death on
-// server time; else jobs.ErrStale.
+// server time, and deletes the ID's retry record; else jobs.ErrStale.
 func (r *Registry) Bury(ctx context.Context, ref jobs.Ref, reason string) error {
 	if err := jobs.CheckBury(ctx, ref, reason); err != nil {
 		return err

@@ -248,3 +248,15 @@ func TestSetupOfCurrentTablesTakesNoExclusiveLock(t *testing.T) {
 		t.Fatalf("Setup while a transaction reads the tables: %v", err)
 	}
 }
+
+// Done and Bury drop a retry record of their job's ID (one a Remove that
+// raced a Track may leave beside the entry).
+func TestDoneAndBuryDropRetryRecords(t *testing.T) {
+	pool := newPool(t)
+	r, table := newRegistry(t, pool, "drop")
+	registrytest.DoneAndBuryDropRetryRecords(t, r, func(id string) {
+		if _, err := pool.Exec(t.Context(), "INSERT INTO "+table+"_retry (id, attempt, max_retries, history, at) VALUES ($1, 3, 2, '[]', now())", []byte(id)); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -217,11 +217,11 @@ func (r *Registry) remove(ctx context.Context, ref jobs.Ref, op string, script *
 // Done implements jobs.Registry: one script removes the entry and its index
 // member if the epoch matches and sets the epoch's completion marker (a
 // key that expires after jobs.DoneWindow: Redis drops it, nothing is
-// scanned); a Done that finds the marker returns nil (a retry whose first
-// attempt took effect, see Client retries in the package doc); else
-// jobs.ErrStale.
+// scanned) and deletes the ID's retry record; a Done that finds the marker
+// returns nil (a retry whose first attempt took effect, see Client retries
+// in the package doc); else jobs.ErrStale.
 func (r *Registry) Done(ctx context.Context, ref jobs.Ref) error {
-	return r.remove(ctx, ref, "done", doneScript, []string{r.doneKey(ref)}, jobs.DoneWindow.Milliseconds())
+	return r.remove(ctx, ref, "done", doneScript, []string{r.doneKey(ref), r.retryKey(ref.ID)}, jobs.DoneWindow.Milliseconds())
 }
 
 // Remove implements jobs.Registry: one script removes the entry of ref's
@@ -320,13 +320,13 @@ func (r *Registry) Reclaim(ctx context.Context, ref jobs.Ref, by string, lease t
 }
 
 // Bury implements jobs.Registry: one script moves the entry of ref's epoch
-// to the dead set (hash and index, time of death on server time), else
-// jobs.ErrStale.
+// to the dead set (hash and index, time of death on server time) and
+// deletes the ID's retry record, else jobs.ErrStale.
 func (r *Registry) Bury(ctx context.Context, ref jobs.Ref, reason string) error {
 	if err := jobs.CheckBury(ctx, ref, reason); err != nil {
 		return err
 	}
-	n, err := r.bounds.Run(ctx, r.c, buryScript, []string{r.jobKey(ref.ID), r.deadlines(), r.deadKey(ref.ID), r.deadset()},
+	n, err := r.bounds.Run(ctx, r.c, buryScript, []string{r.jobKey(ref.ID), r.deadlines(), r.deadKey(ref.ID), r.deadset(), r.retryKey(ref.ID)},
 		ref.ID, strconv.FormatUint(ref.Epoch, 10), reason).Int64()
 	switch {
 	case err != nil:

@@ -31,13 +31,8 @@ func TestConformance(t *testing.T) {
 // Redis drops it, and a Track after that starts the job again from
 // Attempt 0.
 func TestRetryRecordsExpire(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: testenv.Redis(t).Addr()})
-	t.Cleanup(func() { _ = c.Close() })
-	ns := "retry-" + time.Now().Format("150405.000000000")
-	r, err := redisjobs.New(c, ns)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newClient(t, testenv.Redis(t).Addr())
+	r, ns := newRegistry(t, c, "retry")
 	ctx := t.Context()
 	registrytest.Requeued(t, r, "j", 3)
 	key := "{" + ns + "}:retry:j"
@@ -56,4 +51,15 @@ func TestRetryRecordsExpire(t *testing.T) {
 	if j, err := r.Track(ctx, jobs.Job{ID: "j", Owner: "w"}, time.Minute); err != nil || j.Attempt != 0 || j.MaxRetries != 0 || len(j.History) != 0 {
 		t.Fatalf("Track after the retry window: %+v, %v; want a new job", j, err)
 	}
+}
+
+// Done and Bury drop a retry record of their job's ID.
+func TestDoneAndBuryDropRetryRecords(t *testing.T) {
+	c := newClient(t, testenv.Redis(t).Addr())
+	r, ns := newRegistry(t, c, "drop")
+	registrytest.DoneAndBuryDropRetryRecords(t, r, func(id string) {
+		if err := c.HSet(t.Context(), "{"+ns+"}:retry:"+id, "attempt", 3, "history", "", "maxretries", 2).Err(); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

@@ -34,3 +34,12 @@ func ExampleRequeued() {
 		}
 	}
 }
+
+// Compile-only (no Output): put writes a retry record straight into the
+// registry's store (a Redis hash, a row), as redisjobs' and pgjobs' tests
+// do.
+func ExampleDoneAndBuryDropRetryRecords() {
+	_ = func(t *testing.T, r jobs.Registry, writeRecord func(id string, attempt, maxRetries int)) {
+		registrytest.DoneAndBuryDropRetryRecords(t, r, func(id string) { writeRecord(id, 3, 2) })
+	}
+}

@@ -982,3 +982,37 @@ func maxRetriesKept(t *testing.T, r jobs.Registry) {
 		t.Fatalf("Revive = %+v, %v", back, err)
 	}
 }
+
+// DoneAndBuryDropRetryRecords checks that Done and Bury drop the retry
+// record of their job's ID even when one exists beside the entry, which
+// the API alone never leaves (Track consumes the record) but a race of a
+// Remove and a Track on a database can: put writes, the way r stores it, a
+// retry record of Attempt 3 and MaxRetries 2 for an ID that is in flight.
+// After the job's Done, or its Bury, a Track of the ID starts from
+// Attempt 0: the count ended with the job.
+func DoneAndBuryDropRetryRecords(t testing.TB, r jobs.Registry, put func(id string)) {
+	t.Helper()
+	ctx := ctxFor(t)
+	d := track(t, r, "done", time.Minute)
+	b := track(t, r, "buried", time.Millisecond)
+	put("done")
+	put("buried")
+	if err := r.Done(ctx, d.Ref()); err != nil {
+		t.Fatal(err)
+	}
+	waitExpired(t, r, 1)
+	c, err := r.Reclaim(ctx, b.Ref(), "recoverer", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Bury(ctx, c.Ref(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"done", "buried"} {
+		j, err := r.Track(ctx, jobs.Job{ID: id, Owner: "worker-b"}, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkCount(t, "tracked after the Done or Bury of "+id, j, 0, 0, 0)
+	}
+}
