@@ -117,8 +117,8 @@ type Registry interface {
 	// History over (else it keeps its own), and that MaxRetries when
 	// job.MaxRetries is 0; the retry record is consumed. So a job tracked
 	// again as Job{ID, Payload} from a queue keeps counting towards the
-	// dead set. It returns the job as recorded. Input is checked by CheckTrack: an ID
-	// is opaque bytes (1 to lock.MaxKeyLen, NUL included) and round-trips
+	// dead set. It returns the job as recorded. Input is checked by
+	// CheckTrack: an ID is opaque bytes (1 to lock.MaxKeyLen, NUL included) and round-trips
 	// through every method; owners are identities (backendkit.CheckOwner) or
 	// empty; the lease is within 1 ms..lock.MaxTTL (lock.ErrInvalidTTL).
 	Track(ctx context.Context, job Job, lease time.Duration) (Job, error)
@@ -132,8 +132,8 @@ type Registry interface {
 	// happened to the ID since. A Done of any other epoch — reclaimed by a
 	// recoverer (a zombie's late completion), replaced by a new Track,
 	// removed, buried, or never tracked — returns ErrStale. The job's count
-	// of recoveries ends with it: a later Track of its ID starts from the
-	// caller's Attempt.
+	// of recoveries ends with its completion (a retry record of its ID is
+	// dropped): a later Track of the ID starts from the caller's Attempt.
 	Done(ctx context.Context, ref Ref) error
 	// Expired lists up to limit jobs whose deadline has passed, earliest
 	// deadline first, through an index ordered by deadline: its cost grows
@@ -157,7 +157,8 @@ type Registry interface {
 	Remove(ctx context.Context, ref Ref) error
 	// Bury moves the job to the dead set if its epoch matches, else
 	// ErrStale. The reason is checked by CheckBury. The dead job keeps
-	// the count (Attempt, History, MaxRetries); no retry record is left.
+	// the count (Attempt, History, MaxRetries); a retry record of its ID
+	// is dropped.
 	Bury(ctx context.Context, ref Ref, reason string) error
 	// DeadJob returns one dead job whole, payload included, or
 	// ErrNotFound: what RetryDead and Revive put back in flight.
