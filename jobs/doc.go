@@ -49,6 +49,9 @@
 // and Epoch let handlers detect it. Recoveries are counted apart from
 // ordinary failures: a job that keeps killing its workers ("poison") ends
 // in the dead set, where it can be retried (RetryDead, Revive) or purged.
+// The registry keeps the count by job ID (Registry.Track, RetryWindow): a
+// job tracked again as Job{ID, Payload} from a queue goes on counting, and
+// Job.MaxRetries overrides WithMaxRetries for one job.
 //
 // A Registry is the recovery protocol alone. Inspector is the operator's
 // optional view of one, as lock.Inspector is of a backend: counts and

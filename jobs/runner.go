@@ -562,8 +562,12 @@ func (r *Runner) recoverOne(ctx context.Context, j Job) bool {
 		return false
 	}
 	r.step(StepReclaimed, c)
-	if c.Attempt > r.s.maxRetries {
-		reason := fmt.Sprintf("recovered %d times (MaxRetries %d): its workers keep crashing", c.Attempt-1, r.s.maxRetries)
+	maxRetries := r.s.maxRetries
+	if c.MaxRetries > 0 { // the job's own
+		maxRetries = c.MaxRetries
+	}
+	if c.Attempt > maxRetries {
+		reason := fmt.Sprintf("recovered %d times (MaxRetries %d): its workers keep crashing", c.Attempt-1, maxRetries)
 		if err := r.reg.Bury(ctx, c.Ref(), reason); err != nil {
 			r.failed(ctx, "leasehold: burying a job failed", "job", c.ID, "err", err)
 			return false
