@@ -318,3 +318,30 @@ func ExampleWithRetryJitter() {
 	}
 	// Output: requeue thumbnail-9 attempt 3 after 4s
 }
+
+// A handler reads the job as the registry recorded it: on a retry after a
+// crash its Attempt is above 0, whatever the queue handed back.
+func ExampleJobFrom() {
+	ctx := context.Background()
+	table, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	r, err := jobs.NewRunner(memjobs.New(), table, func(context.Context, jobs.Job, time.Duration) error { return nil })
+	if err != nil {
+		log.Fatal(err)
+	}
+	jctx, done, err := r.Track(ctx, jobs.Job{ID: "report-1", Payload: []byte("march")})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if j, ok := jobs.JobFrom(jctx); ok && j.Attempt > 0 {
+		fmt.Println("a retry: the report may be half written")
+	} else {
+		fmt.Println("first run of", j.ID)
+	}
+	if err := done(nil); err != nil {
+		log.Fatal(err)
+	}
+	// Output: first run of report-1
+}

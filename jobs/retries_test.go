@@ -158,3 +158,42 @@ func ExampleJob_maxRetries() {
 	fmt.Printf("attempt %d of at most %d retries, recovered from %s\n", again.Attempt, again.MaxRetries, again.History[0].From)
 	// Output: attempt 1 of at most 2 retries, recovered from worker-1
 }
+
+// The context Track returns carries the job as the registry recorded it:
+// a job tracked again as Job{ID, Payload} after a recovery shows Attempt 1
+// and the recovery in its History, so that its handler knows it may have
+// run in part before.
+func TestJobFromCarriesTheRecordedAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg := memjobs.New()
+		var q idQueue
+		crashing, recoverer := crashingAndRecoverer(t, reg, &q, map[string]jobs.DeadJob{})
+		ctx, done, err := crashing.Track(t.Context(), jobs.Job{ID: "j", Payload: []byte("p")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j, ok := jobs.JobFrom(ctx); !ok || j.ID != "j" || j.Attempt != 0 || j.Owner != "crashing" {
+			t.Fatalf("JobFrom of the first run: %+v, %v", j, ok)
+		}
+		_ = done // the worker dies without it
+		if _, ok := jobs.JobFrom(t.Context()); ok {
+			t.Fatal("JobFrom of a context that Track did not return")
+		}
+		crash(t, crashing, jobs.Job{ID: "j", Payload: []byte("p")})
+		time.Sleep(jobs.DefaultTTL + time.Second)
+		recoverer.Scan(t.Context())
+		requeued := q.take()
+		if len(requeued) != 1 {
+			t.Fatalf("requeued %v", requeued)
+		}
+		ctx, done, err = crashing.Track(t.Context(), requeued[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer done(nil)
+		j, ok := jobs.JobFrom(ctx)
+		if !ok || j.Attempt != 1 || len(j.History) != 1 || j.History[0].By != "recoverer" || string(j.Payload) != "p" {
+			t.Fatalf("JobFrom after a recovery: %+v, %v; want Attempt 1 and its recovery", j, ok)
+		}
+	})
+}

@@ -101,7 +101,8 @@ func WithScanInterval(d time.Duration) Option {
 }
 
 // WithMaxRetries sets how many recoveries a job gets before the dead set:
-// 0 to MaxAttempt.
+// 0 to MaxAttempt (default DefaultMaxRetries). A job's own Job.MaxRetries,
+// when not 0, overrides it for that job.
 func WithMaxRetries(n int) Option {
 	return func(s *settings) error {
 		if n < 0 || n > MaxAttempt {
@@ -267,6 +268,17 @@ func NewRunner(reg Registry, l lock.Lock, requeue Requeue, opts ...Option) (*Run
 		inflight: map[string]*inflight{}, m: newMetrics(tel)}, nil
 }
 
+type jobKey struct{}
+
+// JobFrom returns the job of a context that Runner.Track returned, as the
+// registry recorded it: its Attempt (0 on the first run; more when
+// recovered, so that the work may have run in part before), History,
+// MaxRetries and Epoch.
+func JobFrom(ctx context.Context) (Job, bool) {
+	j, ok := ctx.Value(jobKey{}).(Job)
+	return j, ok
+}
+
 // Owner is the owner identity recorded with this runner's jobs.
 func (r *Runner) Owner() string { return r.common.Owner }
 
@@ -286,6 +298,10 @@ func (r *Runner) Owner() string { return r.common.Owner }
 // recovered, as a crashed worker's would be. Recovering the jobs of crashed
 // workers is Run's part (or Scan's, under an election of your own): some
 // process must run it.
+//
+// The context carries the job as the registry recorded it (JobFrom): its
+// Attempt counts the job's recoveries whatever Attempt the caller passed,
+// since the registry keeps the count by ID.
 func (r *Runner) Track(ctx context.Context, job Job) (context.Context, func(err error) error, error) {
 	job.Owner = r.common.Owner
 	sent := time.Now()
@@ -293,7 +309,7 @@ func (r *Runner) Track(ctx context.Context, job Job) (context.Context, func(err 
 	if err != nil {
 		return nil, nil, err
 	}
-	jctx, cancel := context.WithCancelCause(ctx)
+	jctx, cancel := context.WithCancelCause(context.WithValue(ctx, jobKey{}, tracked))
 	f := &inflight{ref: tracked.Ref(), cancel: cancel, validUntil: backendkit.ValidUntil(sent, r.s.ttl)}
 	r.mu.Lock()
 	if old, ok := r.inflight[job.ID]; ok {
@@ -618,8 +634,8 @@ func (r *Runner) backoff(attempt int) time.Duration {
 	return d - rand.N(spread+1)
 }
 
-// RetryDead requeues a dead job as new — its ID and payload, Attempt 0, no
-// history, no epoch, owner or deadline of its past life — with no delay,
+// RetryDead requeues a dead job as new — its ID, payload and MaxRetries,
+// Attempt 0, no history, no epoch, owner or deadline of its past life — with no delay,
 // and then deletes it from the dead set. Its history is readable until
 // then (DeadJob, OnDead). A crash in between leaves it both requeued and
 // dead: never lost.
@@ -628,7 +644,7 @@ func (r *Runner) RetryDead(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	j := Job{ID: d.ID, Payload: d.Payload}
+	j := Job{ID: d.ID, Payload: d.Payload, MaxRetries: d.MaxRetries}
 	if err := r.requeue(ctx, j, 0); err != nil {
 		return err
 	}
