@@ -285,9 +285,13 @@ func (r *Runner) Owner() string { return r.common.Owner }
 // Track records that this process started job and returns a context for
 // the work, cancelled (cause matching ErrStale or lock.ErrLost) when the
 // job is reclaimed elsewhere or this process cannot renew it in time, and
-// done, to call when the job has finished (err: its outcome, for the
-// metrics). done returns ErrStale when the job was reclaimed meanwhile: the
-// completion is rejected and the job runs (or ran) elsewhere too.
+// done, to call when the job has finished, done or failed for good (err:
+// its outcome, for the metrics): done removes the job from the registry,
+// whatever err says. done returns ErrStale when the job was reclaimed
+// meanwhile: the completion is rejected and the job runs (or ran)
+// elsewhere too. A worker that gives a job up unfinished (its context
+// ended, or it stops) must not call done: it ends ctx instead, and the job
+// is recovered once its ttl passes.
 //
 // From Track until done, or until ctx ends, the runner heartbeats the job
 // (one batched call per interval for all the jobs of this runner) and
@@ -324,9 +328,13 @@ func (r *Runner) Track(ctx context.Context, job Job) (context.Context, func(err 
 	}
 	r.mu.Unlock()
 	r.m.tracked.Add(context.WithoutCancel(ctx), 1)
+	var untracked sync.Once
+	untrack := func() {
+		untracked.Do(func() { r.m.tracked.Add(context.WithoutCancel(ctx), -1) })
+	}
 	// Once done, or once its context ends (ctx's end, or the job lost),
 	// nobody works on the job any more: stop heartbeating it.
-	stopForget := context.AfterFunc(jctx, func() { r.forget(job.ID, f) })
+	stopForget := context.AfterFunc(jctx, func() { r.forget(job.ID, f); untrack() })
 	var once sync.Once
 	done := func(result error) error {
 		var err error
@@ -335,7 +343,7 @@ func (r *Runner) Track(ctx context.Context, job Job) (context.Context, func(err 
 			if last := r.forget(job.ID, f); last != nil {
 				<-last.stopped // no goroutine of Track outlives the last job
 			}
-			r.m.tracked.Add(context.WithoutCancel(ctx), -1)
+			untrack()
 			err = r.reg.Done(context.WithoutCancel(ctx), f.ref)
 			outcome := "ok"
 			switch {

@@ -140,7 +140,10 @@ func worker(ctx context.Context, name string, e env) error {
 			<-slots
 			continue
 		}
-		say("START %s %d", j.ID, j.Attempt)
+		// The job as the registry recorded it: its Attempt counts its
+		// recoveries, although the queue gave back only ID and payload.
+		rec, _ := jobs.JobFrom(jctx)
+		say("START %s %d", j.ID, rec.Attempt)
 		wg.Go(func() {
 			defer func() { <-slots }()
 			if string(j.Payload) == "poison" {
@@ -151,24 +154,33 @@ func worker(ctx context.Context, name string, e env) error {
 				taking.Unlock() // in memory: the worker's context has ended, it takes nothing more
 				return
 			}
-			select {
-			case <-time.After(work):
-			case <-jctx.Done():
-			}
-			switch {
-			case ctx.Err() != nil:
-				return // killed, or stopping: the job is left to recovery
-			case jctx.Err() != nil:
-				_ = finish(context.Cause(jctx))
-				say("LOST %s", j.ID)
-			case finish(nil) != nil:
-				say("STALE %s", j.ID)
-			default:
-				say("DONE %s", j.ID)
-			}
+			goodJob(ctx, jctx, j.ID, finish, say)
 		})
 	}
 	return nil
+}
+
+// goodJob works on a good job for the time its work takes and reports how
+// it ended. ctx is the worker's; jctx is the job's, from Track.
+func goodJob(ctx, jctx context.Context, id string, finish func(error) error, say func(string, ...any)) {
+	select {
+	case <-time.After(work):
+	case <-jctx.Done():
+	}
+	switch {
+	case ctx.Err() != nil:
+		return // killed, or stopping: the job is left to recovery
+	case jctx.Err() != nil:
+		// Lost (reclaimed elsewhere, or not renewed in time): the work is
+		// given up unfinished, so no finish, which would remove the job
+		// from the registry; it is recovered once its ttl passes, and
+		// runs again.
+		say("LOST %s", id)
+	case finish(nil) != nil:
+		say("STALE %s", id)
+	default:
+		say("DONE %s", id)
+	}
 }
 
 // result is what the supervisor saw, by job ID.

@@ -2,11 +2,14 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
 
 	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
+	"github.com/leasehold-go/leasehold/lock"
 )
 
 // TestMain lets the test binary stand in for the program when the
@@ -85,4 +88,25 @@ func check(t *testing.T, url string) {
 		}
 	}
 	t.Logf("%s", out.String())
+}
+
+// A good job whose context ends because it was lost (not renewed in time)
+// is given up without finish, so that its registry entry expires and the
+// job is recovered and runs again. (The program called finish with the
+// loss as the outcome, which removed the entry: under load a job lost
+// this way was never recovered, and the run ended with 11 of 12 good jobs
+// completed.)
+func TestALostJobIsLeftToRecovery(t *testing.T) {
+	jctx, lose := context.WithCancelCause(t.Context())
+	lose(lock.ErrLost)
+	var said []string
+	say := func(format string, args ...any) { said = append(said, fmt.Sprintf(format, args...)) }
+	finish := func(error) error {
+		t.Error("finish was called for a job given up unfinished")
+		return nil
+	}
+	goodJob(t.Context(), jctx, "job-01", finish, say)
+	if len(said) != 1 || said[0] != "LOST job-01" {
+		t.Fatalf("reported %q, want LOST job-01", said)
+	}
 }

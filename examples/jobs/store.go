@@ -25,9 +25,9 @@ import (
 )
 
 // queue is the user's job queue, which leasehold does not provide: a job
-// pushed with a delay is popped no sooner. It carries a job's Attempt and
-// History along with its ID and payload, so that the registry counts the
-// recoveries of a job taken back from it.
+// pushed with a delay is popped no sooner. Like most queues it keeps only
+// a job's ID and payload: the registry keeps the count of its recoveries
+// by ID (jobs.JobFrom reads it back when the job is tracked again).
 type queue interface {
 	push(ctx context.Context, j jobs.Job, delay time.Duration) error
 	pop(ctx context.Context) (jobs.Job, bool) // false: none ready now (after a short wait)
@@ -35,7 +35,7 @@ type queue interface {
 
 // encode and decode are how the queues store a job.
 func encode(j jobs.Job) ([]byte, error) {
-	return json.Marshal(jobs.Job{ID: j.ID, Payload: j.Payload, Attempt: j.Attempt, History: j.History})
+	return json.Marshal(jobs.Job{ID: j.ID, Payload: j.Payload})
 }
 
 func decode(b []byte) (jobs.Job, bool) {
@@ -50,6 +50,7 @@ const idle = 20 * time.Millisecond
 type memQueue chan jobs.Job
 
 func (q memQueue) push(_ context.Context, j jobs.Job, delay time.Duration) error {
+	j = jobs.Job{ID: j.ID, Payload: j.Payload} // as the other queues keep it
 	time.AfterFunc(delay, func() { q <- j })
 	return nil
 }
