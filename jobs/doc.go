@@ -7,9 +7,11 @@
 //
 // Workers Track each job they start in a durable Registry (jobs/redisjobs,
 // jobs/pgjobs; jobs/memjobs in process) with a deadline on the registry's
-// clock. One batched heartbeat per process per interval extends all of its
-// jobs in one round trip and reports the ones it no longer owns, whose
-// contexts are then cancelled. When a worker finishes it calls done, which
+// clock. From Track on, one batched heartbeat per runner per interval
+// extends all of its jobs in one round trip and reports the ones it no
+// longer owns, whose contexts are then cancelled. Track starts that loop
+// and it ends with the last job in flight: a worker needs no other call to
+// keep its jobs (Run is the recovery side, below). When a worker finishes it calls done, which
 // removes the entry only if its epoch still matches: the late completion of
 // a zombie (paused past its lease, its job since recovered) is rejected with
 // ErrStale. Done is idempotent per epoch: a Done retried after its first
@@ -25,16 +27,20 @@
 // lock.MaxTTL. Bad input is refused where it is passed with an error that
 // matches lock.ErrInvalidArgument, starts with "jobs: " and names it.
 //
-// One process at a time — the leader of a leader.Run election on the lock
-// you pass — scans every scan interval (WithScanInterval) for expired
+// The full shape is a worker that Tracks its jobs and, in one or more
+// processes, Runner.Run (see the Runner.Track example). Run campaigns in a
+// leader.Run election on the lock you pass; one process at a time, its
+// leader, scans every scan interval (WithScanInterval) for expired
 // entries through the registry's deadline index (cost grows with the
 // expired count, not the tracked count) and, for each one:
 //
 //  1. reclaims it: atomically, only if it is still expired and of the same
 //     epoch, it gets a new epoch, Attempt+1 and a history entry;
 //  2. after WithMaxRetries recoveries, buries it in the dead set (OnDead
-//     runs), else calls your Requeue with a delay (WithRetryBackoff:
-//     exponential backoff with full jitter, capped);
+//     runs), else calls your Requeue with a delay: base·2^(attempt−1),
+//     capped (WithRetryBackoff), drawn below that schedule by
+//     WithRetryJitter — full jitter (uniform in [0, schedule]) by default,
+//     the exact schedule with 0, at most 20 % below it with 0.2;
 //  3. removes the entry.
 //
 // A crash at any point leaves the job either tracked (it expires again and
@@ -43,6 +49,9 @@
 // and Epoch let handlers detect it. Recoveries are counted apart from
 // ordinary failures: a job that keeps killing its workers ("poison") ends
 // in the dead set, where it can be retried (RetryDead, Revive) or purged.
+// The registry keeps the count by job ID (Registry.Track, RetryWindow): a
+// job tracked again as Job{ID, Payload} from a queue goes on counting, and
+// Job.MaxRetries overrides WithMaxRetries for one job.
 //
 // A Registry is the recovery protocol alone. Inspector is the operator's
 // optional view of one, as lock.Inspector is of a backend: counts and
@@ -62,11 +71,21 @@
 // # Timing
 //
 // Defaults: a ttl of 15 s (WithTTL: how long a job stays owned without a
-// heartbeat), a heartbeat every 4 s (WithHeartbeatInterval), a scan every
-// 5 s (WithScanInterval): a crashed worker's jobs are requeued about 20 s
-// after its last heartbeat. Lower them for faster recovery (seconds work);
-// the heartbeat interval must stay below a third of the ttl so that two
-// heartbeats can fail without losing the jobs. A worker that cannot
-// heartbeat cancels its jobs' contexts when their lease ends by its own
-// clock, before anyone can reclaim them.
+// heartbeat), a heartbeat every ttl/4 (WithHeartbeatInterval), a scan
+// every ttl/3 (WithScanInterval): a crashed worker's jobs are requeued
+// about 20 s after its last heartbeat. WithTTL alone scales both intervals
+// (WithTTL(2*time.Second): a heartbeat every 500 ms, a scan every 667 ms,
+// recovery in under 3 s); a set interval wins. The heartbeat interval must
+// stay below a third of the ttl so that two heartbeats can fail without
+// losing the jobs. A worker that cannot heartbeat cancels its jobs'
+// contexts when their lease ends by its own clock, before anyone can
+// reclaim them.
+//
+// # Logs
+//
+// Run logs its settings at Info when it starts ("jobs runner started") and
+// when it stops; a recovery at Info and a burial at Warn, each with the
+// job's last owner ("from") and its recoverer ("by"); a lost job at Warn. A
+// step that fails because its context ended — a shutdown — is logged at
+// Debug, not as a failure.
 package jobs

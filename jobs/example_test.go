@@ -59,11 +59,11 @@ func ExampleRunner_Run() {
 	ctx, stop := context.WithCancel(context.Background())
 	stopped := make(chan struct{})
 	go func() {
-		_ = r.Run(ctx) // heartbeats this process's jobs; recovers others' while it leads
+		_ = r.Run(ctx) // recovers crashed workers' jobs while it leads
 		close(stopped)
 	}()
 	defer func() { stop(); <-stopped }()
-	// A job of this process: Run's heartbeats keep it.
+	// A job of this process: the heartbeats Track starts keep it.
 	jctx, done, err := r.Track(ctx, jobs.Job{ID: "mine"})
 	if err != nil {
 		fmt.Println(err)
@@ -82,29 +82,54 @@ func ExampleRunner_Run() {
 	// <nil>
 }
 
+// The full shape, in every worker process: one Runner, whose Run recovers
+// the jobs of crashed workers while this process leads the recovery
+// election (one process at a time), and Track around each job taken from
+// the queue, which heartbeats it until done, with or without Run.
 func ExampleRunner_Track() {
-	reg := memjobs.New()                                                      // or redisjobs / pgjobs: durable
-	l, err := memlock.New(memlock.WithCommon(lock.Common{Owner: "worker-1"})) // elects the recoverer
+	reg := memjobs.New()        // or redisjobs / pgjobs: shared by every process
+	table, err := memlock.New() // or the backend's lock: elects the recoverer
 	if err != nil {
 		log.Fatal(err)
 	}
+	queue := make(chan jobs.Job, 10) // your queue
 	requeue := func(ctx context.Context, j jobs.Job, delay time.Duration) error {
-		return nil // put j back on your queue, to run after delay
+		queue <- j // a real queue delivers it after delay
+		return nil
 	}
-	r, err := jobs.NewRunner(reg, l, requeue)
+	r, err := jobs.NewRunner(reg, table, requeue, jobs.WithTTL(300*time.Millisecond))
 	if err != nil {
-		fmt.Println(err)
-		return
+		log.Fatal(err)
 	}
-	// In a worker, for each job taken from the queue:
-	ctx, done, err := r.Track(context.Background(), jobs.Job{ID: "invoice-42", Payload: []byte(`{"customer": 7}`)})
-	if err != nil {
-		fmt.Println(err)
-		return
+	ctx, stop := context.WithCancel(context.Background())
+	stopped := make(chan error)
+	go func() { stopped <- r.Run(ctx) }() // leader-gated recovery
+	defer func() { stop(); <-stopped }()
+
+	queue <- jobs.Job{ID: "invoice-42", Payload: []byte(`{"customer": 7}`)}
+	// A worker that crashed holding report-9: its lease runs out, and the
+	// leader's scan requeues it.
+	if _, err := reg.Track(ctx, jobs.Job{ID: "report-9", Owner: "worker-2"}, time.Millisecond); err != nil {
+		log.Fatal(err)
 	}
-	_ = ctx // do the work under ctx: it is cancelled if the job is reclaimed elsewhere
-	fmt.Println(done(nil))
-	// Output: <nil>
+	for range 2 {
+		j := <-queue
+		jctx, done, err := r.Track(ctx, j)
+		if err != nil {
+			log.Fatal(err)
+		}
+		// Do the work under jctx: it is cancelled if the job is lost
+		// (reclaimed elsewhere, or not renewed in time). This work takes
+		// longer than the ttl: the heartbeats keep the job.
+		select {
+		case <-jctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+		fmt.Println(j.ID, "attempt", j.Attempt, "done:", done(context.Cause(jctx)))
+	}
+	// Output:
+	// invoice-42 attempt 0 done: <nil>
+	// report-9 attempt 1 done: <nil>
 }
 
 func ExampleRunner_Scan() {
@@ -245,7 +270,7 @@ func ExampleOnStep() {
 }
 
 // The delay Requeue receives grows with each recovery of the same job:
-// full jitter over base·2^(attempt−1), capped.
+// by default full jitter under base·2^(attempt−1), capped.
 func ExampleWithRetryBackoff() {
 	reg := memjobs.New()
 	l, err := memlock.New()
@@ -266,4 +291,57 @@ func ExampleWithRetryBackoff() {
 		time.Sleep(time.Millisecond)
 	}
 	// Output: requeue thumbnail-9 attempt 1 within a second: true
+}
+
+// The exponential schedule with a bounded jitter: WithRetryJitter(0.2)
+// keeps every delay within 20 % below base·2^(attempt−1) (capped), where
+// the default full jitter may retry almost at once; 0 is the schedule
+// itself.
+func ExampleWithRetryJitter() {
+	reg := memjobs.New()
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	r, err := jobs.NewRunner(reg, l, func(ctx context.Context, j jobs.Job, delay time.Duration) error {
+		fmt.Println("requeue", j.ID, "attempt", j.Attempt, "after", delay)
+		return nil
+	}, jobs.WithRetryBackoff(time.Second, time.Minute), jobs.WithRetryJitter(0))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	// A job recovered twice already: its third recovery waits 1s·2².
+	_, _ = reg.Track(ctx, jobs.Job{ID: "thumbnail-9", Owner: "worker-4", Attempt: 2}, time.Millisecond)
+	for r.Scan(ctx) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	// Output: requeue thumbnail-9 attempt 3 after 4s
+}
+
+// A handler reads the job as the registry recorded it: on a retry after a
+// crash its Attempt is above 0, whatever the queue handed back.
+func ExampleJobFrom() {
+	ctx := context.Background()
+	table, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	r, err := jobs.NewRunner(memjobs.New(), table, func(context.Context, jobs.Job, time.Duration) error { return nil })
+	if err != nil {
+		log.Fatal(err)
+	}
+	jctx, done, err := r.Track(ctx, jobs.Job{ID: "report-1", Payload: []byte("march")})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if j, ok := jobs.JobFrom(jctx); ok && j.Attempt > 0 {
+		fmt.Println("a retry: the report may be half written")
+	} else {
+		fmt.Println("first run of", j.ID)
+	}
+	if err := done(nil); err != nil {
+		log.Fatal(err)
+	}
+	// Output: first run of report-1
 }

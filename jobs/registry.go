@@ -19,6 +19,18 @@ var ErrStale = errors.New("jobs: stale job: reclaimed, completed or re-tracked e
 // markers grow with the completion rate, never with the history.
 const DoneWindow = 5 * time.Minute
 
+// RetryWindow is how long a registry keeps the retry record of a job that a
+// recoverer requeued (Registry.Remove): its Attempt, History and
+// MaxRetries, which the next Track of its ID takes over, so that a job
+// that comes back from a queue as Job{ID, Payload} goes on counting its
+// recoveries. A day: far longer than DefaultRetryBackoffCap plus the time
+// a job waits in a queue. A job taken back later (a WithRetryBackoff cap
+// near a day, a queue backed up for longer) starts again from Attempt 0.
+// A registry keeps one small record per requeued job that has not been
+// tracked again, for at most about RetryWindow: the records grow with the
+// jobs requeued and not yet taken back, never with the history.
+const RetryWindow = 24 * time.Hour
+
 // ErrNotFound: no such job (in flight or dead).
 var ErrNotFound = errors.New("jobs: no such job")
 
@@ -36,8 +48,13 @@ type Job struct {
 	Owner string
 	// Attempt counts the recoveries: 0 for the first run, +1 each time a
 	// crashed worker's job is reclaimed. A handler that sees Attempt > 0
-	// knows the job may have run (partly) before.
+	// knows the job may have run (partly) before. The registry keeps the
+	// count by ID (Registry.Track): a caller need not carry it.
 	Attempt int
+	// MaxRetries is how many recoveries this job gets before the dead set:
+	// 0 for the Runner's (WithMaxRetries), else 1 to MaxAttempt. The
+	// registry keeps it with the job like Attempt.
+	MaxRetries int
 	// Epoch changes every time the job is tracked or reclaimed; heartbeats,
 	// Done and Remove act only on the epoch they name.
 	Epoch uint64
@@ -94,8 +111,14 @@ type Counts struct {
 type Registry interface {
 	// Track records a started job with a fresh epoch and a deadline lease
 	// from now, replacing any entry of the same ID (which then goes stale).
-	// It returns the job as recorded. Input is checked by CheckTrack: an ID
-	// is opaque bytes (1 to lock.MaxKeyLen, NUL included) and round-trips
+	// The count of recoveries is the registry's, by ID: when the ID is in
+	// flight, or has a retry record (Remove, within RetryWindow), whose
+	// Attempt is at least job.Attempt, the job takes that Attempt and
+	// History over (else it keeps its own), and that MaxRetries when
+	// job.MaxRetries is 0; the retry record is consumed. So a job tracked
+	// again as Job{ID, Payload} from a queue keeps counting towards the
+	// dead set. It returns the job as recorded. Input is checked by
+	// CheckTrack: an ID is opaque bytes (1 to lock.MaxKeyLen, NUL included) and round-trips
 	// through every method; owners are identities (backendkit.CheckOwner) or
 	// empty; the lease is within 1 ms..lock.MaxTTL (lock.ErrInvalidTTL).
 	Track(ctx context.Context, job Job, lease time.Duration) (Job, error)
@@ -108,7 +131,9 @@ type Registry interface {
 	// completion (a retry whose first attempt took effect), whatever
 	// happened to the ID since. A Done of any other epoch — reclaimed by a
 	// recoverer (a zombie's late completion), replaced by a new Track,
-	// removed, buried, or never tracked — returns ErrStale.
+	// removed, buried, or never tracked — returns ErrStale. The job's count
+	// of recoveries ends with its completion (a retry record of its ID is
+	// dropped): a later Track of the ID starts from the caller's Attempt.
 	Done(ctx context.Context, ref Ref) error
 	// Expired lists up to limit jobs whose deadline has passed, earliest
 	// deadline first, through an index ordered by deadline: its cost grows
@@ -124,15 +149,22 @@ type Registry interface {
 	Reclaim(ctx context.Context, ref Ref, by string, lease time.Duration) (Job, error)
 	// Remove drops the job if its epoch matches (after a requeue), else
 	// returns ErrStale (it leaves no completion marker: a Done of that
-	// epoch afterwards is ErrStale).
+	// epoch afterwards is ErrStale). It leaves a retry record of the job's
+	// Attempt, History and MaxRetries, which the next Track of its ID
+	// takes over, or which expires after RetryWindow. Retry records are not
+	// in flight: Expired, Inspector.InFlight and Inspector.Counts leave
+	// them out.
 	Remove(ctx context.Context, ref Ref) error
 	// Bury moves the job to the dead set if its epoch matches, else
-	// ErrStale. The reason is checked by CheckBury.
+	// ErrStale. The reason is checked by CheckBury. The dead job keeps
+	// the count (Attempt, History, MaxRetries); a retry record of its ID
+	// is dropped.
 	Bury(ctx context.Context, ref Ref, reason string) error
 	// DeadJob returns one dead job whole, payload included, or
 	// ErrNotFound: what RetryDead and Revive put back in flight.
 	DeadJob(ctx context.Context, id string) (DeadJob, error)
-	// Purge deletes a dead job, or returns ErrNotFound: the last step of
+	// Purge deletes a dead job, and the retry record of its ID if it has
+	// one, or returns ErrNotFound (and deletes nothing): the last step of
 	// RetryDead and Revive, and an operator's way to drop a job for good.
 	Purge(ctx context.Context, id string) error
 }

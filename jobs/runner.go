@@ -17,11 +17,14 @@ import (
 )
 
 // Defaults: a crashed worker's jobs are requeued about DefaultTTL +
-// DefaultScanInterval = 20 s after its last heartbeat.
+// DefaultScanInterval = 20 s after its last heartbeat. The heartbeat and
+// scan intervals that are not set follow the ttl (WithTTL): a heartbeat
+// every ttl/4, a scan every ttl/3 (DefaultHeartbeatInterval and
+// DefaultScanInterval are those of DefaultTTL).
 const (
 	DefaultTTL               = 15 * time.Second
-	DefaultHeartbeatInterval = 4 * time.Second
-	DefaultScanInterval      = 5 * time.Second
+	DefaultHeartbeatInterval = DefaultTTL / 4
+	DefaultScanInterval      = DefaultTTL / 3
 	DefaultMaxRetries        = 5
 	DefaultRetryBackoffBase  = time.Second
 	DefaultRetryBackoffCap   = 5 * time.Minute
@@ -29,7 +32,8 @@ const (
 )
 
 // Requeue puts a recovered job back on the user's queue, to run after
-// delay (exponential backoff with full jitter over the job's Attempt). It
+// delay (exponential backoff over the job's Attempt: WithRetryBackoff,
+// WithRetryJitter). It
 // must be safe to call twice for one recovery: a recoverer that crashes
 // after Requeue and before the entry is removed requeues it again.
 type Requeue func(ctx context.Context, job Job, delay time.Duration) error
@@ -51,6 +55,7 @@ type settings struct {
 	ttl, heartbeat, scan time.Duration
 	maxRetries           int
 	base, cap            time.Duration
+	jitter               float64
 	batch                int
 	election             string
 	onDead               func(context.Context, DeadJob)
@@ -76,26 +81,28 @@ func interval(what string, d time.Duration) error {
 // WithTTL sets how long a job stays owned without a heartbeat (default
 // DefaultTTL): at least a millisecond, at most lock.MaxTTL and the
 // election lock's MaxTTL (it is also the recovery election's ttl); else
-// NewRunner returns an error matching lock.ErrInvalidTTL.
+// NewRunner returns an error matching lock.ErrInvalidTTL. The heartbeat
+// and scan intervals follow it unless they are set: ttl/4 and ttl/3.
 func WithTTL(d time.Duration) Option {
 	return func(s *settings) error { s.ttl = d; return nil }
 }
 
 // WithHeartbeatInterval sets the period of the one batched heartbeat a
-// process sends for all its jobs (default DefaultHeartbeatInterval): at
+// process sends for all its jobs (default: a quarter of the ttl): at
 // least 1 ms, and below a third of the ttl.
 func WithHeartbeatInterval(d time.Duration) Option {
 	return func(s *settings) error { s.heartbeat = d; return interval("heartbeat interval", d) }
 }
 
 // WithScanInterval sets how often the recoverer looks for expired jobs
-// (default DefaultScanInterval; 1 ms to lock.MaxTTL).
+// (default: a third of the ttl; 1 ms to lock.MaxTTL).
 func WithScanInterval(d time.Duration) Option {
 	return func(s *settings) error { s.scan = d; return interval("scan interval", d) }
 }
 
 // WithMaxRetries sets how many recoveries a job gets before the dead set:
-// 0 to MaxAttempt.
+// 0 to MaxAttempt (default DefaultMaxRetries). A job's own Job.MaxRetries,
+// when not 0, overrides it for that job.
 func WithMaxRetries(n int) Option {
 	return func(s *settings) error {
 		if n < 0 || n > MaxAttempt {
@@ -106,15 +113,33 @@ func WithMaxRetries(n int) Option {
 	}
 }
 
-// WithRetryBackoff sets the delay before a recovered job is requeued: full
-// jitter over base·2^(attempt−1), capped at cap; 0 ≤ base ≤ cap ≤
-// lock.MaxTTL.
+// WithRetryBackoff sets the schedule of the delay before a recovered job
+// is requeued: base·2^(attempt−1), capped at cap (defaults
+// DefaultRetryBackoffBase, DefaultRetryBackoffCap); 0 ≤ base ≤ cap ≤
+// lock.MaxTTL. The delay is drawn below that schedule as WithRetryJitter
+// says: by default full jitter, uniform in [0, schedule].
 func WithRetryBackoff(base, cap time.Duration) Option {
 	return func(s *settings) error {
 		if base < 0 || cap < base || cap > lock.MaxTTL {
 			return fmt.Errorf("retry backoff base %v, cap %v: want 0 ≤ base ≤ cap ≤ %v", base, cap, lock.MaxTTL)
 		}
 		s.base, s.cap = base, cap
+		return nil
+	}
+}
+
+// WithRetryJitter sets how far below the backoff schedule (WithRetryBackoff)
+// a delay may fall, as a fraction f of it, 0 ≤ f ≤ 1: the delay is uniform
+// in [(1−f)·d, d] for the schedule's d = min(base·2^(attempt−1), cap).
+// 1, the default, is full jitter (uniform in [0, d]: spreads a burst of
+// recoveries best, but an early retry may come almost at once); 0 is the
+// exact exponential schedule; 0.2 keeps every delay within 20 % below it.
+func WithRetryJitter(f float64) Option {
+	return func(s *settings) error {
+		if !(f >= 0 && f <= 1) {
+			return fmt.Errorf("retry jitter %v is outside [0, 1]", f)
+		}
+		s.jitter = f
 		return nil
 	}
 }
@@ -171,6 +196,15 @@ type Runner struct {
 
 	mu       sync.Mutex
 	inflight map[string]*inflight
+	beats    *beats // the heartbeat loop, while jobs are in flight; else nil
+}
+
+// beats is one run of the heartbeat loop: Track starts it when the first
+// job comes in flight, and it ends when none is left.
+type beats struct {
+	ctx     context.Context // cancelled when the last job leaves: ends the loop and its call
+	stop    context.CancelFunc
+	stopped chan struct{} // closed when the loop has returned
 }
 
 type inflight struct {
@@ -183,11 +217,19 @@ type inflight struct {
 // fails, with an error that matches lock.ErrInvalidArgument, on a nil
 // argument or an invalid option.
 func NewRunner(reg Registry, l lock.Lock, requeue Requeue, opts ...Option) (*Runner, error) {
-	s := &settings{ttl: DefaultTTL, heartbeat: DefaultHeartbeatInterval, scan: DefaultScanInterval,
-		maxRetries: DefaultMaxRetries, base: DefaultRetryBackoffBase, cap: DefaultRetryBackoffCap,
+	s := &settings{ttl: DefaultTTL,
+		maxRetries: DefaultMaxRetries, base: DefaultRetryBackoffBase, cap: DefaultRetryBackoffCap, jitter: 1,
 		batch: DefaultScanBatch, election: "jobs-recovery"}
 	if err := backendkit.Apply("jobs", s, opts); err != nil {
 		return nil, err
+	}
+	// Intervals not set follow the ttl (at least the 1 ms a registry
+	// resolves).
+	if s.heartbeat == 0 {
+		s.heartbeat = max(s.ttl/4, time.Millisecond)
+	}
+	if s.scan == 0 {
+		s.scan = max(s.ttl/3, time.Millisecond)
 	}
 	if reg == nil || l == nil || requeue == nil {
 		return nil, backendkit.Invalid("jobs", "nil registry, lock or requeue function")
@@ -226,15 +268,44 @@ func NewRunner(reg Registry, l lock.Lock, requeue Requeue, opts ...Option) (*Run
 		inflight: map[string]*inflight{}, m: newMetrics(tel)}, nil
 }
 
+type jobKey struct{}
+
+// JobFrom returns the job of a context that Runner.Track returned, as the
+// registry recorded it: its Attempt (0 on the first run; more when
+// recovered, so that the work may have run in part before), History,
+// MaxRetries and Epoch.
+func JobFrom(ctx context.Context) (Job, bool) {
+	j, ok := ctx.Value(jobKey{}).(Job)
+	return j, ok
+}
+
 // Owner is the owner identity recorded with this runner's jobs.
 func (r *Runner) Owner() string { return r.common.Owner }
 
 // Track records that this process started job and returns a context for
 // the work, cancelled (cause matching ErrStale or lock.ErrLost) when the
 // job is reclaimed elsewhere or this process cannot renew it in time, and
-// done, to call when the job has finished (err: its outcome, for the
-// metrics). done returns ErrStale when the job was reclaimed meanwhile: the
-// completion is rejected and the job runs (or ran) elsewhere too.
+// done, to call when the job has finished, done or failed for good (err:
+// its outcome, for the metrics): done removes the job from the registry,
+// whatever err says. done returns ErrStale when the job was reclaimed
+// meanwhile: the completion is rejected and the job runs (or ran)
+// elsewhere too. A worker that gives a job up unfinished (its context
+// ended, or it stops) must not call done: it ends ctx instead, and the job
+// is recovered once its ttl passes.
+//
+// From Track until done, or until ctx ends, the runner heartbeats the job
+// (one batched call per interval for all the jobs of this runner) and
+// cancels its context if it is lost: Track starts that loop and it ends
+// with the last job in flight (when the last done returns, it is gone), so
+// a tracked job is protected whether or not Run runs in this process. A job
+// whose ctx ends without done is no longer heartbeated: it expires and is
+// recovered, as a crashed worker's would be. Recovering the jobs of crashed
+// workers is Run's part (or Scan's, under an election of your own): some
+// process must run it.
+//
+// The context carries the job as the registry recorded it (JobFrom): its
+// Attempt counts the job's recoveries whatever Attempt the caller passed,
+// since the registry keeps the count by ID.
 func (r *Runner) Track(ctx context.Context, job Job) (context.Context, func(err error) error, error) {
 	job.Owner = r.common.Owner
 	sent := time.Now()
@@ -242,25 +313,37 @@ func (r *Runner) Track(ctx context.Context, job Job) (context.Context, func(err 
 	if err != nil {
 		return nil, nil, err
 	}
-	jctx, cancel := context.WithCancelCause(ctx)
+	jctx, cancel := context.WithCancelCause(context.WithValue(ctx, jobKey{}, tracked))
 	f := &inflight{ref: tracked.Ref(), cancel: cancel, validUntil: backendkit.ValidUntil(sent, r.s.ttl)}
 	r.mu.Lock()
 	if old, ok := r.inflight[job.ID]; ok {
 		old.cancel(fmt.Errorf("%w: tracked again", ErrStale))
 	}
 	r.inflight[job.ID] = f
+	if r.beats == nil {
+		b := &beats{stopped: make(chan struct{})}
+		b.ctx, b.stop = context.WithCancel(context.Background()) // the runner's, not this job's
+		r.beats = b
+		go r.heartbeats(b)
+	}
 	r.mu.Unlock()
 	r.m.tracked.Add(context.WithoutCancel(ctx), 1)
+	var untracked sync.Once
+	untrack := func() {
+		untracked.Do(func() { r.m.tracked.Add(context.WithoutCancel(ctx), -1) })
+	}
+	// Once done, or once its context ends (ctx's end, or the job lost),
+	// nobody works on the job any more: stop heartbeating it.
+	stopForget := context.AfterFunc(jctx, func() { r.forget(job.ID, f); untrack() })
 	var once sync.Once
 	done := func(result error) error {
 		var err error
 		once.Do(func() {
-			r.mu.Lock()
-			if r.inflight[job.ID] == f {
-				delete(r.inflight, job.ID)
+			stopForget()
+			if last := r.forget(job.ID, f); last != nil {
+				<-last.stopped // no goroutine of Track outlives the last job
 			}
-			r.mu.Unlock()
-			r.m.tracked.Add(context.WithoutCancel(ctx), -1)
+			untrack()
 			err = r.reg.Done(context.WithoutCancel(ctx), f.ref)
 			outcome := "ok"
 			switch {
@@ -278,23 +361,52 @@ func (r *Runner) Track(ctx context.Context, job Job) (context.Context, func(err 
 	return jctx, done, nil
 }
 
-// Run sends the heartbeats of this process's jobs and campaigns for the
-// recovery election, scanning for expired jobs while it leads, until ctx
-// ends.
+// forget stops heartbeating job id (if f still stands for it); when it
+// was the last job in flight, it ends the heartbeat loop, cancelling its
+// call, and returns it.
+func (r *Runner) forget(id string, f *inflight) *beats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.inflight[id] == f {
+		delete(r.inflight, id)
+	}
+	return r.stopIfIdle()
+}
+
+// stopIfIdle ends the heartbeat loop when no job is in flight, and returns
+// it. r.mu is held.
+func (r *Runner) stopIfIdle() *beats {
+	b := r.beats
+	if b == nil || len(r.inflight) > 0 {
+		return nil
+	}
+	r.beats = nil
+	b.stop()
+	return b
+}
+
+// Run campaigns for the recovery election and, while it leads, scans for
+// the expired jobs of crashed workers every scan interval, until ctx ends
+// (a normal end: it returns nil). The heartbeats of this process's jobs do
+// not depend on it: Track starts them.
 func (r *Runner) Run(ctx context.Context) error {
 	if ctx == nil {
 		return backendkit.Invalid("jobs", "nil context")
 	}
-	var wg sync.WaitGroup
-	wg.Go(func() { r.heartbeats(ctx) })
+	r.common.Logger.Info("leasehold: jobs runner started", "owner", r.common.Owner, "election", r.s.election,
+		"ttl", r.s.ttl, "heartbeat_interval", r.s.heartbeat, "scan_interval", r.s.scan, "max_retries", r.s.maxRetries,
+		"retry_backoff_base", r.s.base, "retry_backoff_cap", r.s.cap, "retry_jitter", r.s.jitter)
 	err := leader.Run(ctx, r.l, r.s.election, r.recover,
 		leader.WithTTL(r.s.ttl), leader.WithRenewInterval(r.s.ttl/3), leader.WithRetryInterval(r.s.scan),
 		leader.WithCommon(r.electionCommon))
-	wg.Wait()
+	r.common.Logger.Info("leasehold: jobs runner stopped", "owner", r.common.Owner, "err", err)
 	return err
 }
 
-func (r *Runner) heartbeats(ctx context.Context) {
+// heartbeats is the heartbeat loop: it runs while jobs are in flight,
+// until b.ctx ends.
+func (r *Runner) heartbeats(b *beats) {
+	defer close(b.stopped)
 	tick := time.NewTicker(r.s.heartbeat)
 	defer tick.Stop()
 	deadline := time.NewTimer(time.Hour)
@@ -302,12 +414,12 @@ func (r *Runner) heartbeats(ctx context.Context) {
 	for {
 		r.resetDeadline(deadline)
 		select {
-		case <-ctx.Done():
+		case <-b.ctx.Done():
 			return
 		case <-deadline.C:
 			r.expireLocal()
 		case <-tick.C:
-			r.heartbeat(ctx)
+			r.heartbeat(b.ctx)
 		}
 	}
 }
@@ -339,6 +451,9 @@ func (r *Runner) heartbeat(ctx context.Context) {
 	lost, err := r.reg.Heartbeat(hctx, refs, r.s.ttl)
 	cancel()
 	if err != nil {
+		if ctx.Err() != nil {
+			return // the last job left: not a failure
+		}
 		r.m.heartbeats.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attribute.String("leasehold.outcome", "error")))
 		r.common.Logger.Warn("leasehold: job heartbeat failed; jobs stay valid until their lease ends", "jobs", len(refs), "err", err)
 		return
@@ -364,6 +479,7 @@ func (r *Runner) heartbeat(ctx context.Context) {
 		}
 		f.validUntil = validUntil
 	}
+	r.stopIfIdle()
 }
 
 // expireLocal cancels the jobs whose lease ended without a heartbeat.
@@ -378,6 +494,7 @@ func (r *Runner) expireLocal() {
 			r.common.Logger.Warn("leasehold: job lost: no heartbeat within its lease", "job", id)
 		}
 	}
+	r.stopIfIdle()
 }
 
 func (r *Runner) resetDeadline(t *time.Timer) {
@@ -412,14 +529,19 @@ func (r *Runner) recover(ctx context.Context) error {
 	}
 }
 
-// Scan recovers the expired jobs once (Run calls it while leading; tests
-// and tools may call it directly) and returns how many it requeued.
+// Scan recovers the expired jobs once and returns how many it requeued.
+// Run calls it every scan interval while it leads the recovery election.
+// Called directly (tests, tools, or a recovery loop under an election of
+// your own, as leader.Run around a loop of Scan), it must run in one
+// process at a time. It heartbeats nothing: Track does that for the jobs
+// of this process. A step that fails because ctx has ended (a shutdown)
+// is logged at Debug, any other failure at Warn.
 func (r *Runner) Scan(ctx context.Context) int {
 	start := time.Now()
 	defer func() { r.m.scan.Record(context.WithoutCancel(ctx), time.Since(start).Seconds()) }()
 	expired, err := r.reg.Expired(ctx, r.s.batch)
 	if err != nil {
-		r.common.Logger.Warn("leasehold: recovery scan failed", "err", err)
+		r.failed(ctx, "leasehold: recovery scan failed", "err", err)
 		return 0
 	}
 	r.m.expired.Add(context.WithoutCancel(ctx), int64(len(expired)))
@@ -435,6 +557,17 @@ func (r *Runner) Scan(ctx context.Context) int {
 	return recovered
 }
 
+// failed logs a failed step of a recovery at Warn, or at Debug when ctx
+// has ended: a shutdown (the election lost, Run's context ended) is not a
+// failure.
+func (r *Runner) failed(ctx context.Context, msg string, args ...any) {
+	if ctx.Err() != nil {
+		r.common.Logger.Debug(msg+" (shutting down)", args...)
+		return
+	}
+	r.common.Logger.Warn(msg, args...)
+}
+
 func (r *Runner) step(s Step, j Job) {
 	if r.s.onStep != nil {
 		r.s.onStep(s, j)
@@ -448,20 +581,24 @@ func (r *Runner) recoverOne(ctx context.Context, j Job) bool {
 	c, err := r.reg.Reclaim(ctx, j.Ref(), r.common.Owner, r.s.ttl)
 	if err != nil {
 		if !errors.Is(err, ErrStale) {
-			r.common.Logger.Warn("leasehold: reclaiming a job failed", "job", j.ID, "err", err)
+			r.failed(ctx, "leasehold: reclaiming a job failed", "job", j.ID, "err", err)
 		}
 		return false
 	}
 	r.step(StepReclaimed, c)
-	if c.Attempt > r.s.maxRetries {
-		reason := fmt.Sprintf("recovered %d times (MaxRetries %d): its workers keep crashing", c.Attempt-1, r.s.maxRetries)
+	maxRetries := r.s.maxRetries
+	if c.MaxRetries > 0 { // the job's own
+		maxRetries = c.MaxRetries
+	}
+	if c.Attempt > maxRetries {
+		reason := fmt.Sprintf("recovered %d times (MaxRetries %d): its workers keep crashing", c.Attempt-1, maxRetries)
 		if err := r.reg.Bury(ctx, c.Ref(), reason); err != nil {
-			r.common.Logger.Warn("leasehold: burying a job failed", "job", c.ID, "err", err)
+			r.failed(ctx, "leasehold: burying a job failed", "job", c.ID, "err", err)
 			return false
 		}
 		r.step(StepBuried, c)
 		r.m.dead.Add(context.WithoutCancel(ctx), 1)
-		r.common.Logger.Warn("leasehold: job moved to the dead set", "job", c.ID, "attempt", c.Attempt, "reason", reason)
+		r.common.Logger.Warn("leasehold: job moved to the dead set", "job", c.ID, "attempt", c.Attempt, "from", j.Owner, "by", r.common.Owner, "reason", reason)
 		if r.s.onDead != nil {
 			r.s.onDead(ctx, DeadJob{Job: c, DiedAt: time.Now(), Reason: reason})
 		}
@@ -469,21 +606,22 @@ func (r *Runner) recoverOne(ctx context.Context, j Job) bool {
 	}
 	delay := r.backoff(c.Attempt)
 	if err := r.requeue(ctx, c, delay); err != nil {
-		r.common.Logger.Warn("leasehold: requeueing a recovered job failed; it will be retried", "job", c.ID, "err", err)
+		r.failed(ctx, "leasehold: requeueing a recovered job failed; it will be retried", "job", c.ID, "err", err)
 		return false
 	}
 	r.step(StepRequeued, c)
 	if err := r.reg.Remove(ctx, c.Ref()); err != nil && !errors.Is(err, ErrStale) {
-		r.common.Logger.Warn("leasehold: removing a requeued job failed; it may be requeued again", "job", c.ID, "err", err)
+		r.failed(ctx, "leasehold: removing a requeued job failed; it may be requeued again", "job", c.ID, "err", err)
 		return true
 	}
 	r.step(StepRemoved, c)
 	r.m.recovered.Add(context.WithoutCancel(ctx), 1)
-	r.common.Logger.Info("leasehold: job recovered", "job", c.ID, "attempt", c.Attempt, "from", j.Owner, "delay", delay)
+	r.common.Logger.Info("leasehold: job recovered", "job", c.ID, "attempt", c.Attempt, "from", j.Owner, "by", r.common.Owner, "delay", delay)
 	return true
 }
 
-// backoff is full jitter over base·2^(attempt−1), capped.
+// backoff is uniform in [(1−jitter)·d, d] for the schedule's
+// d = min(base·2^(attempt−1), cap).
 func (r *Runner) backoff(attempt int) time.Duration {
 	d := r.s.base
 	for i := 1; i < attempt && d > 0 && d < r.s.cap; i++ {
@@ -497,11 +635,15 @@ func (r *Runner) backoff(attempt int) time.Duration {
 	if d <= 0 {
 		return 0
 	}
-	return rand.N(d + 1)
+	spread := time.Duration(float64(d) * r.s.jitter) // ≤ d: no overflow
+	if spread <= 0 {
+		return d
+	}
+	return d - rand.N(spread+1)
 }
 
-// RetryDead requeues a dead job as new — its ID and payload, Attempt 0, no
-// history, no epoch, owner or deadline of its past life — with no delay,
+// RetryDead requeues a dead job as new — its ID, payload and MaxRetries,
+// Attempt 0, no history, no epoch, owner or deadline of its past life — with no delay,
 // and then deletes it from the dead set. Its history is readable until
 // then (DeadJob, OnDead). A crash in between leaves it both requeued and
 // dead: never lost.
@@ -510,7 +652,7 @@ func (r *Runner) RetryDead(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	j := Job{ID: d.ID, Payload: d.Payload}
+	j := Job{ID: d.ID, Payload: d.Payload, MaxRetries: d.MaxRetries}
 	if err := r.requeue(ctx, j, 0); err != nil {
 		return err
 	}

@@ -54,6 +54,17 @@ func newRunner(t *testing.T, reg jobs.Registry, l lock.Lock, q *queue, opts ...j
 	return r
 }
 
+// crashWith tracks j on r and crashes at once: the job's context ends
+// without done, so r stops heartbeating it, as a killed process would.
+func crashWith(t *testing.T, r *jobs.Runner, j jobs.Job) {
+	t.Helper()
+	ctx, crash := context.WithCancel(t.Context())
+	defer crash()
+	if _, _, err := r.Track(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A worker that stops heartbeating (crashed) has its jobs requeued within
 // lease + scan interval; the defaults make that about 20 s.
 func TestCrashedWorkerIsRecoveredWithinLeasePlusScan(t *testing.T) {
@@ -68,7 +79,7 @@ func TestCrashedWorkerIsRecoveredWithinLeasePlusScan(t *testing.T) {
 		defer stop()
 		go recoverer.Run(rctx)
 		for _, id := range []string{"a", "b", "c"} {
-			if _, _, err := worker.Track(t.Context(), jobs.Job{ID: id, Payload: []byte(id)}); err != nil {
+			if _, _, err := worker.Track(wctx, jobs.Job{ID: id, Payload: []byte(id)}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -138,16 +149,15 @@ func TestZombieWorker(t *testing.T) {
 	})
 }
 
-// A heartbeat that finds the job re-tracked elsewhere cancels it at once.
+// A heartbeat that finds the job re-tracked elsewhere cancels it at once,
+// and its done is rejected; without Run in the process (Track's heartbeats
+// do it: without Run, nothing did).
 func TestHeartbeatCancelsAReclaimedJob(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		reg, table := memjobs.New(), testkit.Must(memlock.New())
 		var q queue
 		worker := newRunner(t, reg, testkit.Must(table.Share()), &q)
-		ctx, stop := context.WithCancel(t.Context())
-		defer stop()
-		go worker.Run(ctx)
-		jctx, _, err := worker.Track(t.Context(), jobs.Job{ID: "j"})
+		jctx, done, err := worker.Track(t.Context(), jobs.Job{ID: "j"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -158,6 +168,9 @@ func TestHeartbeatCancelsAReclaimedJob(t *testing.T) {
 		synctest.Wait()
 		if !errors.Is(context.Cause(jctx), jobs.ErrStale) {
 			t.Fatalf("job context after its entry went stale: %v", context.Cause(jctx))
+		}
+		if err := done(nil); !errors.Is(err, jobs.ErrStale) {
+			t.Fatalf("done: %v, want ErrStale", err)
 		}
 	})
 }
@@ -172,18 +185,14 @@ func TestPoisonJobGoesToTheDeadSet(t *testing.T) {
 		crashing := newRunner(t, reg, testkit.Must(table.Share(memlock.WithCommon(lock.Common{Owner: "crashing"}))), &q)
 		recoverer := newRunner(t, reg, testkit.Must(table.Share(memlock.WithCommon(lock.Common{Owner: "recoverer"}))), &q,
 			jobs.WithMaxRetries(2), jobs.OnDead(func(_ context.Context, d jobs.DeadJob) { dead = append(dead, d) }))
-		if _, _, err := crashing.Track(t.Context(), jobs.Job{ID: "poison"}); err != nil {
-			t.Fatal(err)
-		}
+		crashWith(t, crashing, jobs.Job{ID: "poison"})
 		for round := 0; len(dead) == 0 && round < 10; round++ {
 			time.Sleep(jobs.DefaultTTL + time.Second)
 			recoverer.Scan(t.Context())
 			if n := q.len(); n > 0 { // a worker picks the requeued job up and crashes again
 				j := q.jobs[n-1]
 				q.jobs = q.jobs[:n-1]
-				if _, _, err := crashing.Track(t.Context(), j); err != nil {
-					t.Fatal(err)
-				}
+				crashWith(t, crashing, j)
 			}
 		}
 		if len(dead) != 1 || dead[0].Attempt != 3 || len(dead[0].History) != 3 {

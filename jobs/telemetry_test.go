@@ -97,3 +97,30 @@ func TestMetrics(t *testing.T) {
 		}
 	})
 }
+
+// A job given up without done (its ctx ended) is no longer counted in
+// leasehold.jobs.tracked. (It stayed counted for good: the gauge went down
+// only in done.)
+func TestTrackedFallsWhenAJobIsGivenUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reader := sdkmetric.NewManualReader()
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+		var q queue
+		r := newRunner(t, memjobs.New(), testkit.Must(memlock.New()), &q, jobs.WithCommon(lock.Common{MeterProvider: mp}))
+		ctx, giveUp := context.WithCancel(t.Context())
+		jctx, done, err := r.Track(ctx, jobs.Job{ID: "given-up"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		giveUp()
+		<-jctx.Done()
+		synctest.Wait()
+		if got := metrictest.Points(t, reader)["leasehold.jobs.tracked{}"]; got != 0 {
+			t.Fatalf("leasehold.jobs.tracked = %d after the job was given up, want 0", got)
+		}
+		_ = done(nil) // a late done counts nothing twice
+		if got := metrictest.Points(t, reader)["leasehold.jobs.tracked{}"]; got != 0 {
+			t.Fatalf("leasehold.jobs.tracked = %d after a late done, want 0", got)
+		}
+	})
+}

@@ -12,8 +12,9 @@ import (
 )
 
 // MaxAttempt is the largest Attempt a job may be tracked with, and so the
-// most recoveries a registry counts (WithMaxRetries takes at most it too):
-// every registry stores an attempt, and adds one to it, without overflow.
+// most recoveries a registry counts (WithMaxRetries and Job.MaxRetries
+// take at most it too): every registry stores an attempt, and adds one to
+// it, without overflow.
 const MaxAttempt = 1<<31 - 2
 
 // MaxReasonLen is the longest reason, in bytes, that Bury records.
@@ -68,7 +69,8 @@ func CheckHeartbeat(ctx context.Context, refs []Ref, lease time.Duration) error 
 
 // CheckTrack is the input check of Registry.Track: the context, the ID and
 // the lease (CheckLease); an Owner that is empty (none) or a valid identity
-// (backendkit.CheckOwner); an Attempt from 0 to MaxAttempt; and a History whose
+// (backendkit.CheckOwner); an Attempt and a MaxRetries from 0 to
+// MaxAttempt; and a History whose
 // owners are empty or valid identities and whose attempts are within
 // bounds, so that nothing a caller passes can corrupt the stored record.
 func CheckTrack(ctx context.Context, job Job, lease time.Duration) error {
@@ -79,6 +81,9 @@ func CheckTrack(ctx context.Context, job Job, lease time.Duration) error {
 		return err
 	}
 	if err := checkAttempt("job Attempt", job.Attempt, MaxAttempt); err != nil {
+		return err
+	}
+	if err := checkAttempt("job MaxRetries", job.MaxRetries, MaxAttempt); err != nil {
 		return err
 	}
 	for i, h := range job.History {

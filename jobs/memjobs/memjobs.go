@@ -27,17 +27,17 @@ type Registry struct {
 	dead  map[string]jobs.DeadJob
 	epoch uint64
 
-	// Completions of the last jobs.DoneWindow, for Done's idempotence:
-	// done answers a retried Done, doneQ[doneHead:] (oldest first) drops
-	// them.
-	done     map[jobs.Ref]struct{}
-	doneQ    []completion
-	doneHead int
+	// Completions of the last jobs.DoneWindow, for Done's idempotence.
+	done *window[jobs.Ref, struct{}]
+	// Retry records of the last jobs.RetryWindow (Remove), by ID, for the
+	// next Track of the ID.
+	retry *window[string, retryRecord]
 }
 
-type completion struct {
-	ref jobs.Ref
-	at  time.Time
+// retryRecord is what Remove keeps of a requeued job for its next Track.
+type retryRecord struct {
+	attempt, maxRetries int
+	history             []jobs.Recovery
 }
 
 type entry struct {
@@ -52,23 +52,37 @@ var (
 
 // New returns an empty registry.
 func New() *Registry {
-	return &Registry{byID: map[string]*entry{}, dead: map[string]jobs.DeadJob{}, done: map[jobs.Ref]struct{}{}}
+	return &Registry{byID: map[string]*entry{}, dead: map[string]jobs.DeadJob{},
+		done: newWindow[jobs.Ref, struct{}](jobs.DoneWindow), retry: newWindow[string, retryRecord](jobs.RetryWindow)}
 }
 
 // Track implements jobs.Registry: under the mutex, the job gets a fresh
 // epoch and a deadline lease from now on this process's clock, replacing an
-// entry of the same ID (which goes stale). The payload is copied.
+// entry of the same ID (which goes stale), and takes over the count of
+// that entry or of the ID's retry record (as jobs.Registry says). The
+// payload is copied.
 func (r *Registry) Track(ctx context.Context, job jobs.Job, lease time.Duration) (jobs.Job, error) {
 	if err := jobs.CheckTrack(ctx, job, lease); err != nil {
 		return jobs.Job{}, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	now := time.Now()
+	r.retry.forget(now)
+	e, inFlight := r.byID[job.ID]
+	prior, known := r.retry.take(job.ID, now)
+	if inFlight {
+		prior, known = retryRecord{e.job.Attempt, e.job.MaxRetries, e.job.History}, true
+	}
+	if known {
+		job = takeOver(job, prior)
+	}
 	r.epoch++
 	job.Epoch = r.epoch
-	job.Deadline = time.Now().Add(lease)
+	job.Deadline = now.Add(lease)
 	job.Payload = append([]byte(nil), job.Payload...)
-	if e, ok := r.byID[job.ID]; ok {
+	job.History = slices.Clone(job.History)
+	if inFlight {
 		e.job = job
 		heap.Fix(&r.heap, e.index)
 	} else {
@@ -77,6 +91,19 @@ func (r *Registry) Track(ctx context.Context, job jobs.Job, lease time.Duration)
 		heap.Push(&r.heap, e)
 	}
 	return job, nil
+}
+
+// takeOver gives job the count of prior, a retry record or the entry it
+// replaces: its Attempt and History unless job's Attempt is higher, and its
+// MaxRetries unless job has its own.
+func takeOver(job jobs.Job, prior retryRecord) jobs.Job {
+	if prior.attempt >= job.Attempt {
+		job.Attempt, job.History = prior.attempt, prior.history
+	}
+	if job.MaxRetries == 0 {
+		job.MaxRetries = prior.maxRetries
+	}
+	return job
 }
 
 func (r *Registry) current(ref jobs.Ref) (*entry, bool) {
@@ -123,7 +150,8 @@ func (r *Registry) remove(ctx context.Context, ref jobs.Ref) (*entry, error) {
 // Done implements jobs.Registry: it removes the entry if its epoch matches
 // ref's and remembers the completion for jobs.DoneWindow (a map and a
 // queue by time, trimmed by every Done), so that a retried Done of it
-// returns nil; any other epoch is jobs.ErrStale.
+// returns nil; any other epoch is jobs.ErrStale. A completion drops the
+// ID's retry record, if any.
 func (r *Registry) Done(ctx context.Context, ref jobs.Ref) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -131,39 +159,33 @@ func (r *Registry) Done(ctx context.Context, ref jobs.Ref) error {
 		return err
 	}
 	now := time.Now()
-	r.forgetCompletions(now)
-	if _, ok := r.done[ref]; ok {
+	r.done.forget(now)
+	if _, ok := r.done.get(ref, now); ok {
 		return nil
 	}
 	if _, err := r.remove(ctx, ref); err != nil {
 		return err
 	}
-	r.done[ref] = struct{}{}
-	r.doneQ = append(r.doneQ, completion{ref, now})
+	r.done.put(ref, struct{}{}, now)
+	r.retry.remove(ref.ID) // the count ends with the job
 	return nil
 }
 
-// forgetCompletions drops the completions older than jobs.DoneWindow.
-func (r *Registry) forgetCompletions(now time.Time) {
-	for r.doneHead < len(r.doneQ) && now.Sub(r.doneQ[r.doneHead].at) > jobs.DoneWindow {
-		delete(r.done, r.doneQ[r.doneHead].ref)
-		r.doneQ[r.doneHead] = completion{}
-		r.doneHead++
-	}
-	// Compact once the dropped half dominates: amortised O(1) per Done.
-	if r.doneHead > len(r.doneQ)/2 {
-		r.doneQ = append(r.doneQ[:0], r.doneQ[r.doneHead:]...)
-		r.doneHead = 0
-	}
-}
-
 // Remove implements jobs.Registry: it removes the entry if its epoch
-// matches (the recoverer, after a requeue), else returns jobs.ErrStale.
+// matches (the recoverer, after a requeue) and keeps its retry record for
+// jobs.RetryWindow (a map and a queue by time, trimmed by every Remove and
+// Track), else returns jobs.ErrStale.
 func (r *Registry) Remove(ctx context.Context, ref jobs.Ref) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	_, err := r.remove(ctx, ref)
-	return err
+	e, err := r.remove(ctx, ref)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	r.retry.forget(now)
+	r.retry.put(ref.ID, retryRecord{e.job.Attempt, e.job.MaxRetries, e.job.History}, now)
+	return nil
 }
 
 // Expired implements jobs.Registry: it walks only the due part of the
@@ -248,7 +270,7 @@ func (r *Registry) Reclaim(ctx context.Context, ref jobs.Ref, by string, lease t
 
 // Bury implements jobs.Registry: it moves the entry of ref's epoch to the
 // dead set (replacing a dead job of the same ID), with reason and the time
-// of death, else returns jobs.ErrStale.
+// of death, and drops the ID's retry record, else returns jobs.ErrStale.
 func (r *Registry) Bury(ctx context.Context, ref jobs.Ref, reason string) error {
 	if err := jobs.CheckBury(ctx, ref, reason); err != nil {
 		return err
@@ -260,6 +282,7 @@ func (r *Registry) Bury(ctx context.Context, ref jobs.Ref, reason string) error 
 		return err
 	}
 	r.dead[ref.ID] = jobs.DeadJob{Job: e.job, DiedAt: time.Now(), Reason: reason}
+	r.retry.remove(ref.ID) // the dead job has the count
 	return nil
 }
 
@@ -303,8 +326,8 @@ func (r *Registry) DeadJob(ctx context.Context, id string) (jobs.DeadJob, error)
 	return d, nil
 }
 
-// Purge implements jobs.Registry: it deletes the dead job id, or returns
-// jobs.ErrNotFound.
+// Purge implements jobs.Registry: it deletes the dead job id and the retry
+// record of id, or returns jobs.ErrNotFound.
 func (r *Registry) Purge(ctx context.Context, id string) error {
 	if err := jobs.CheckID(ctx, id); err != nil {
 		return err
@@ -315,6 +338,7 @@ func (r *Registry) Purge(ctx context.Context, id string) error {
 		return fmt.Errorf("%w: dead job %q", jobs.ErrNotFound, id)
 	}
 	delete(r.dead, id)
+	r.retry.remove(id)
 	return nil
 }
 
@@ -373,4 +397,65 @@ func (h *deadlineHeap) Pop() any {
 	e := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return e
+}
+
+// window is a map whose entries are forgotten a time d after they were
+// put: the map answers, a queue by time (oldest first, from head) drops
+// them, amortised O(1) per put.
+type window[K comparable, V any] struct {
+	d    time.Duration
+	m    map[K]stamped[V]
+	q    []stamped[K]
+	head int
+}
+
+type stamped[T any] struct {
+	v  T
+	at time.Time
+}
+
+func newWindow[K comparable, V any](d time.Duration) *window[K, V] {
+	return &window[K, V]{d: d, m: map[K]stamped[V]{}}
+}
+
+func (w *window[K, V]) put(k K, v V, now time.Time) {
+	w.m[k] = stamped[V]{v, now}
+	w.q = append(w.q, stamped[K]{k, now})
+}
+
+// get returns k's value if it was put at most d before now.
+func (w *window[K, V]) get(k K, now time.Time) (V, bool) {
+	s, ok := w.m[k]
+	if !ok || now.Sub(s.at) > w.d {
+		var zero V
+		return zero, false
+	}
+	return s.v, true
+}
+
+// take is get, and removes k.
+func (w *window[K, V]) take(k K, now time.Time) (V, bool) {
+	v, ok := w.get(k, now)
+	delete(w.m, k)
+	return v, ok
+}
+
+func (w *window[K, V]) remove(k K) { delete(w.m, k) }
+
+// forget drops the entries put more than d before now.
+func (w *window[K, V]) forget(now time.Time) {
+	for w.head < len(w.q) && now.Sub(w.q[w.head].at) > w.d {
+		k := w.q[w.head]
+		// Only the put this queue entry records: k may have been put again.
+		if s, ok := w.m[k.v]; ok && s.at.Equal(k.at) {
+			delete(w.m, k.v)
+		}
+		w.q[w.head] = stamped[K]{}
+		w.head++
+	}
+	// Compact once the dropped half dominates.
+	if w.head > len(w.q)/2 {
+		w.q = append(w.q[:0], w.q[w.head:]...)
+		w.head = 0
+	}
 }

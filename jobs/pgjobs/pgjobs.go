@@ -5,14 +5,24 @@
 //	<table>        in-flight jobs; a b-tree index on deadline is the expiry index
 //	<table>_dead   the dead set, indexed by time of death
 //	<table>_done   completion markers (epoch, id, time), indexed by time
+//	<table>_retry  retry records of requeued jobs (id, attempt, max_retries,
+//	               history, time), indexed by time
 //	<table>_epoch  the epoch sequence
 //
 // Job IDs are bytea: an ID is opaque bytes (NUL and invalid UTF-8
 // included), which text cannot hold. Setup converts the id column of
-// tables made by earlier versions (text) in place, once, and adds
-// <table>_done: after an upgrade, run Setup once with a role that owns the
+// tables made by earlier versions (text) in place, once, and adds what
+// they lack (<table>_done, <table>_retry, the max_retries columns, with
+// ALTER TABLE … ADD COLUMN IF NOT EXISTS, run only when the column is
+// missing): after an upgrade, run Setup once with a role that owns the
 // tables when the application's role does not (its operations fail until
 // then).
+//
+// Remove (after a requeue) leaves the job's retry record, which the next
+// Track of its ID takes over (jobs.Registry); each Remove also deletes up
+// to a few records older than jobs.RetryWindow, as Done does markers: the
+// records stay about as many as the jobs requeued in one window and not
+// taken back.
 //
 // Done is idempotent per epoch: it records the completion in <table>_done,
 // and a Done that finds its epoch's marker there returns nil. Each Done
@@ -87,10 +97,10 @@ type queries struct {
 }
 
 const (
-	cols = `id, payload, owner, attempt, epoch, deadline, history`
+	cols = `id, payload, owner, attempt, epoch, deadline, history, max_retries`
 	// listed are the columns of the operator listings (InFlight, Dead):
 	// all but the payload, which stays on the server.
-	listed = `id, owner, attempt, epoch, deadline, history`
+	listed = `id, owner, attempt, epoch, deadline, history, max_retries`
 )
 
 func newQueries(t string) queries {
@@ -105,7 +115,8 @@ CREATE TABLE IF NOT EXISTS T_ (
 	attempt  int NOT NULL,
 	epoch    bigint NOT NULL,
 	deadline timestamptz NOT NULL,
-	history  jsonb NOT NULL DEFAULT '[]'
+	history  jsonb NOT NULL DEFAULT '[]',
+	max_retries int NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS T__deadline ON T_ (deadline);
 CREATE TABLE IF NOT EXISTS T__dead (
@@ -117,7 +128,8 @@ CREATE TABLE IF NOT EXISTS T__dead (
 	deadline timestamptz NOT NULL,
 	history  jsonb NOT NULL,
 	died     timestamptz NOT NULL,
-	reason   text NOT NULL
+	reason   text NOT NULL,
+	max_retries int NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS T__dead_died ON T__dead (died);
 CREATE TABLE IF NOT EXISTS T__done (
@@ -126,8 +138,24 @@ CREATE TABLE IF NOT EXISTS T__done (
 	at    timestamptz NOT NULL
 );
 CREATE INDEX IF NOT EXISTS T__done_at ON T__done (at);
+CREATE TABLE IF NOT EXISTS T__retry (
+	id          bytea PRIMARY KEY,
+	attempt     int NOT NULL,
+	max_retries int NOT NULL,
+	history     jsonb NOT NULL,
+	at          timestamptz NOT NULL
+);
+CREATE INDEX IF NOT EXISTS T__retry_at ON T__retry (at);
 DO $migrate$
 BEGIN
+	-- Tables of earlier versions: an ALTER only when the column is missing
+	-- (it locks the table even when IF NOT EXISTS makes it a no-op).
+	IF NOT EXISTS (SELECT FROM pg_attribute WHERE attrelid = 'T_'::regclass AND attname = 'max_retries' AND NOT attisdropped) THEN
+		ALTER TABLE T_ ADD COLUMN IF NOT EXISTS max_retries int NOT NULL DEFAULT 0;
+	END IF;
+	IF NOT EXISTS (SELECT FROM pg_attribute WHERE attrelid = 'T__dead'::regclass AND attname = 'max_retries' AND NOT attisdropped) THEN
+		ALTER TABLE T__dead ADD COLUMN IF NOT EXISTS max_retries int NOT NULL DEFAULT 0;
+	END IF;
 	IF (SELECT atttypid FROM pg_attribute WHERE attrelid = 'T_'::regclass AND attname = 'id') = 'text'::regtype THEN
 		ALTER TABLE T_ ALTER COLUMN id TYPE bytea USING convert_to(id, 'UTF8');
 	END IF;
@@ -137,19 +165,41 @@ BEGIN
 END
 $migrate$;`),
 		done: r.Replace(`WITH d AS (DELETE FROM T_ WHERE id = $1 AND epoch = $2 RETURNING id, epoch),
+	r AS (DELETE FROM T__retry WHERE id IN (SELECT id FROM d)),
 	m AS (INSERT INTO T__done (epoch, id, at) SELECT epoch, id, now() FROM d ON CONFLICT (epoch) DO NOTHING),
 	gc AS (DELETE FROM T__done WHERE epoch IN (SELECT epoch FROM T__done
 		WHERE at < now() - $3::bigint * interval '1 millisecond' ORDER BY at LIMIT 16 FOR UPDATE SKIP LOCKED))
 SELECT EXISTS (SELECT FROM d) OR EXISTS (SELECT FROM T__done WHERE epoch = $2 AND id = $1)`),
-		track: r.Replace(`INSERT INTO T_ (` + cols + `)
-VALUES ($1, $2, $3, $4, nextval('T__epoch'), now() + $5::bigint * interval '1 millisecond', $6)
-ON CONFLICT (id) DO UPDATE SET payload = excluded.payload, owner = excluded.owner, attempt = excluded.attempt,
-	epoch = excluded.epoch, deadline = excluded.deadline, history = excluded.history
-RETURNING epoch, deadline`),
+		// track takes over the count of the ID's retry record (r, deleted:
+		// consumed; p if still within the window) or of the entry it
+		// replaces (ON CONFLICT, j): attempt and history unless the
+		// caller's attempt is higher, max retries unless the caller's is
+		// not 0.
+		track: r.Replace(`WITH r AS (DELETE FROM T__retry WHERE id = $1
+		RETURNING attempt, max_retries, history, at > now() - $8::bigint * interval '1 millisecond' AS fresh),
+	p AS (SELECT attempt, max_retries, history FROM r WHERE fresh)
+INSERT INTO T_ AS j (` + cols + `)
+SELECT $1, $2, $3, CASE WHEN p.attempt >= $4::int THEN p.attempt ELSE $4::int END,
+	nextval('T__epoch'), now() + $5::bigint * interval '1 millisecond',
+	CASE WHEN p.attempt >= $4::int THEN p.history ELSE $6::jsonb END,
+	CASE WHEN $7::int = 0 THEN coalesce(p.max_retries, 0) ELSE $7::int END
+FROM (SELECT) AS one LEFT JOIN p ON true
+ON CONFLICT (id) DO UPDATE SET payload = excluded.payload, owner = excluded.owner,
+	attempt = greatest(j.attempt, excluded.attempt),
+	history = CASE WHEN j.attempt >= excluded.attempt THEN j.history ELSE excluded.history END,
+	max_retries = CASE WHEN $7::int = 0 THEN j.max_retries ELSE $7::int END,
+	epoch = excluded.epoch, deadline = excluded.deadline
+RETURNING epoch, deadline, attempt, max_retries, history`),
 		heartbeat: r.Replace(`UPDATE T_ AS j SET deadline = now() + $3::bigint * interval '1 millisecond'
 FROM unnest($1::bytea[], $2::bigint[]) AS r(id, epoch)
 WHERE j.id = r.id AND j.epoch = r.epoch RETURNING j.id`),
-		remove:   r.Replace(`DELETE FROM T_ WHERE id = $1 AND epoch = $2`),
+		remove: r.Replace(`WITH d AS (DELETE FROM T_ WHERE id = $1 AND epoch = $2 RETURNING id, attempt, max_retries, history),
+	m AS (INSERT INTO T__retry (id, attempt, max_retries, history, at) SELECT id, attempt, max_retries, history, now() FROM d
+		ON CONFLICT (id) DO UPDATE SET attempt = excluded.attempt, max_retries = excluded.max_retries,
+			history = excluded.history, at = excluded.at),
+	gc AS (DELETE FROM T__retry WHERE id <> $1 AND id IN (SELECT id FROM T__retry
+		WHERE at < now() - $3::bigint * interval '1 millisecond' ORDER BY at LIMIT 16 FOR UPDATE SKIP LOCKED))
+SELECT count(*) FROM d`),
 		expired:  r.Replace(`SELECT ` + cols + ` FROM T_ WHERE deadline <= now() ORDER BY deadline LIMIT $1`),
 		inflight: r.Replace(`SELECT ` + listed + ` FROM T_ ORDER BY deadline LIMIT $1`),
 		reclaim: r.Replace(`UPDATE T_ SET epoch = nextval('T__epoch'), attempt = attempt + 1, owner = $3,
@@ -157,13 +207,17 @@ WHERE j.id = r.id AND j.epoch = r.epoch RETURNING j.id`),
 	history = history || jsonb_build_array(jsonb_build_object('at', now(), 'from', owner, 'by', $3::text, 'attempt', attempt + 1))
 WHERE id = $1 AND epoch = $2 AND deadline <= now()
 RETURNING ` + cols),
-		bury: r.Replace(`WITH d AS (DELETE FROM T_ WHERE id = $1 AND epoch = $2 RETURNING ` + cols + `)
+		bury: r.Replace(`WITH d AS (DELETE FROM T_ WHERE id = $1 AND epoch = $2 RETURNING ` + cols + `),
+	r AS (DELETE FROM T__retry WHERE id IN (SELECT id FROM d))
 INSERT INTO T__dead (` + cols + `, died, reason) SELECT ` + cols + `, now(), $3 FROM d
 ON CONFLICT (id) DO UPDATE SET payload = excluded.payload, owner = excluded.owner, attempt = excluded.attempt,
-	epoch = excluded.epoch, deadline = excluded.deadline, history = excluded.history, died = excluded.died, reason = excluded.reason`),
+	epoch = excluded.epoch, deadline = excluded.deadline, history = excluded.history, max_retries = excluded.max_retries,
+	died = excluded.died, reason = excluded.reason`),
 		dead:    r.Replace(`SELECT ` + listed + `, died, reason FROM T__dead ORDER BY died DESC, id LIMIT $1`),
 		deadJob: r.Replace(`SELECT ` + cols + `, died, reason FROM T__dead WHERE id = $1`),
-		purge:   r.Replace(`DELETE FROM T__dead WHERE id = $1`),
+		purge: r.Replace(`WITH d AS (DELETE FROM T__dead WHERE id = $1 RETURNING id),
+	r AS (DELETE FROM T__retry WHERE id IN (SELECT id FROM d))
+SELECT count(*) FROM d`),
 		counts: r.Replace(`SELECT (SELECT count(*) FROM T_), (SELECT count(*) FROM T_ WHERE deadline <= now()),
 	(SELECT count(*) FROM T__dead)`),
 	}
@@ -232,7 +286,7 @@ func scanJob(row pgx.Row, whole bool, extra ...any) (jobs.Job, error) {
 	var id []byte
 	var epoch int64
 	var hist []byte
-	dest := []any{&id, &j.Payload, &j.Owner, &j.Attempt, &epoch, &j.Deadline, &hist}
+	dest := []any{&id, &j.Payload, &j.Owner, &j.Attempt, &epoch, &j.Deadline, &hist, &j.MaxRetries}
 	if !whole {
 		dest = slices.Delete(dest, 1, 2) // the payload
 	}
@@ -264,7 +318,9 @@ func decodeHistory(b []byte) []jobs.Recovery {
 
 // Track implements jobs.Registry: one INSERT … ON CONFLICT (one round trip),
 // deadline on server time (now()), epoch from the sequence; an entry of the
-// same ID is replaced (it goes stale).
+// same ID is replaced (it goes stale). The statement deletes the ID's retry
+// record and takes over its count, or the replaced entry's, as
+// jobs.Registry says.
 func (r *Registry) Track(ctx context.Context, job jobs.Job, lease time.Duration) (jobs.Job, error) {
 	if err := jobs.CheckTrack(ctx, job, lease); err != nil {
 		return jobs.Job{}, err
@@ -276,12 +332,14 @@ func (r *Registry) Track(ctx context.Context, job jobs.Job, lease time.Duration)
 		job.Payload = []byte{}
 	}
 	var epoch int64
-	err := r.pool.QueryRow(ctx, r.q.track, []byte(job.ID), job.Payload, job.Owner, job.Attempt, lease.Milliseconds(), encodeHistory(job.History)).
-		Scan(&epoch, &job.Deadline)
+	var hist []byte
+	err := r.pool.QueryRow(ctx, r.q.track, []byte(job.ID), job.Payload, job.Owner, job.Attempt, lease.Milliseconds(),
+		encodeHistory(job.History), job.MaxRetries, jobs.RetryWindow.Milliseconds()).
+		Scan(&epoch, &job.Deadline, &job.Attempt, &job.MaxRetries, &hist)
 	if err != nil {
 		return jobs.Job{}, unavailable("track", err)
 	}
-	job.Epoch = uint64(epoch)
+	job.Epoch, job.History = uint64(epoch), decodeHistory(hist)
 	return job, nil
 }
 
@@ -325,8 +383,8 @@ func (r *Registry) Heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Du
 }
 
 // Done implements jobs.Registry: one statement deletes the row of ref's
-// epoch and records the completion in the markers table (dropping up to 16
-// markers older than jobs.DoneWindow); it returns nil when it deleted the
+// epoch and the ID's retry record and records the completion in the
+// markers table (dropping up to 16 markers older than jobs.DoneWindow); it returns nil when it deleted the
 // row or found the epoch's marker (a retried Done), else jobs.ErrStale.
 func (r *Registry) Done(ctx context.Context, ref jobs.Ref) error {
 	if err := jobs.CheckID(ctx, ref.ID); err != nil {
@@ -345,8 +403,10 @@ func (r *Registry) Done(ctx context.Context, ref jobs.Ref) error {
 	return nil
 }
 
-// Remove implements jobs.Registry: one DELETE of the row of ref's epoch,
-// for the recoverer after a requeue; else jobs.ErrStale.
+// Remove implements jobs.Registry: one statement deletes the row of ref's
+// epoch, for the recoverer after a requeue, and records its retry record
+// (dropping up to 16 records older than jobs.RetryWindow); else
+// jobs.ErrStale.
 func (r *Registry) Remove(ctx context.Context, ref jobs.Ref) error {
 	if err := jobs.CheckID(ctx, ref.ID); err != nil {
 		return err
@@ -354,11 +414,12 @@ func (r *Registry) Remove(ctx context.Context, ref jobs.Ref) error {
 	if err := r.ensure(ctx); err != nil {
 		return err
 	}
-	tag, err := r.pool.Exec(ctx, r.q.remove, []byte(ref.ID), int64(ref.Epoch))
+	var n int64
+	err := r.pool.QueryRow(ctx, r.q.remove, []byte(ref.ID), int64(ref.Epoch), jobs.RetryWindow.Milliseconds()).Scan(&n)
 	switch {
 	case err != nil:
 		return unavailable("remove", err)
-	case tag.RowsAffected() == 0:
+	case n == 0:
 		return stale(ref)
 	}
 	return nil
@@ -428,7 +489,7 @@ func (r *Registry) Reclaim(ctx context.Context, ref jobs.Ref, by string, lease t
 
 // Bury implements jobs.Registry: one statement (DELETE … RETURNING into an
 // INSERT) moves the row of ref's epoch to the dead table, time of death on
-// server time; else jobs.ErrStale.
+// server time, and deletes the ID's retry record; else jobs.ErrStale.
 func (r *Registry) Bury(ctx context.Context, ref jobs.Ref, reason string) error {
 	if err := jobs.CheckBury(ctx, ref, reason); err != nil {
 		return err
@@ -494,8 +555,8 @@ func (r *Registry) DeadJob(ctx context.Context, id string) (jobs.DeadJob, error)
 	return d, nil
 }
 
-// Purge implements jobs.Registry: one DELETE of the dead job, or
-// jobs.ErrNotFound.
+// Purge implements jobs.Registry: one statement deletes the dead job and
+// the ID's retry record, or returns jobs.ErrNotFound.
 func (r *Registry) Purge(ctx context.Context, id string) error {
 	if err := jobs.CheckID(ctx, id); err != nil {
 		return err
@@ -503,11 +564,12 @@ func (r *Registry) Purge(ctx context.Context, id string) error {
 	if err := r.ensure(ctx); err != nil {
 		return err
 	}
-	tag, err := r.pool.Exec(ctx, r.q.purge, []byte(id))
+	var n int64
+	err := r.pool.QueryRow(ctx, r.q.purge, []byte(id)).Scan(&n)
 	switch {
 	case err != nil:
 		return unavailable("purge", err)
-	case tag.RowsAffected() == 0:
+	case n == 0:
 		return fmt.Errorf("%w: dead job %q", jobs.ErrNotFound, id)
 	}
 	return nil

@@ -130,6 +130,42 @@ INSERT INTO T_ VALUES ('jöb', 'p', 'w', 0, nextval('T__epoch'), now() + interva
 	if err := r.Done(ctx, j.Ref()); err != nil {
 		t.Fatal(err)
 	}
+	// Setup added the max_retries columns and the retry records' table.
+	c := registrytest.Requeued(t, r, "m", 5)
+	if j, err := r.Track(ctx, jobs.Job{ID: "m", Owner: "w"}, time.Minute); err != nil || j.Attempt != 1 || j.MaxRetries != 5 {
+		t.Fatalf("Track after a requeue on an upgraded table: %+v, %v (reclaimed %+v)", j, err, c)
+	}
+}
+
+// A retry record older than jobs.RetryWindow is not taken over (the job
+// starts again), and records older than it are deleted by later Remove
+// calls, a few at a time: the table does not grow with the history.
+func TestOldRetryRecordsAreIgnoredAndDropped(t *testing.T) {
+	pool := newPool(t)
+	r, table := newRegistry(t, pool, "retry")
+	ctx := t.Context()
+	registrytest.Requeued(t, r, "late", 3)
+	if _, err := pool.Exec(ctx, "UPDATE "+table+"_retry SET at = at - $1::bigint * interval '1 millisecond' - interval '1 second'",
+		jobs.RetryWindow.Milliseconds()); err != nil {
+		t.Fatal(err)
+	}
+	if j, err := r.Track(ctx, jobs.Job{ID: "late", Owner: "w"}, time.Minute); err != nil || j.Attempt != 0 || j.MaxRetries != 0 || len(j.History) != 0 {
+		t.Fatalf("Track after the retry window: %+v, %v; want a new job", j, err)
+	}
+	const old = 40
+	if _, err := pool.Exec(ctx, "INSERT INTO "+table+"_retry (id, attempt, max_retries, history, at) SELECT convert_to('old' || g, 'UTF8'), 1, 0, '[]', now() - $2::bigint * interval '1 millisecond' - interval '1 hour' FROM generate_series(1, $1) g", old, jobs.RetryWindow.Milliseconds()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		registrytest.Requeued(t, r, fmt.Sprint(i), 0)
+	}
+	var left, recent int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FILTER (WHERE at < now() - interval '1 hour'), count(*) FILTER (WHERE at >= now() - interval '1 hour') FROM "+table+"_retry").Scan(&left, &recent); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 || recent != 4 {
+		t.Fatalf("after 4 Remove calls: %d of %d expired retry records left, %d recent ones; want 0 and 4", left, old, recent)
+	}
 }
 
 // Completion markers older than jobs.DoneWindow are deleted by later Done
@@ -179,4 +215,48 @@ func newRegistry(t testing.TB, pool *pgxpool.Pool, prefix string) (*pgjobs.Regis
 		t.Fatal(err)
 	}
 	return r, table
+}
+
+// Setup of tables that are up to date alters nothing: it must not wait for
+// an ACCESS EXCLUSIVE lock (an ALTER TABLE, even one that IF NOT EXISTS
+// makes a no-op) behind a transaction that reads the jobs, as every
+// process's first operation runs Setup.
+func TestSetupOfCurrentTablesTakesNoExclusiveLock(t *testing.T) {
+	pool := newPool(t)
+	r, table := newRegistry(t, pool, "locks")
+	ctx := t.Context()
+	if err := r.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	for _, tb := range []string{table, table + "_dead"} {
+		if _, err := tx.Exec(ctx, "SELECT count(*) FROM "+tb); err != nil { // ACCESS SHARE until the rollback
+			t.Fatal(err)
+		}
+	}
+	again, err := pgjobs.New(pool, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := again.Setup(sctx); err != nil {
+		t.Fatalf("Setup while a transaction reads the tables: %v", err)
+	}
+}
+
+// Done and Bury drop a retry record of their job's ID (one a Remove that
+// raced a Track may leave beside the entry).
+func TestDoneAndBuryDropRetryRecords(t *testing.T) {
+	pool := newPool(t)
+	r, table := newRegistry(t, pool, "drop")
+	registrytest.DoneAndBuryDropRetryRecords(t, r, func(id string) {
+		if _, err := pool.Exec(t.Context(), "INSERT INTO "+table+"_retry (id, attempt, max_retries, history, at) VALUES ($1, 3, 2, '[]', now())", []byte(id)); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

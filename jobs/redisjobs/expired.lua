@@ -4,17 +4,18 @@
 -- KEYS[1]: deadlines zset. ARGV[1]: limit (0: all), ARGV[2]: job key prefix,
 -- ARGV[3]: 1 to list every job instead, without payloads (InFlight: an
 -- operator listing, whose payloads never leave the server).
--- Returns a flat list: id, payload, owner, attempt, epoch, deadline, history, ...
--- (InFlight: id, owner, attempt, epoch, deadline, history, ...).
+-- Returns a flat list: id, payload, owner, attempt, epoch, deadline, history, max retries, ...
+-- (InFlight: id, owner, attempt, epoch, deadline, history, max retries, ...).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local max = now
-local fields = {'payload', 'owner', 'attempt', 'epoch', 'deadline', 'history'}
+local fields = {'payload', 'owner', 'attempt', 'epoch', 'deadline', 'history', 'maxretries'}
+local epoch = 4 -- the index of 'epoch': present in every job
 if ARGV[3] == '1' then
   max = '+inf'
-  fields = {'owner', 'attempt', 'epoch', 'deadline', 'history'}
+  fields = {'owner', 'attempt', 'epoch', 'deadline', 'history', 'maxretries'}
+  epoch = 3
 end
-local epoch = #fields - 2
 local ids
 if tonumber(ARGV[1]) > 0 then
   ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', max, 'LIMIT', 0, tonumber(ARGV[1]))

@@ -1,4 +1,9 @@
--- Deletes a dead job. KEYS[1]: dead job hash, KEYS[2]: dead set zset. ARGV[1]: id.
--- Returns 1 when deleted, 0 when there was none.
-redis.call('ZREM', KEYS[2], ARGV[1])
-return redis.call('DEL', KEYS[1])
+-- Deletes a dead job, and the retry record of its ID with it.
+-- KEYS[1]: dead job hash, KEYS[2]: dead set zset, KEYS[3]: the ID's retry record.
+-- ARGV[1]: id. Returns 1 when deleted, 0 when there was none (nothing is deleted).
+local n = redis.call('DEL', KEYS[1])
+if n == 1 then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('DEL', KEYS[3])
+end
+return n

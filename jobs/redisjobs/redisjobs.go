@@ -3,12 +3,14 @@
 // Layout, under a namespace ns (default "leasehold:jobs"), every key with
 // the hash tag {ns} so that one registry lives in one Cluster slot:
 //
-//	{ns}:job:<id>    hash: payload, owner, attempt, epoch, deadline (ms), history
+//	{ns}:job:<id>    hash: payload, owner, attempt, epoch, deadline (ms), history, maxretries
 //	{ns}:deadlines   sorted set of in-flight IDs by deadline: the expiry index
 //	{ns}:epoch       the epoch counter
 //	{ns}:dead:<id>   hash: a dead job, with died and reason
 //	{ns}:deadset     sorted set of dead IDs by time of death
 //	{ns}:done:<epoch>:<id>  a completion marker, expiring after jobs.DoneWindow
+//	{ns}:retry:<id>  hash: attempt, history, maxretries of a requeued job
+//	                 (Remove), for its next Track; expiring after jobs.RetryWindow
 //
 // IDs are opaque bytes (NUL and separators included): they appear only as
 // the tail of a key and as index members, never inside an encoded field.
@@ -129,6 +131,10 @@ func (r *Registry) deadlines() string        { return r.ns + "deadlines" }
 func (r *Registry) epochs() string           { return r.ns + "epoch" }
 func (r *Registry) deadset() string          { return r.ns + "deadset" }
 
+// retryKey is the retry record of a requeued job (Remove), which the next
+// Track of its ID takes over.
+func (r *Registry) retryKey(id string) string { return r.ns + "retry:" + id }
+
 // doneKey is the completion marker of one epoch of a job: the epoch's
 // digits end at the first colon, so that no two (epoch, id) pairs share a
 // key.
@@ -146,17 +152,24 @@ func stale(ref jobs.Ref) error {
 
 // Track implements jobs.Registry: one script (one round trip), deadline on
 // server time (TIME); the epoch comes from the {ns}:epoch counter, and an
-// entry of the same ID is replaced (it goes stale).
+// entry of the same ID is replaced (it goes stale). The script takes over
+// the count of that entry or of the ID's retry record (and deletes the
+// record), as jobs.Registry says.
 func (r *Registry) Track(ctx context.Context, job jobs.Job, lease time.Duration) (jobs.Job, error) {
 	if err := jobs.CheckTrack(ctx, job, lease); err != nil {
 		return jobs.Job{}, err
 	}
-	res, err := r.bounds.Run(ctx, r.c, trackScript, []string{r.jobKey(job.ID), r.deadlines(), r.epochs()},
-		job.ID, job.Payload, job.Owner, job.Attempt, ms(lease), encodeHistory(job.History)).Int64Slice()
-	if err != nil || len(res) != 2 {
-		return jobs.Job{}, unavailable("track", errors.Join(err, fmt.Errorf("reply %v", res)))
+	res, err := r.bounds.Run(ctx, r.c, trackScript, []string{r.jobKey(job.ID), r.deadlines(), r.epochs(), r.retryKey(job.ID)},
+		job.ID, job.Payload, job.Owner, job.Attempt, ms(lease), encodeHistory(job.History), job.MaxRetries).StringSlice()
+	if err != nil || len(res) != 5 {
+		return jobs.Job{}, unavailable("track", errors.Join(err, fmt.Errorf("reply of %d fields", len(res))))
 	}
-	job.Epoch, job.Deadline = uint64(res[0]), time.UnixMilli(res[1])
+	epoch, _ := strconv.ParseUint(res[0], 10, 64)
+	deadline, _ := strconv.ParseInt(res[1], 10, 64)
+	job.Epoch, job.Deadline = epoch, time.UnixMilli(deadline)
+	job.Attempt, _ = strconv.Atoi(res[2])
+	job.MaxRetries, _ = strconv.Atoi(res[3])
+	job.History = decodeHistory(res[4])
 	return job, nil
 }
 
@@ -204,17 +217,19 @@ func (r *Registry) remove(ctx context.Context, ref jobs.Ref, op string, script *
 // Done implements jobs.Registry: one script removes the entry and its index
 // member if the epoch matches and sets the epoch's completion marker (a
 // key that expires after jobs.DoneWindow: Redis drops it, nothing is
-// scanned); a Done that finds the marker returns nil (a retry whose first
-// attempt took effect, see Client retries in the package doc); else
-// jobs.ErrStale.
+// scanned) and deletes the ID's retry record; a Done that finds the marker
+// returns nil (a retry whose first attempt took effect, see Client retries
+// in the package doc); else jobs.ErrStale.
 func (r *Registry) Done(ctx context.Context, ref jobs.Ref) error {
-	return r.remove(ctx, ref, "done", doneScript, []string{r.doneKey(ref)}, jobs.DoneWindow.Milliseconds())
+	return r.remove(ctx, ref, "done", doneScript, []string{r.doneKey(ref), r.retryKey(ref.ID)}, jobs.DoneWindow.Milliseconds())
 }
 
 // Remove implements jobs.Registry: one script removes the entry of ref's
-// epoch, for the recoverer after a requeue; else jobs.ErrStale.
+// epoch, for the recoverer after a requeue, and leaves its retry record (a
+// key that expires after jobs.RetryWindow: Redis drops it, nothing is
+// scanned); else jobs.ErrStale.
 func (r *Registry) Remove(ctx context.Context, ref jobs.Ref) error {
-	return r.remove(ctx, ref, "remove", removeScript, nil)
+	return r.remove(ctx, ref, "remove", removeScript, []string{r.retryKey(ref.ID)}, jobs.RetryWindow.Milliseconds())
 }
 
 // Expired implements jobs.Registry: one script, ZRANGEBYSCORE over the
@@ -251,9 +266,9 @@ func (r *Registry) list(ctx context.Context, limit int, inFlight bool) ([]jobs.J
 	if err := backendkit.CheckContext(ctx); err != nil {
 		return nil, err
 	}
-	op, all, stride, decode := "expired", "0", 7, decodeJob // id and the fields of decode
+	op, all, stride, decode := "expired", "0", 8, decodeJob // id and the fields of decode
 	if inFlight {
-		op, all, stride, decode = "in flight", "1", 6, decodeListed
+		op, all, stride, decode = "in flight", "1", 7, decodeListed
 	}
 	flat, err := r.bounds.Run(ctx, r.c, expiredScript, []string{r.deadlines()}, scriptLimit(limit), r.ns+"job:", all).StringSlice()
 	if err != nil {
@@ -266,20 +281,23 @@ func (r *Registry) list(ctx context.Context, limit int, inFlight bool) ([]jobs.J
 	return out, nil
 }
 
-// decodeJob reads payload, owner, attempt, epoch, deadline, history.
+// decodeJob reads payload, owner, attempt, epoch, deadline, history, max
+// retries.
 func decodeJob(id string, f []string) jobs.Job {
 	j := decodeListed(id, f[1:])
 	j.Payload = []byte(f[0])
 	return j
 }
 
-// decodeListed reads owner, attempt, epoch, deadline, history: a job as
-// the operator listings give it, without its payload.
+// decodeListed reads owner, attempt, epoch, deadline, history, max
+// retries: a job as the operator listings give it, without its payload. A
+// missing max retries (a job tracked by an earlier version) reads as 0.
 func decodeListed(id string, f []string) jobs.Job {
 	attempt, _ := strconv.Atoi(f[1])
 	epoch, _ := strconv.ParseUint(f[2], 10, 64)
 	deadline, _ := strconv.ParseInt(f[3], 10, 64)
-	return jobs.Job{ID: id, Owner: f[0], Attempt: attempt, Epoch: epoch,
+	maxRetries, _ := strconv.Atoi(f[5])
+	return jobs.Job{ID: id, Owner: f[0], Attempt: attempt, MaxRetries: maxRetries, Epoch: epoch,
 		Deadline: time.UnixMilli(deadline), History: decodeHistory(f[4])}
 }
 
@@ -295,20 +313,20 @@ func (r *Registry) Reclaim(ctx context.Context, ref jobs.Ref, by string, lease t
 	switch {
 	case err != nil:
 		return jobs.Job{}, unavailable("reclaim", err)
-	case len(f) != 6:
+	case len(f) != 7:
 		return jobs.Job{}, stale(ref)
 	}
 	return decodeJob(ref.ID, f), nil
 }
 
 // Bury implements jobs.Registry: one script moves the entry of ref's epoch
-// to the dead set (hash and index, time of death on server time), else
-// jobs.ErrStale.
+// to the dead set (hash and index, time of death on server time) and
+// deletes the ID's retry record, else jobs.ErrStale.
 func (r *Registry) Bury(ctx context.Context, ref jobs.Ref, reason string) error {
 	if err := jobs.CheckBury(ctx, ref, reason); err != nil {
 		return err
 	}
-	n, err := r.bounds.Run(ctx, r.c, buryScript, []string{r.jobKey(ref.ID), r.deadlines(), r.deadKey(ref.ID), r.deadset()},
+	n, err := r.bounds.Run(ctx, r.c, buryScript, []string{r.jobKey(ref.ID), r.deadlines(), r.deadKey(ref.ID), r.deadset(), r.retryKey(ref.ID)},
 		ref.ID, strconv.FormatUint(ref.Epoch, 10), reason).Int64()
 	switch {
 	case err != nil:
@@ -334,11 +352,11 @@ func (r *Registry) Dead(ctx context.Context, limit int) ([]jobs.DeadJob, error) 
 	if err != nil {
 		return nil, unavailable("dead", err)
 	}
-	const stride = 8 // id, the fields of decodeListed, died, reason
+	const stride = 9 // id, the fields of decodeListed, died, reason
 	out := make([]jobs.DeadJob, 0, len(flat)/stride)
 	for i := 0; i+stride <= len(flat); i += stride {
-		died, _ := strconv.ParseInt(flat[i+6], 10, 64)
-		out = append(out, jobs.DeadJob{Job: decodeListed(flat[i], flat[i+1:i+6]), DiedAt: time.UnixMilli(died), Reason: flat[i+7]})
+		died, _ := strconv.ParseInt(flat[i+7], 10, 64)
+		out = append(out, jobs.DeadJob{Job: decodeListed(flat[i], flat[i+1:i+7]), DiedAt: time.UnixMilli(died), Reason: flat[i+8]})
 	}
 	return out, nil
 }
@@ -349,7 +367,7 @@ func (r *Registry) DeadJob(ctx context.Context, id string) (jobs.DeadJob, error)
 	if err := jobs.CheckID(ctx, id); err != nil {
 		return jobs.DeadJob{}, err
 	}
-	f, err := r.c.HMGet(ctx, r.deadKey(id), "payload", "owner", "attempt", "epoch", "deadline", "history", "died", "reason").Result()
+	f, err := r.c.HMGet(ctx, r.deadKey(id), "payload", "owner", "attempt", "epoch", "deadline", "history", "maxretries", "died", "reason").Result()
 	if err != nil {
 		return jobs.DeadJob{}, unavailable("dead job", err)
 	}
@@ -360,17 +378,17 @@ func (r *Registry) DeadJob(ctx context.Context, id string) (jobs.DeadJob, error)
 	for i, v := range f {
 		s[i], _ = v.(string)
 	}
-	died, _ := strconv.ParseInt(s[6], 10, 64)
-	return jobs.DeadJob{Job: decodeJob(id, s[:6]), DiedAt: time.UnixMilli(died), Reason: s[7]}, nil
+	died, _ := strconv.ParseInt(s[7], 10, 64)
+	return jobs.DeadJob{Job: decodeJob(id, s[:7]), DiedAt: time.UnixMilli(died), Reason: s[8]}, nil
 }
 
-// Purge implements jobs.Registry: one script deletes the dead job and its
-// index member, or returns jobs.ErrNotFound.
+// Purge implements jobs.Registry: one script deletes the dead job, its
+// index member and the ID's retry record, or returns jobs.ErrNotFound.
 func (r *Registry) Purge(ctx context.Context, id string) error {
 	if err := jobs.CheckID(ctx, id); err != nil {
 		return err
 	}
-	n, err := r.bounds.Run(ctx, r.c, purgeScript, []string{r.deadKey(id), r.deadset()}, id).Int64()
+	n, err := r.bounds.Run(ctx, r.c, purgeScript, []string{r.deadKey(id), r.deadset(), r.retryKey(id)}, id).Int64()
 	switch {
 	case err != nil:
 		return unavailable("purge", err)

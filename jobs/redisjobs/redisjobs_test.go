@@ -26,3 +26,40 @@ func TestConformance(t *testing.T) {
 		return r
 	})
 }
+
+// A retry record (Remove) is a key that expires after jobs.RetryWindow:
+// Redis drops it, and a Track after that starts the job again from
+// Attempt 0.
+func TestRetryRecordsExpire(t *testing.T) {
+	c := newClient(t, testenv.Redis(t).Addr())
+	r, ns := newRegistry(t, c, "retry")
+	ctx := t.Context()
+	registrytest.Requeued(t, r, "j", 3)
+	key := "{" + ns + "}:retry:j"
+	if ttl, err := c.PTTL(ctx, key).Result(); err != nil || ttl <= jobs.RetryWindow-time.Minute || ttl > jobs.RetryWindow {
+		t.Fatalf("retry record %s expires in %v (%v), want jobs.RetryWindow", key, ttl, err)
+	}
+	// The window ends (a millisecond left).
+	if err := c.PExpire(ctx, key, time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); c.Exists(ctx, key).Val() == 1; <-time.After(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the retry record did not expire")
+		}
+	}
+	if j, err := r.Track(ctx, jobs.Job{ID: "j", Owner: "w"}, time.Minute); err != nil || j.Attempt != 0 || j.MaxRetries != 0 || len(j.History) != 0 {
+		t.Fatalf("Track after the retry window: %+v, %v; want a new job", j, err)
+	}
+}
+
+// Done and Bury drop a retry record of their job's ID.
+func TestDoneAndBuryDropRetryRecords(t *testing.T) {
+	c := newClient(t, testenv.Redis(t).Addr())
+	r, ns := newRegistry(t, c, "drop")
+	registrytest.DoneAndBuryDropRetryRecords(t, r, func(id string) {
+		if err := c.HSet(t.Context(), "{"+ns+"}:retry:"+id, "attempt", 3, "history", "", "maxretries", 2).Err(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -2,6 +2,7 @@ package registrytest_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/leasehold-go/leasehold/jobs"
 	"github.com/leasehold-go/leasehold/jobs/memjobs"
@@ -17,5 +18,28 @@ func ExampleRun() {
 		registrytest.Run(t, func(t testing.TB) jobs.Registry {
 			return memjobs.New()
 		})
+	}
+}
+
+// Compile-only (no Output): Requeued takes the testing.TB of a test. A
+// registry's own test of its retry records: one left by Requeued is taken
+// over by the next Track of the ID.
+func ExampleRequeued() {
+	_ = func(t *testing.T) { // func TestRetryRecord(t *testing.T)
+		r := memjobs.New()
+		registrytest.Requeued(t, r, "j", 3)
+		j, err := r.Track(t.Context(), jobs.Job{ID: "j", Owner: "worker-b"}, time.Minute)
+		if err != nil || j.Attempt != 1 || j.MaxRetries != 3 {
+			t.Fatalf("Track after a requeue: %+v, %v", j, err)
+		}
+	}
+}
+
+// Compile-only (no Output): put writes a retry record straight into the
+// registry's store (a Redis hash, a row), as redisjobs' and pgjobs' tests
+// do.
+func ExampleDoneAndBuryDropRetryRecords() {
+	_ = func(t *testing.T, r jobs.Registry, writeRecord func(id string, attempt, maxRetries int)) {
+		registrytest.DoneAndBuryDropRetryRecords(t, r, func(id string) { writeRecord(id, 3, 2) })
 	}
 }

@@ -50,6 +50,9 @@ func Run(t *testing.T, newRegistry func(t testing.TB) jobs.Registry) {
 		{"LeaseLimits", leaseLimits},
 		{"ListingLimits", listingLimits},
 		{"ListingsHaveNoPayloads", listingsWithoutPayloads},
+		{"RetrackKeepsTheCount", retrackKeepsTheCount},
+		{"RetryRecordEndsWithTheJob", retryRecordEnds},
+		{"MaxRetriesIsKept", maxRetriesKept},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -534,6 +537,14 @@ func ownersAndReasons(t *testing.T, r jobs.Registry) {
 			_, err := r.Track(ctx, jobs.Job{ID: "j", Owner: "w", Attempt: -1}, time.Minute)
 			return err
 		}()},
+		{"negative MaxRetries", "MaxRetries", func() error {
+			_, err := r.Track(ctx, jobs.Job{ID: "j", Owner: "w", MaxRetries: -1}, time.Minute)
+			return err
+		}()},
+		{"huge MaxRetries", "MaxRetries", func() error {
+			_, err := r.Track(ctx, jobs.Job{ID: "j", Owner: "w", MaxRetries: jobs.MaxAttempt + 1}, time.Minute)
+			return err
+		}()},
 		{"huge Attempt", "Attempt", func() error {
 			_, err := r.Track(ctx, jobs.Job{ID: "j", Owner: "w", Attempt: jobs.MaxAttempt + 1}, time.Minute)
 			return err
@@ -729,5 +740,279 @@ func listingsWithoutPayloads(t *testing.T, r jobs.Registry) {
 	expired = waitExpired(t, r, 1)
 	if !bytes.Equal(expired[0].Payload, payload) {
 		t.Fatalf("revived job expired with a payload of %d bytes, want %d", len(expired[0].Payload), len(payload))
+	}
+}
+
+// Requeued plays a crashed worker and the recoverer on r: it tracks the
+// job id (owner "worker-a", with maxRetries) with a lease of a millisecond,
+// reclaims it as "recoverer" once it has expired on the registry's clock
+// (within 10 s) and removes it, as Runner does after a requeue, leaving
+// its retry record. It returns the job as reclaimed. Registry packages use
+// it in tests of their own (the expiry of retry records).
+func Requeued(t testing.TB, r jobs.Registry, id string, maxRetries int) jobs.Job {
+	t.Helper()
+	j, err := r.Track(ctxFor(t), jobs.Job{ID: id, Owner: "worker-a", MaxRetries: maxRetries}, time.Millisecond)
+	if err != nil {
+		t.Fatalf("Track(%.40q): %v", id, err)
+	}
+	return recoverAndRequeue(t, r, j)
+}
+
+// recoverAndRequeue plays the recoverer on the tracked job j: once it has
+// expired (within 10 s), reclaims it and removes it (after a requeue),
+// leaving its retry record; it returns the reclaimed job.
+func recoverAndRequeue(t testing.TB, r jobs.Registry, j jobs.Job) jobs.Job {
+	t.Helper()
+	ctx := ctxFor(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := r.Reclaim(ctx, j.Ref(), "recoverer", time.Minute)
+		if err == nil {
+			if err := r.Remove(ctx, c.Ref()); err != nil {
+				t.Fatalf("Remove(%.40q): %v", j.ID, err)
+			}
+			return c
+		}
+		if !errors.Is(err, jobs.ErrStale) || time.Now().After(deadline) {
+			t.Fatalf("Reclaim(%.40q): %v", j.ID, err)
+		}
+		<-time.After(5 * time.Millisecond)
+	}
+}
+
+// checkCount fails unless j has the attempt, history length and
+// MaxRetries given.
+func checkCount(t testing.TB, what string, j jobs.Job, attempt, history, maxRetries int) {
+	t.Helper()
+	if j.Attempt != attempt || len(j.History) != history || j.MaxRetries != maxRetries {
+		t.Fatalf("%s: Attempt %d, %d recoveries in History, MaxRetries %d; want %d, %d, %d",
+			what, j.Attempt, len(j.History), j.MaxRetries, attempt, history, maxRetries)
+	}
+}
+
+// retrackKeepsTheCount: the registry keeps a job's count of recoveries by
+// ID, whatever the caller passes. A job reclaimed and removed (requeued)
+// and then tracked again as Job{ID, Payload} — as a queue hands it back —
+// has the Attempt, History and MaxRetries it had: a poison job reaches
+// the dead set however its workers carry it. The retry record is not in
+// flight, and the next Track consumes it; an ID tracked again while in
+// flight keeps its count too; a caller's higher Attempt, or its own
+// MaxRetries, wins.
+func retrackKeepsTheCount(t *testing.T, r jobs.Registry) {
+	ctx := ctxFor(t)
+	j, err := r.Track(ctx, jobs.Job{ID: "p", Payload: []byte("x"), Owner: "worker-a", MaxRetries: 3}, 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := recoverAndRequeue(t, r, j)
+	checkCount(t, "reclaimed", c, 1, 1, 3)
+	// The retry record is no job in flight.
+	if got, err := r.Expired(ctx, 0); err != nil || len(got) != 0 {
+		t.Fatalf("Expired with a retry record: %+v, %v", got, err)
+	}
+	withView(r, func(v jobs.Inspector) {
+		checkCounts(t, v, jobs.Counts{})
+		if in, err := v.InFlight(ctx, 0); err != nil || len(in) != 0 {
+			t.Fatalf("InFlight with a retry record: %+v, %v", in, err)
+		}
+	})
+	// Taken back from a queue that stores ID and payload only.
+	again, err := r.Track(ctx, jobs.Job{ID: "p", Payload: []byte("x"), Owner: "worker-b"}, 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCount(t, "tracked again as Job{ID, Payload}", again, 1, 1, 3)
+	if h := again.History[0]; h.From != "worker-a" || h.By != "recoverer" || h.Attempt != 1 {
+		t.Fatalf("history taken over: %+v", h)
+	}
+	withView(r, func(v jobs.Inspector) {
+		in, err := v.InFlight(ctx, 0)
+		if err != nil || len(in) != 1 {
+			t.Fatalf("InFlight = %+v, %v", in, err)
+		}
+		checkCount(t, "InFlight", in[0], 1, 1, 3)
+	})
+	// A second round: the count goes on.
+	c = recoverAndRequeue(t, r, again)
+	checkCount(t, "reclaimed again", c, 2, 2, 3)
+	if c.History[1].From != "worker-b" {
+		t.Fatalf("history %+v", c.History)
+	}
+	third, err := r.Track(ctx, jobs.Job{ID: "p", Owner: "worker-c"}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCount(t, "tracked a third time", third, 2, 2, 3)
+	// The record was consumed: the ID tracked again while in flight
+	// (a duplicate from the queue) keeps the entry's count.
+	dup, err := r.Track(ctx, jobs.Job{ID: "p", Owner: "worker-d"}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCount(t, "tracked again while in flight", dup, 2, 2, 3)
+	// A caller's higher Attempt (with its history) and its own MaxRetries win.
+	mine := []jobs.Recovery{{At: time.Now(), From: "w1", By: "r1", Attempt: 1}}
+	own, err := r.Track(ctx, jobs.Job{ID: "p", Owner: "worker-e", Attempt: 4, History: mine, MaxRetries: 9}, 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCount(t, "tracked with a higher Attempt", own, 4, 1, 9)
+	c = recoverAndRequeue(t, r, own)
+	checkCount(t, "reclaimed with its own count", c, 5, 2, 9)
+	back, err := r.Track(ctx, jobs.Job{ID: "p", Owner: "worker-f", Attempt: 1, MaxRetries: 2}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCount(t, "tracked with a lower Attempt and its own MaxRetries", back, 5, 2, 2)
+	if err := r.Done(ctx, back.Ref()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// retryRecordEnds: a job's count ends with it — Done, Bury and Purge
+// leave no retry record, and a later Track of its ID starts afresh — and
+// a Purge that finds no dead job leaves the record alone.
+func retryRecordEnds(t *testing.T, r jobs.Registry) {
+	ctx := ctxFor(t)
+	fresh := func(what, id string) jobs.Job {
+		t.Helper()
+		j, err := r.Track(ctx, jobs.Job{ID: id, Owner: "worker-a"}, 100*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkCount(t, what, j, 0, 0, 0)
+		return j
+	}
+	// Done: the count was taken over by the entry that Done removes.
+	d := fresh("first run", "done")
+	recoverAndRequeue(t, r, d)
+	d, err := r.Track(ctx, jobs.Job{ID: "done", Owner: "worker-b", MaxRetries: 2}, time.Minute)
+	if err != nil || d.Attempt != 1 {
+		t.Fatalf("Track after a requeue: %+v, %v", d, err)
+	}
+	if err := r.Done(ctx, d.Ref()); err != nil {
+		t.Fatal(err)
+	}
+	fresh("tracked after Done", "done")
+
+	// Bury: the dead job keeps the count; a new job of its ID starts at 0.
+	b := fresh("first run", "bury")
+	waitExpired(t, r, 2) // "done" (tracked again) and "bury"
+	rb, err := r.Reclaim(ctx, b.Ref(), "recoverer", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Bury(ctx, rb.Ref(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	if dead, err := r.DeadJob(ctx, "bury"); err != nil || dead.Attempt != 1 || len(dead.History) != 1 {
+		t.Fatalf("DeadJob = %+v, %v", dead, err)
+	}
+	expectStale(t, r.Remove(ctx, rb.Ref()), "Remove of a buried job")
+	fresh("tracked after Bury", "bury")
+
+	// Purge: a dead job whose ID was requeued again (a RetryDead that
+	// crashed before its Purge, the job taken, its worker crashed): the
+	// Purge drops the retry record with the dead job.
+	for _, j := range waitExpired(t, r, 2) { // "done" and "bury", tracked afresh
+		c, err := r.Reclaim(ctx, j.Ref(), "recoverer", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Remove(ctx, c.Ref()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// "done" has a retry record and no dead job: Purge is ErrNotFound and
+	// leaves the record; "bury" has both: Purge drops both.
+	if err := r.Purge(ctx, "done"); !errors.Is(err, jobs.ErrNotFound) {
+		t.Fatalf("Purge of a job that is not dead: %v, want ErrNotFound", err)
+	}
+	if err := r.Purge(ctx, "bury"); err != nil {
+		t.Fatal(err)
+	}
+	kept, err := r.Track(ctx, jobs.Job{ID: "done", Owner: "worker-c"}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCount(t, "tracked after a Purge that found no dead job", kept, 1, 1, 0)
+	purged, err := r.Track(ctx, jobs.Job{ID: "bury", Owner: "worker-c"}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCount(t, "tracked after Purge", purged, 0, 0, 0)
+	withView(r, func(v jobs.Inspector) { checkCounts(t, v, jobs.Counts{Tracked: 2}) })
+}
+
+// maxRetriesKept: a job's MaxRetries is stored with it and carried by
+// every method that returns the job: Track, Expired, Reclaim, the dead
+// set (DeadJob), the operator listings, and jobs.Revive.
+func maxRetriesKept(t *testing.T, r jobs.Registry) {
+	ctx := ctxFor(t)
+	j, err := r.Track(ctx, jobs.Job{ID: "m", Payload: []byte("x"), Owner: "worker-a", MaxRetries: 7}, 100*time.Millisecond)
+	if err != nil || j.MaxRetries != 7 {
+		t.Fatalf("Track = %+v, %v", j, err)
+	}
+	withView(r, func(v jobs.Inspector) {
+		if in, err := v.InFlight(ctx, 0); err != nil || len(in) != 1 || in[0].MaxRetries != 7 {
+			t.Fatalf("InFlight = %+v, %v", in, err)
+		}
+	})
+	exp := waitExpired(t, r, 1)
+	if exp[0].MaxRetries != 7 {
+		t.Fatalf("Expired = %+v", exp)
+	}
+	c, err := r.Reclaim(ctx, j.Ref(), "recoverer", time.Minute)
+	if err != nil || c.MaxRetries != 7 {
+		t.Fatalf("Reclaim = %+v, %v", c, err)
+	}
+	if err := r.Bury(ctx, c.Ref(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := r.DeadJob(ctx, "m"); err != nil || d.MaxRetries != 7 {
+		t.Fatalf("DeadJob = %+v, %v", d, err)
+	}
+	withView(r, func(v jobs.Inspector) {
+		if dead, err := v.Dead(ctx, 0); err != nil || len(dead) != 1 || dead[0].MaxRetries != 7 {
+			t.Fatalf("Dead = %+v, %v", dead, err)
+		}
+	})
+	// Revived: a new job (Attempt 0), with its own MaxRetries still.
+	if back, err := jobs.Revive(ctx, r, "m", "operator"); err != nil || back.Attempt != 0 || back.MaxRetries != 7 {
+		t.Fatalf("Revive = %+v, %v", back, err)
+	}
+}
+
+// DoneAndBuryDropRetryRecords checks that Done and Bury drop the retry
+// record of their job's ID even when one exists beside the entry, which
+// the API alone never leaves (Track consumes the record) but a race of a
+// Remove and a Track on a database can: put writes, the way r stores it, a
+// retry record of Attempt 3 and MaxRetries 2 for an ID that is in flight.
+// After the job's Done, or its Bury, a Track of the ID starts from
+// Attempt 0: the count ended with the job.
+func DoneAndBuryDropRetryRecords(t testing.TB, r jobs.Registry, put func(id string)) {
+	t.Helper()
+	ctx := ctxFor(t)
+	d := track(t, r, "done", time.Minute)
+	b := track(t, r, "buried", time.Millisecond)
+	put("done")
+	put("buried")
+	if err := r.Done(ctx, d.Ref()); err != nil {
+		t.Fatal(err)
+	}
+	waitExpired(t, r, 1)
+	c, err := r.Reclaim(ctx, b.Ref(), "recoverer", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Bury(ctx, c.Ref(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"done", "buried"} {
+		j, err := r.Track(ctx, jobs.Job{ID: id, Owner: "worker-b"}, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkCount(t, "tracked after the Done or Bury of "+id, j, 0, 0, 0)
 	}
 }
