@@ -5,7 +5,9 @@
 //	mem://NAME           the in-process table NAME, shared by every Open of it in this process
 //	redis://[:password@]host:port[/db]    rediss:// for TLS   (redislock)
 //	redis+cluster://[user:password@]host:port,host:port   Redis Cluster (redislock)
+//	redis+sentinel://[:password@]host:port[,host:port…]/master-name[?db=N]   a primary found through its Sentinels (redislock)
 //	postgres://user:pass@host:port/db?... postgresql:// too     (pglock)
+//	postgres://user:pass@host1:port1,host2:port2/db?target_session_attrs=read-write   a primary and its standbys
 //	etcd://[user:password@]host:port,host:port   etcd endpoints (etcdlock)
 //
 // Credentials in the URL are used, for every scheme that has them; a URL
@@ -23,6 +25,7 @@ import (
 	"errors"
 	"io"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -80,19 +83,12 @@ func open(ctx context.Context, rawURL string, common lock.Common) (lock.Lock, fu
 			return nil, nil, err
 		}
 		return l, nop, nil
-	case "redis", "rediss":
-		o, err := redis.ParseURL(rawURL)
-		if err != nil {
-			return nil, nil, backendkit.Invalid("backend", "backend URL %s: %w", Redact(rawURL), urlCause(err))
-		}
-		o.ContextTimeoutEnabled = true // calls end with their context (see redislock)
-		return openRedis(ctx, redis.NewClient(o), common)
-	case "redis+cluster":
-		o, err := clusterOptions(u)
+	case "redis", "rediss", "redis+cluster", "redis+sentinel":
+		c, err := redisClient(rawURL, u)
 		if err != nil {
 			return nil, nil, err
 		}
-		return openRedis(ctx, redis.NewClusterClient(o), common)
+		return openRedis(ctx, c, common)
 	case "postgres", "postgresql":
 		l, err := pglock.NewFromDSN(ctx, rawURL, pglock.WithCommon(common))
 		if err != nil {
@@ -115,7 +111,46 @@ func open(ctx context.Context, rawURL string, common lock.Common) (lock.Lock, fu
 		}
 		return l, closeBoth(l, c), nil
 	}
-	return nil, nil, backendkit.Invalid("backend", "backend URL scheme %q is not one of mem, redis, rediss, redis+cluster, postgres, etcd", u.Scheme)
+	return nil, nil, backendkit.Invalid("backend", "backend URL scheme %q is not one of mem, redis, rediss, redis+cluster, redis+sentinel, postgres, etcd", u.Scheme)
+}
+
+// RedisClient returns a go-redis client for a redis://, rediss://,
+// redis+cluster:// or redis+sentinel:// URL, as Open makes it: for
+// programs that keep more than locks on the same Redis (a jobs registry,
+// a queue). Its calls end with their context. An error matches
+// lock.ErrInvalidArgument and shows the URL as Redact does.
+func RedisClient(rawURL string) (redis.UniversalClient, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, backendkit.Invalid("backend", "backend URL %s: %w", Redact(rawURL), urlCause(err))
+	}
+	c, err := redisClient(rawURL, u)
+	return c, RedactError(err, rawURL)
+}
+
+func redisClient(rawURL string, u *url.URL) (redis.UniversalClient, error) {
+	switch u.Scheme {
+	case "redis", "rediss":
+		o, err := redis.ParseURL(rawURL)
+		if err != nil {
+			return nil, backendkit.Invalid("backend", "backend URL %s: %w", Redact(rawURL), urlCause(err))
+		}
+		o.ContextTimeoutEnabled = true // calls end with their context (see redislock)
+		return redis.NewClient(o), nil
+	case "redis+cluster":
+		o, err := clusterOptions(u)
+		if err != nil {
+			return nil, err
+		}
+		return redis.NewClusterClient(o), nil
+	case "redis+sentinel":
+		o, err := sentinelOptions(u)
+		if err != nil {
+			return nil, err
+		}
+		return redis.NewFailoverClient(o), nil
+	}
+	return nil, backendkit.Invalid("backend", "backend URL scheme %q is not one of redis, rediss, redis+cluster, redis+sentinel", u.Scheme)
 }
 
 // urlCause returns the cause of a URL parser's error, which quotes the
@@ -164,6 +199,37 @@ func clusterOptions(u *url.URL) (*redis.ClusterOptions, error) {
 		return nil, err
 	}
 	o := &redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true}
+	if u.User != nil {
+		o.Username = u.User.Username()
+		o.Password, _ = u.User.Password()
+	}
+	return o, nil
+}
+
+// sentinelOptions returns the go-redis options of a redis+sentinel:// URL
+// u: its hosts are the Sentinels, its path the name under which they know
+// the primary, its password that of the primary and its replicas, and its
+// query at most the database number (db=N).
+func sentinelOptions(u *url.URL) (*redis.FailoverOptions, error) {
+	addrs, err := hosts(u)
+	if err != nil {
+		return nil, err
+	}
+	master := strings.TrimPrefix(u.Path, "/")
+	if master == "" || strings.Contains(master, "/") || u.Fragment != "" {
+		return nil, backendkit.Invalid("backend", "backend URL %s: redis+sentinel takes the primary's name as its path (redis+sentinel://host:port,host:port/name)", Redact(u.String()))
+	}
+	o := &redis.FailoverOptions{MasterName: master, SentinelAddrs: addrs, ContextTimeoutEnabled: true}
+	for k, v := range u.Query() {
+		if k != "db" || len(v) != 1 {
+			return nil, backendkit.Invalid("backend", "backend URL %s: redis+sentinel takes no query but db=N", Redact(u.String()))
+		}
+		db, err := strconv.Atoi(v[0])
+		if err != nil || db < 0 {
+			return nil, backendkit.Invalid("backend", "backend URL %s: db=%q is not a database number", Redact(u.String()), v[0])
+		}
+		o.DB = db
+	}
 	if u.User != nil {
 		o.Username = u.User.Username()
 		o.Password, _ = u.User.Password()

@@ -70,3 +70,15 @@ func ExampleRedactError() {
 	fmt.Println(strings.Contains(safe.Error(), "s3cret"), errors.Is(safe, context.DeadlineExceeded))
 	// Output: false true
 }
+
+// A program that keeps more than locks on its Redis (a jobs registry, a
+// queue) makes its client from the same URL as its Lock.
+func ExampleRedisClient() {
+	c, err := backend.RedisClient("redis+sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster?db=1")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Printf("%T\n", c)
+	// Output: *redis.Client
+}

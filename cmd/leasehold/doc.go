@@ -13,7 +13,10 @@
 //
 // The backend is a URL (--backend, or $LEASEHOLD_BACKEND): mem://NAME,
 // redis://[:password@]host:port, rediss://…, redis+cluster://[:password@]host:port,…,
-// postgres://…, etcd://[user:password@]host:port,host:port. A URL is never
+// redis+sentinel://[:password@]host:port,…/master-name[?db=N] (the primary
+// that the Sentinels name), postgres://… (several host:port with
+// target_session_attrs=read-write reach whichever is the primary),
+// etcd://[user:password@]host:port,host:port. A URL is never
 // printed as given: its password, and query parameters such as password=,
 // show as xxxxx; a URL that does not parse shows its scheme only; a
 // keyword connection string (host=… password=…) is refused and not shown.

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -70,7 +69,7 @@ func (q memQueue) pop(ctx context.Context) (jobs.Job, bool) {
 
 // redisQueue is a sorted set of encoded jobs by the time they are due.
 type redisQueue struct {
-	c   *redis.Client
+	c   redis.UniversalClient
 	key string
 }
 
@@ -171,13 +170,11 @@ func openStore(ctx context.Context, rawURL, ns string) (store, error) {
 			memStores[ns] = st
 		}
 		return st, nil
-	case "redis", "rediss":
-		o, err := redis.ParseURL(rawURL)
+	case "redis", "rediss", "redis+sentinel":
+		c, err := backend.RedisClient(rawURL) // as backend.Open makes it
 		if err != nil {
-			return store{}, fmt.Errorf("backend URL %s: %w", backend.Redact(rawURL), errors.Unwrap(err))
+			return store{}, err
 		}
-		o.ContextTimeoutEnabled = true // calls end with their context
-		c := redis.NewClient(o)
 		reg, err := redisjobs.New(c, ns)
 		if err != nil {
 			_ = c.Close()

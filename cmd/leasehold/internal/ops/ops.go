@@ -19,7 +19,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold-go/leasehold/backend"
 	"github.com/leasehold-go/leasehold/jobs"
@@ -161,13 +160,11 @@ func openRegistry(ctx context.Context, rawURL, namespace, table string) (jobs.Re
 			memReg[name] = r
 		}
 		return r, func() error { return nil }, nil
-	case "redis", "rediss":
-		o, err := redis.ParseURL(rawURL)
+	case "redis", "rediss", "redis+cluster", "redis+sentinel":
+		c, err := backend.RedisClient(rawURL)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: jobs URL %s: %w", lock.ErrInvalidArgument, backend.Redact(rawURL), cause(err))
+			return nil, nil, err
 		}
-		o.ContextTimeoutEnabled = true // calls end with their context
-		c := redis.NewClient(o)
 		r, err := redisjobs.New(c, namespace)
 		if err != nil {
 			_ = c.Close()
@@ -192,7 +189,7 @@ func openRegistry(ctx context.Context, rawURL, namespace, table string) (jobs.Re
 	case "etcd":
 		return nil, nil, fmt.Errorf("%w: etcd has no jobs registry (use --jobs redis://… or postgres://…)", ErrNoRegistry)
 	}
-	return nil, nil, fmt.Errorf("%w: jobs URL scheme %q is not one of mem, redis, rediss, postgres", lock.ErrInvalidArgument, u.Scheme)
+	return nil, nil, fmt.Errorf("%w: jobs URL scheme %q is not one of mem, redis, rediss, redis+cluster, redis+sentinel, postgres", lock.ErrInvalidArgument, u.Scheme)
 }
 
 // cause returns the cause of a URL parser's error without the URL it
