@@ -109,10 +109,12 @@ func worker(ctx context.Context, name string, e env) error {
 	defer wg.Wait()
 	// Leader-gated recovery: every worker campaigns; the leader scans.
 	wg.Go(func() { _ = runner.Run(ctx) })
-	// taking is held from pop to Track, and by a crash: this toy queue's
-	// pop is destructive (a real one hands a job out again unless it is
-	// acknowledged), so a job popped is never lost before it is tracked.
-	var taking sync.Mutex
+	// steps is held from pop to Track, from a job's finish to its report,
+	// and by a crash, which cuts neither in two: this toy queue's pop is
+	// destructive (a real one hands a job out again unless it is
+	// acknowledged), so a job popped is never lost before it is tracked,
+	// and a job finished is always reported DONE.
+	var steps sync.Mutex
 	slots := make(chan struct{}, perWorker)
 	for ctx.Err() == nil {
 		select {
@@ -120,7 +122,7 @@ func worker(ctx context.Context, name string, e env) error {
 		case <-ctx.Done():
 			return nil
 		}
-		taking.Lock()
+		steps.Lock()
 		j, ok := e.q.pop(ctx)
 		var (
 			jctx   context.Context
@@ -135,7 +137,7 @@ func worker(ctx context.Context, name string, e env) error {
 				_ = e.q.push(context.WithoutCancel(ctx), j, 0) // not tracked: back on the queue
 			}
 		}
-		taking.Unlock()
+		steps.Unlock()
 		if !ok {
 			<-slots
 			continue
@@ -148,25 +150,28 @@ func worker(ctx context.Context, name string, e env) error {
 			defer func() { <-slots }()
 			if string(j.Payload) == "poison" {
 				time.Sleep(crashAfter)
-				taking.Lock() // never between a pop and its Track
+				steps.Lock() // never between a pop and its Track, nor a finish and its report
 				say("CRASH %s", j.ID)
 				e.die()
-				taking.Unlock() // in memory: the worker's context has ended, it takes nothing more
+				steps.Unlock() // in memory: the worker's context has ended, it takes nothing more
 				return
 			}
-			goodJob(ctx, jctx, j.ID, finish, say)
+			goodJob(ctx, jctx, j.ID, finish, &steps, say)
 		})
 	}
 	return nil
 }
 
 // goodJob works on a good job for the time its work takes and reports how
-// it ended. ctx is the worker's; jctx is the job's, from Track.
-func goodJob(ctx, jctx context.Context, id string, finish func(error) error, say func(string, ...any)) {
+// it ended, holding steps from its finish to its report. ctx is the
+// worker's; jctx is the job's, from Track.
+func goodJob(ctx, jctx context.Context, id string, finish func(error) error, steps sync.Locker, say func(string, ...any)) {
 	select {
 	case <-time.After(work):
 	case <-jctx.Done():
 	}
+	steps.Lock()
+	defer steps.Unlock()
 	switch {
 	case ctx.Err() != nil:
 		return // killed, or stopping: the job is left to recovery
