@@ -31,13 +31,17 @@
 // Failure modes. Redis expires keys on its own clock and replicates
 // asynchronously:
 //
-//   - A failover (Sentinel, Cluster) or a restart without AOF persistence
-//     can lose grants: a second owner is granted while the first still
+//   - A failover (Sentinel, Cluster) can lose grants that the replicas had
+//     not received: a second owner is granted while the first still
 //     believes it holds the key, until its next Extend reports lock.ErrLost
-//     (and lock.Keep cancels its context). Tokens still order the two
-//     (unless the new primary's clock is behind by more than the time since
-//     the first grant), so a resource that checks them refuses the first
-//     owner's late writes.
+//     (and lock.Keep cancels its context). WithReplicaAcks closes this gap:
+//     every grant, extension and handoff then waits for n replicas' acks
+//     (WAIT, in the same round trip), and one not acknowledged in time is
+//     undone and reported as lock.ErrUnavailable. A restart without AOF
+//     persistence loses every grant whatever the option. Tokens still order
+//     two owners (unless the new primary's clock is behind by more than the
+//     time since the first grant), so a resource that checks them refuses
+//     the first owner's late writes.
 //   - A server clock that jumps forward expires grants early; one that
 //     jumps backward delays expiry. Run Redis hosts with NTP slewing.
 //   - A paused client (GC, SIGSTOP) can outlive its ttl: fence your writes
@@ -45,8 +49,10 @@
 //   - A reply lost and retried by go-redis reports what the first attempt
 //     did: no false loss, no leaked grant.
 //
-// For a lock whose safety must survive a primary failure, use PostgreSQL
-// or etcd, or rely on fencing; leasehold does not implement Redlock.
+// For a lock whose safety must survive a primary failure, use
+// WithReplicaAcks on a primary with replicas (Sentinel, or a Cluster with
+// replicas), PostgreSQL with a synchronous standby, or etcd; leasehold does
+// not implement Redlock.
 //
 // How each operation works, the queue, the key layout and client retries:
 // docs/redis.md.

@@ -197,3 +197,22 @@ func ExampleLock_AcquireQueued() {
 		fmt.Println(n, "other instances wait behind this one")
 	}
 }
+
+// A Lock on a primary found through its Sentinels, whose every grant,
+// extension and handoff one replica has acknowledged before it is
+// reported: a failover then keeps them.
+func ExampleWithReplicaAcks() {
+	client := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:            "mymaster",
+		SentinelAddrs:         []string{"127.0.0.1:26379", "127.0.0.1:26380", "127.0.0.1:26381"},
+		ContextTimeoutEnabled: true,
+	})
+	defer client.Close()
+	l, err := redislock.New(client, redislock.WithReplicaAcks(1, 500*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	// l.TryAcquire(ctx, "orders/42", 10*time.Second): ErrUnavailable when
+	// no replica acknowledged the grant within 500 ms.
+}

@@ -76,6 +76,7 @@ type Lock struct {
 	owner   string
 	log     *slog.Logger
 	metrics *backendkit.BackendMetrics
+	acks    replicaAcks // WithReplicaAcks
 
 	notifier backendkit.Notifier
 	// handed: the grants handed to this Lock's queued waiters (waiter id →
@@ -104,6 +105,7 @@ type Option func(*config) error
 type config struct {
 	prefix string
 	common lock.Common
+	acks   replicaAcks
 }
 
 // WithPrefix sets the prefix of every Redis key and of the release channel
@@ -140,7 +142,11 @@ func New(client redis.UniversalClient, opts ...Option) (*Lock, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkAcksClient(client, cfg.acks); err != nil {
+		return nil, err
+	}
 	return &Lock{
+		acks:    cfg.acks,
 		client:  client,
 		bounds:  rediscall.For(client),
 		prefix:  cfg.prefix,
@@ -214,7 +220,7 @@ func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration)
 		if err != nil && queued { // leave the queue; if this fails, the place lapses
 			qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 			defer cancel()
-			_ = l.run(qctx, leaveScript, l.queueKeys(key), waiter, l.channel, key, ms(fenceLifetime)).Err()
+			_, _ = l.write(qctx, leaveScript, l.queueKeys(key), waiter, l.channel, key, ms(fenceLifetime))
 		}
 	}()
 	tail := waiter + "|" + l.owner
@@ -244,6 +250,18 @@ func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration)
 			h := &handle{l: l, key: key, rkey: l.lockKey(key), token: g.token,
 				value:      strconv.FormatUint(g.token, 10) + "|" + g.since + "|" + tail,
 				validUntil: backendkit.ValidUntil(validFrom, ttl)}
+			if l.acks.n > 0 {
+				// The releaser's WAIT may have fallen short after the
+				// handoff was published: an acknowledged extension of
+				// our own covers the handoff, which came before it.
+				if err := h.Extend(ctx, ttl); err != nil {
+					if errors.Is(err, lock.ErrUnavailable) {
+						l.undo(ctx, h)
+					}
+					l.metrics.Attempt(ctx, sent, err)
+					return nil, err
+				}
+			}
 			l.metrics.Attempt(ctx, sent, nil)
 			return h, nil
 		}
@@ -336,9 +354,14 @@ func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration, of
 		tail = waiter + "|" + l.owner
 	}
 	sent := time.Now()
-	res, err := l.run(ctx, acquireScript, rkeys, tail, ms(ttl), offset, ms(fenceLifetime),
-		waiter, ms(queuePlaceKept), l.inbox).Int64Slice()
+	cmd, acked := l.write(ctx, acquireScript, rkeys, tail, ms(ttl), offset, ms(fenceLifetime),
+		waiter, ms(queuePlaceKept), l.inbox)
+	res, err := cmd.Int64Slice()
 	h, err := l.grant(keys, ttl, sent, tail, res, err)
+	if err == nil && acked != nil {
+		l.undo(ctx, h)
+		h, err = nil, backendkit.Unavailable("redislock: acquire", acked)
+	}
 	l.metrics.Attempt(ctx, sent, err)
 	return h, err
 }
@@ -409,12 +432,15 @@ func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
 		return h.lost("extend after release")
 	}
 	sent := time.Now()
-	n, err := h.l.run(ctx, extendScript, []string{h.rkey}, h.value, ms(ttl)).Int64()
+	cmd, acked := h.l.write(ctx, extendScript, []string{h.rkey}, h.value, ms(ttl))
+	n, err := cmd.Int64()
 	switch {
 	case err != nil:
 		return backendkit.Unavailable("redislock: extend", err)
 	case n == 0:
 		return h.lost("extend")
+	case acked != nil:
+		return backendkit.Unavailable("redislock: extend", acked)
 	}
 	h.mu.Lock()
 	h.validUntil = backendkit.ValidUntil(sent, ttl)
@@ -435,12 +461,17 @@ func (h *handle) Release(ctx context.Context) error {
 	if released {
 		return h.lost("second release")
 	}
-	n, err := h.l.run(ctx, releaseScript, h.l.queueKeys(h.key),
-		h.value, h.l.channel, h.key, strconv.FormatUint(h.token, 10), ms(fenceLifetime)).Int64()
+	cmd, acked := h.l.write(ctx, releaseScript, h.l.queueKeys(h.key),
+		h.value, h.l.channel, h.key, strconv.FormatUint(h.token, 10), ms(fenceLifetime))
+	n, err := cmd.Int64()
 	switch {
 	case err != nil:
 		// Unknown outcome: the grant may still be there; it expires with its ttl.
 		err = backendkit.Unavailable("redislock: release", err)
+	case acked != nil && n != 0:
+		// Released here, and maybe handed to a waiter; not on the
+		// replicas yet.
+		err = backendkit.Unavailable("redislock: release", acked)
 	case n == 2 && time.Now().Before(h.ValidUntil()):
 		// Gone before its time, yet no grant was made since: this release
 		// was sent twice (go-redis retries a command whose reply it did not
@@ -460,7 +491,11 @@ func (l *Lock) ForceRelease(ctx context.Context, key string) (bool, error) {
 	if err := backendkit.ValidateKey(ctx, key); err != nil {
 		return false, err
 	}
-	n, err := l.run(ctx, forceReleaseScript, l.queueKeys(key), l.channel, key, ms(fenceLifetime)).Int64()
+	cmd, acked := l.write(ctx, forceReleaseScript, l.queueKeys(key), l.channel, key, ms(fenceLifetime))
+	n, err := cmd.Int64()
+	if err == nil && acked != nil {
+		err = acked
+	}
 	if err != nil {
 		return false, backendkit.Unavailable("redislock: force release", err)
 	}

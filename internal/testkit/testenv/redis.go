@@ -59,6 +59,7 @@ func redisNode(bin, dir string, port int, args ...string) *proc {
 		"--save", "",
 		"--appendonly", "no",
 		"--protected-mode", "no",
+		"--enable-debug-command", "local", // DEBUG SLEEP: a stalled node, for fault tests
 		"--dir", dir,
 	}, args...)
 	return &proc{
