@@ -26,6 +26,10 @@
 //	host down or paused at a tick    another host claims the tick; a host that wakes up later
 //	                                 than the misfire threshold skips the ticks it missed
 //	runner crashes mid-run           its slot frees when the slot lease expires (WithTTL)
+//	fn runs past WithMaxRunTime      its context ends at WithMaxRunTime; if it has not returned a
+//	                                 grace later (a third of WithTTL), its slot is released while
+//	                                 it still runs (logged at Warn): the next ticks can run; once
+//	                                 it returns, the run counts as a failure, outcome "overran"
 //	runner loses its slot lease      fn's context is cancelled (cause lock.ErrLost)
 //	backend unreachable              the tick is skipped (reason unavailable, logged at Warn);
 //	                                 with WithRunWhenUnavailable(n) it runs under a per-host cap

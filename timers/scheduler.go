@@ -329,11 +329,53 @@ func (e *entry) tick(ctx, runCtx context.Context, runs *sync.WaitGroup, at time.
 	tick := Tick{Timer: e.t.name, At: at, Claim: claim, Slot: permit.Slot()}
 	runs.Go(func() {
 		start := e.s.set.clock()
-		err := lock.Hold(runCtx, permit, lease, func(ctx context.Context) error {
-			return e.call(context.WithValue(ctx, tickKey{}, tick))
-		}, e.s.lockOpts...)
+		err := e.hold(runCtx, permit, lease, tick)
 		e.finish(runCtx, tick, start, err)
 	})
+}
+
+// errOverran marks a run that was still going at WithMaxRunTime plus the
+// grace, when the scheduler gave its slot up.
+var errOverran = errors.New("timers: the run overran WithMaxRunTime plus the grace; its slot was released")
+
+// overrunGrace is how long a run may go on past WithMaxRunTime before its
+// slot is released: one renewal period of the slot lease (a third of its
+// ttl), time for a function that heeds its context to return.
+func overrunGrace(lease time.Duration) time.Duration { return lease / 3 }
+
+// hold runs the tick on permit, renewing the slot lease while fn runs
+// (lock.Hold), and releases it when fn returns. With WithMaxRunTime, a run
+// that has not returned by then plus overrunGrace gives its slot up: the
+// renewal stops and the slot is released while fn still runs (in a
+// goroutine of its own), so that a function that ignores its context does
+// not keep the timer's later ticks busy. hold still returns only when fn
+// has, with an error that matches errOverran.
+func (e *entry) hold(runCtx context.Context, permit *semaphore.Permit, ttl time.Duration, tick Tick) error {
+	run := func(ctx context.Context) error { return e.call(context.WithValue(ctx, tickKey{}, tick)) }
+	if e.t.maxRunTime == 0 {
+		return lock.Hold(runCtx, permit, ttl, run, e.s.lockOpts...)
+	}
+	fnDone := make(chan error, 1)
+	overran := false
+	err := lock.Hold(runCtx, permit, ttl, func(ctx context.Context) error {
+		go func() { fnDone <- run(ctx) }()
+		grace := overrunGrace(ttl)
+		cut := time.NewTimer(e.t.maxRunTime + grace)
+		defer cut.Stop()
+		select {
+		case err := <-fnDone:
+			return err
+		case <-cut.C:
+			overran = true
+			e.s.common.Logger.Warn("leasehold: timer run overran WithMaxRunTime and the grace: releasing its slot while it still runs",
+				"timer", e.t.name, "tick", tick.At, "max_run_time", e.t.maxRunTime, "grace", grace)
+			return errOverran
+		}
+	}, e.s.lockOpts...)
+	if overran {
+		return errors.Join(err, <-fnDone)
+	}
+	return err
 }
 
 // call runs fn within WithMaxRunTime, retrying as WithRetries says.
@@ -414,6 +456,8 @@ func (e *entry) finish(ctx context.Context, tick Tick, start time.Time, err erro
 	took := e.s.set.clock().Sub(start)
 	outcome := "ok"
 	switch {
+	case errors.Is(err, errOverran):
+		outcome = "overran"
 	case errors.Is(err, lock.ErrLost):
 		outcome = "lost"
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):

@@ -242,8 +242,14 @@ func WithMaxConcurrency(n int) Option {
 	}
 }
 
-// WithMaxRunTime is fn's deadline (retries included); the run's slot lease is
-// kept alive up to it.
+// WithMaxRunTime is fn's deadline (retries included): fn's context ends
+// at d. The run's slot lease is renewed for d plus a grace of one renewal
+// period (a third of the slot's ttl, WithTTL) at most: a run still going
+// then has overrun; its slot is released although fn has not returned (it
+// no longer counts against WithMaxConcurrency), the overrun is logged at
+// Warn, and the run, once fn returns, is counted with the outcome
+// "overran" (Status, and the leasehold.timer.runs metric). Without it a run
+// keeps its slot for as long as fn runs.
 func WithMaxRunTime(d time.Duration) Option {
 	return func(t *Timer) error {
 		if d <= 0 || d > lock.MaxTTL {
