@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"time"
@@ -218,8 +219,34 @@ type entry struct {
 // (lock.Claim) runs the tick. The claim lapses after the interval plus the
 // misfire threshold, when no host can still reach the tick; on a backend
 // whose grants hold a connection (pglock) it holds none meanwhile.
-func claimKey(name string, at time.Time) string {
-	return namePrefix + name + "/tick/" + strconv.FormatInt(at.UnixMilli(), 10)
+// With WithRunsPerTick(n) a tick has n claims: claim i > 0 adds "/<i>".
+func claimKey(name string, at time.Time, i int) string {
+	k := namePrefix + name + "/tick/" + strconv.FormatInt(at.UnixMilli(), 10)
+	if i > 0 {
+		k += "/" + strconv.Itoa(i)
+	}
+	return k
+}
+
+// claim takes one of tick at's claims (one, or WithRunsPerTick's n, tried
+// from a random one on so that the hosts spread over them, one round trip
+// each until one is granted). It returns lock.ErrNotAcquired when every
+// claim is taken, and any other error as it comes.
+func (e *entry) claim(ctx context.Context, at time.Time, ttl time.Duration) (uint64, error) {
+	n := e.t.runsPerTick
+	first := 0
+	if n > 1 {
+		first = rand.IntN(n)
+	}
+	var err error
+	for i := range n {
+		var token uint64
+		token, err = lock.Claim(ctx, e.s.l, claimKey(e.t.name, at, (first+i)%n), ttl)
+		if !errors.Is(err, lock.ErrNotAcquired) {
+			return token, err
+		}
+	}
+	return 0, err
 }
 
 func (e *entry) loop(ctx, runCtx context.Context, runs *sync.WaitGroup) {
@@ -289,7 +316,7 @@ func (e *entry) tick(ctx, runCtx context.Context, runs *sync.WaitGroup, at time.
 	// at the threshold, since a connection being opened is worth keeping.)
 	attempt, cancel := context.WithTimeout(ctx, e.t.schedule.next(at).Sub(e.s.set.clock()))
 	defer cancel()
-	claim, err := lock.Claim(attempt, e.s.l, claimKey(e.t.name, at), e.t.claimTTL(at, lim))
+	claim, err := e.claim(attempt, at, e.t.claimTTL(at, lim))
 	if err == nil || errors.Is(err, lock.ErrNotAcquired) {
 		e.reachable(at)
 	}
