@@ -372,7 +372,8 @@ func TestRunsPerTickAcrossProcesses(t *testing.T) {
 
 // WithRunsPerTick(2): a runner SIGKILLed mid-run holds one of the two
 // slots until its ttl (1 s) ends, and the tick it was running is not run
-// again beyond two: the two hosts left run it at most once more, and every
+// again beyond two: the two hosts left run it at most once more (the one
+// that reaches it last finds a free slot, but no free claim), and every
 // tick from 1.5 s after the kill runs twice (its slot is free again).
 func TestRunsPerTickKilledRunner(t *testing.T) {
 	backends.Each(t, backends.Networked(t), func(t *testing.T, b backends.Backend) {
@@ -385,12 +386,15 @@ func TestRunsPerTickKilledRunner(t *testing.T) {
 		var f fleet
 		var mu sync.Mutex
 		var wg sync.WaitGroup
-		for i, offset := range []string{"0s", "200ms"} {
+		// The victim's clock is ahead: it reaches each tick first and takes
+		// one of its claims. The host 200 ms behind reaches the victim's
+		// tick when the other run has ended and freed its slot.
+		for i, offset := range []string{"0s", "-200ms"} {
 			h := startHost(t, b, env(offset, "10ms")...)
 			h.Expect(t, "READY ", 30*time.Second)
 			wg.Go(func() { f.read(t, i, h, &mu, func(int64) {}) })
 		}
-		victim := startHost(t, b, env("-200ms", "1h")...)
+		victim := startHost(t, b, env("200ms", "1h")...)
 		line := victim.Expect(t, "START ", 30*time.Second)
 		victim.Signal(t, syscall.SIGKILL)
 		killed := time.Now()
