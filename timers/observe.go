@@ -28,9 +28,9 @@ type Observed struct {
 	// held one's.
 	ClaimedBy  string
 	ClaimToken uint64
-	// ClaimOwners lists the owners of every held claim of LastTick, by
-	// claim: one, or with WithRunsPerTick(n) up to n (the hosts that took
-	// the tick).
+	// ClaimOwners lists the owners of every held claim of LastTick, in
+	// the order of their keys: one, or with WithRunsPerTick(n) up to n
+	// (the hosts that took the tick).
 	ClaimOwners []string
 	// Running lists the runs in progress: the held slots of the timer's
 	// semaphore ("timer/<name>"), by slot.

@@ -34,7 +34,7 @@ type Status struct {
 	Runs      int64     // runs on this host
 	Failures  int64     // runs that returned an error, were cancelled, lost their slot or overran
 	Skips     int64     // ticks this host reached but skipped (busy, misfire, unavailable)
-	Elsewhere int64     // ticks another host had already claimed
+	Elsewhere int64     // ticks other hosts had already claimed (every one of the n claims, with WithRunsPerTick(n))
 	// Stopped says why the timer stopped scheduling, nil while it runs: a
 	// schedule that ran out of ticks (none after the last that a Time can
 	// hold), which is logged at Error. Next is zero then.
