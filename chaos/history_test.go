@@ -58,6 +58,7 @@ type history struct {
 	// instant between Losses[i] and LossesEnd[i].
 	LossesEnd []time.Time
 	Interval  time.Duration // the timers workload: the timer's interval
+	PerTick   int           // the timers workload: runs allowed per tick (WithRunsPerTick; 0 means 1)
 	Begin     time.Time     // the nemesis started
 	Finish    time.Time     // the nemesis stopped
 	Jobs      *ledger       // the jobs workload

@@ -51,6 +51,7 @@ type config struct {
 	slots    int  // 0: the lock workload (one key); n: a semaphore of n slots
 	leader   bool // the leader workload: leader.Run with term-stamped writes
 	timers   int  // n > 0: the timers workload, MaxConcurrency n
+	perTick  int  // the timers workload: WithRunsPerTick(perTick) when > 1
 	jobs     bool // the jobs workload: a jobs.Runner per worker, crashes, a completion ledger
 }
 
@@ -77,7 +78,7 @@ func runNemesis(t *testing.T, tg target, c config) {
 	key := fmt.Sprintf("chaos/%s/%d", tg.name, c.seed)
 	h.Limit = max(c.slots, c.timers, 1)
 	if c.timers > 0 {
-		h.Interval = timerInterval
+		h.Interval, h.PerTick = timerInterval, max(c.perTick, 1)
 	}
 	fences := map[string]*lock.Fence{}
 	var fencesMu sync.Mutex
@@ -127,7 +128,7 @@ func runNemesis(t *testing.T, tg target, c config) {
 			continue
 		}
 		if c.timers > 0 {
-			wg.Go(func() { runTimers(ctx, i, l, key, c.timers, tg.ttl, fenceFor, h, stall[i], seed) })
+			wg.Go(func() { runTimers(ctx, i, l, key, c.timers, c.perTick, tg.ttl, fenceFor, h, stall[i], seed) })
 			continue
 		}
 		if c.leader {

@@ -1,6 +1,7 @@
 // Package timers runs cron-style functions across a fleet: every host runs
-// the same timers, and each tick runs once cluster-wide, with at most
-// WithMaxConcurrency runs of a timer overlapping anywhere.
+// the same timers, and each tick runs once cluster-wide (or, with
+// WithRunsPerTick(n), on up to n hosts, each on a slot of its own), with
+// at most WithMaxConcurrency runs of a timer overlapping anywhere.
 //
 //	s, err := timers.New(l) // l: any lock.Lock shared by the fleet
 //	err = s.Add(timers.Every("reports", time.Minute, sendReports, timers.WithMaxConcurrency(3)))
@@ -11,21 +12,30 @@
 // Unix epoch plus multiples of the interval; Cron: the spec, in its time
 // zone). The first host to claim a tick (lock.Claim) runs it, holding one of
 // WithMaxConcurrency slots of a semaphore and renewing its lease (WithTTL);
-// the other hosts see the tick taken. How a tick runs, step by step, and
-// what it costs: docs/timers.md.
+// the other hosts see the tick taken. With WithRunsPerTick(n) a tick has n
+// claims, so the first n hosts to claim one run it, and the timer has n
+// slots unless WithMaxConcurrency gives more. How a tick runs, step by
+// step, and what it costs: docs/timers.md.
 //
 // # Semantics
 //
 //	situation                        what happens
 //	-------------------------------  ------------------------------------------------------------
 //	hosts start at different times   same ticks everywhere (aligned to the epoch, or the spec)
-//	clocks differ by d < interval/2  each tick runs at most once: the claim outlives the last host
-//	                                 to reach the tick (interval + threshold > 2d + threshold)
+//	clocks differ by d < interval/2  each tick runs at most once (WithRunsPerTick(n): n times, on
+//	                                 n hosts): the claims outlive the last host to reach the tick
+//	                                 (interval + threshold > 2d + threshold), however early the
+//	                                 first runs ended
 //	run longer than the interval     the next ticks run on free slots; with every slot busy
 //	                                 they are skipped (reason busy), never queued
 //	host down or paused at a tick    another host claims the tick; a host that wakes up later
 //	                                 than the misfire threshold skips the ticks it missed
-//	runner crashes mid-run           its slot frees when the slot lease expires (WithTTL)
+//	runner crashes mid-run           its slot frees when the slot lease expires (WithTTL); its
+//	                                 claim stays: the tick is not run again (beyond n)
+//	fn runs past WithMaxRunTime      its context ends at WithMaxRunTime; if it has not returned a
+//	                                 grace later (a third of WithTTL), its slot is released while
+//	                                 it still runs (logged at Warn): the next ticks can run; once
+//	                                 it returns, the run counts as a failure, outcome "overran"
 //	runner loses its slot lease      fn's context is cancelled (cause lock.ErrLost)
 //	backend unreachable              the tick is skipped (reason unavailable, logged at Warn);
 //	                                 with WithRunWhenUnavailable(n) it runs under a per-host cap
@@ -73,6 +83,8 @@
 //	                                       30 2 *" has none); "TZ=... @every D" is refused (the
 //	                                       parser's @every is not aligned across hosts)
 //	WithMaxRunTime, WithShutdownTimeout    positive, at most lock.MaxTTL
+//	WithMaxConcurrency,                    in [1, 1024]; WithMaxConcurrency at least WithRunsPerTick
+//	WithRunsPerTick
 //	WithRetries(n, backoff)                n in [0, MaxRetries], backoff in [0, lock.MaxTTL]; the wait
 //	                                       doubles up to lock.MaxTTL
 //	WithMisfireThreshold                   positive, at most half the backend's maximum ttl

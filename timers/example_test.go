@@ -327,3 +327,50 @@ func ExampleWithTTL() {
 		timers.WithTTL(20*time.Second), timers.WithMaxRunTime(2*time.Hour))))
 	// Output: <nil>
 }
+
+// Three hosts fire a cache warm-up at every tick, as timer libraries that
+// cap the runs with a lock do: with WithRunsPerTick(2) two of them run each
+// tick (each on a slot of its own) and the third finds the tick taken.
+// Without it, each tick runs on one host.
+func ExampleWithRunsPerTick() {
+	table, err := memlock.New() // any lock.Lock shared by the fleet
+	if err != nil {
+		log.Fatal(err)
+	}
+	warm := func(ctx context.Context) error {
+		tick, _ := timers.TickFrom(ctx)
+		_ = tick.Slot // 0 or 1: the two runs of a tick hold a slot each
+		return nil    // warm this host's cache
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var hosts []*timers.Scheduler
+	var wg sync.WaitGroup
+	for _, owner := range []string{"host-a", "host-b", "host-c"} {
+		l, err := table.Share(memlock.WithCommon(lock.Common{Owner: owner}))
+		if err != nil {
+			log.Fatal(err)
+		}
+		s, err := timers.New(l, timers.WithClock(startsBefore(time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC))))
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := s.Add(timers.Every("cache-warm", time.Hour, warm, timers.WithRunsPerTick(2))); err != nil {
+			log.Fatal(err)
+		}
+		hosts = append(hosts, s)
+		wg.Go(func() { _ = s.Run(ctx) })
+	}
+	var runs, elsewhere int64
+	for runs+elsewhere < 3 { // until every host has been through the 09:00 tick
+		time.Sleep(10 * time.Millisecond)
+		runs, elsewhere = 0, 0
+		for _, s := range hosts {
+			st := s.Status()[0]
+			runs, elsewhere = runs+st.Runs, elsewhere+st.Elsewhere
+		}
+	}
+	cancel()
+	wg.Wait()
+	fmt.Printf("09:00 ran on %d hosts; %d found it taken\n", runs, elsewhere)
+	// Output: 09:00 ran on 2 hosts; 1 found it taken
+}

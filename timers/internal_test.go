@@ -46,7 +46,7 @@ func TestRetryBackoffStopsDoubling(t *testing.T) {
 // Every name and key derived from the longest valid timer name is accepted
 // downstream: the semaphore name, its slot keys up to WithMaxConcurrency's
 // largest, and the claim key of any tick a time.Time of Unix nanoseconds
-// holds.
+// holds, up to WithRunsPerTick's largest.
 func TestDerivedNamesWithinLimits(t *testing.T) {
 	name := strings.Repeat("n", MaxNameLen)
 	if err := checkName("timer name", name); err != nil {
@@ -55,7 +55,7 @@ func TestDerivedNamesWithinLimits(t *testing.T) {
 	if err := backendkit.CheckName("semaphore name", namePrefix+name); err != nil {
 		t.Fatal(err)
 	}
-	keys := []string{semaphore.SlotKey(namePrefix+name, 1023), claimKey(name, time.Unix(0, math.MinInt64)), claimKey(name, time.Unix(0, math.MaxInt64))}
+	keys := []string{semaphore.SlotKey(namePrefix+name, 1023), claimKey(name, time.Unix(0, math.MinInt64), 1023), claimKey(name, time.Unix(0, math.MaxInt64), 1023)}
 	for _, k := range keys {
 		if err := lock.CheckKey(k); err != nil {
 			t.Errorf("%d-byte key: %v", len(k), err)

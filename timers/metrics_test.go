@@ -127,3 +127,44 @@ func TestMetrics(t *testing.T) {
 		}
 	})
 }
+
+// A run that ignores its context (issue 16: 2.5 s with WithMaxRunTime
+// 300 ms and WithTTL 600 ms kept its slot, five later ticks were skipped as
+// busy, and Status said "ok"): at WithMaxRunTime plus the grace (a third
+// of the ttl: 1.5 s here) its slot is released, the later ticks run, and
+// the run is counted as overran, in Status, the metrics and a Warn log.
+func TestMaxRunTimeFreesTheSlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		time.Sleep(time.Until(epoch))
+		reader := sdkmetric.NewManualReader()
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+		logs := newLogCount(1<<30, func() {})
+		s := testkit.Must(timers.New(testkit.Must(memlock.New()), timers.WithCommon(lock.Common{MeterProvider: mp, Logger: slog.New(logs)})))
+		fn := func(ctx context.Context) error {
+			if tick, _ := timers.TickFrom(ctx); tick.At.Equal(epoch.Add(time.Second)) {
+				time.Sleep(2500 * time.Millisecond) // ignores ctx
+			}
+			return nil
+		}
+		if err := s.Add(timers.Every("stuck", time.Second, fn, timers.WithMaxRunTime(300*time.Millisecond), timers.WithTTL(600*time.Millisecond))); err != nil {
+			t.Fatal(err)
+		}
+		// Tick 1 runs to 3.5 s and loses its slot at 1.5 s; ticks 2 and 3 run.
+		runFor(t, s, 3600*time.Millisecond)
+		st := s.Status()[0]
+		if st.Skips != 0 || st.Runs != 3 || st.Failures != 1 {
+			t.Errorf("status %+v: want 3 runs, 1 failure, no skips", st)
+		}
+		if !st.LastRun.Tick.Equal(epoch.Add(time.Second)) || st.LastRun.Outcome != "overran" || st.LastRun.Duration != 2500*time.Millisecond {
+			t.Errorf("last run %+v: want tick 1, 2.5 s, overran", st.LastRun)
+		}
+		values, _ := timerMetrics(t, reader, "stuck")
+		if values["runs/overran"] != 1 || values["runs/ok"] != 2 || values["skips/busy"] != 0 {
+			t.Errorf("metrics %v: want runs/ok 2 and runs/overran 1, no busy skips", values)
+		}
+		const msg = "leasehold: timer run overran WithMaxRunTime and the grace: releasing its slot while it still runs"
+		if logs.count(msg) != 1 || logs.levels[msg] != slog.LevelWarn {
+			t.Errorf("logs %v: want one Warn %q", logs.n, msg)
+		}
+	})
+}

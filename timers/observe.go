@@ -23,9 +23,15 @@ type Observed struct {
 	// for the interval plus the misfire threshold); zero when none is.
 	LastTick time.Time
 	// ClaimedBy is the owner identity of the host that claimed LastTick,
-	// and ClaimToken the claim's fencing token (TickFrom's Claim).
+	// and ClaimToken the claim's fencing token (TickFrom's Claim). With
+	// WithRunsPerTick a tick has several claims: these are its first
+	// held one's.
 	ClaimedBy  string
 	ClaimToken uint64
+	// ClaimOwners lists the owners of every held claim of LastTick, in
+	// the order of their keys: one, or with WithRunsPerTick(n) up to n
+	// (the hosts that took the tick).
+	ClaimOwners []string
 	// Running lists the runs in progress: the held slots of the timer's
 	// semaphore ("timer/<name>"), by slot.
 	Running []Run
@@ -68,13 +74,18 @@ func Observe(ctx context.Context, l lock.Lock, prefix string) ([]Observed, error
 		}
 		return o
 	}
+	// List sorts by key: a tick's claims come in a row, the first (no
+	// index) before the others ("/<i>").
 	for _, g := range claims {
 		name, at, ok := parseClaimKey(g.Key)
 		if !ok {
 			continue
 		}
-		if o := get(name); at.After(o.LastTick) {
-			o.LastTick, o.ClaimedBy, o.ClaimToken = at, g.Owner, g.Token
+		switch o := get(name); {
+		case at.After(o.LastTick):
+			o.LastTick, o.ClaimedBy, o.ClaimToken, o.ClaimOwners = at, g.Owner, g.Token, []string{g.Owner}
+		case at.Equal(o.LastTick):
+			o.ClaimOwners = append(o.ClaimOwners, g.Owner)
 		}
 	}
 	sems, err := semaphore.ObserveAll(ctx, l, namePrefix+prefix)
@@ -99,14 +110,21 @@ func Observe(ctx context.Context, l lock.Lock, prefix string) ([]Observed, error
 	return out, nil
 }
 
-// parseClaimKey reads claimKey's "timer/<name>/tick/<unix ms>".
+// parseClaimKey reads claimKey's "timer/<name>/tick/<unix ms>[/<claim>]".
 func parseClaimKey(key string) (name string, at time.Time, ok bool) {
 	rest, found := strings.CutPrefix(key, namePrefix)
 	i := strings.LastIndex(rest, "/tick/")
 	if !found || i < 0 {
 		return "", time.Time{}, false
 	}
-	ms, err := strconv.ParseInt(rest[i+len("/tick/"):], 10, 64)
+	tick := rest[i+len("/tick/"):]
+	if j := strings.IndexByte(tick, '/'); j >= 0 {
+		if _, err := strconv.ParseUint(tick[j+1:], 10, 16); err != nil {
+			return "", time.Time{}, false
+		}
+		tick = tick[:j]
+	}
+	ms, err := strconv.ParseInt(tick, 10, 64)
 	if err != nil {
 		return "", time.Time{}, false
 	}

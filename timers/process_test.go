@@ -29,7 +29,9 @@ func TestMain(m *testing.M) {
 
 // A host child process runs one timer on its own scheduler, with its clock
 // off by TIMERS_OFFSET, until TIMERS_UNTIL (unix ms, wall clock) or for
-// TIMERS_FOR, and prints (wall clock, no offset):
+// TIMERS_FOR, with WithMaxConcurrency(TIMERS_CONCURRENCY) unless it is 0,
+// and WithRunsPerTick(TIMERS_RUNS_PER_TICK) if it is set, and prints (wall
+// clock, no offset):
 //
 //	READY <unix ns>                        just before Run
 //	START <tick unix ms>                   when a run starts
@@ -64,7 +66,14 @@ func host() error {
 		say("RUN %d %d %d", tick.At.UnixMilli(), start.UnixNano(), time.Now().UnixNano())
 		return nil
 	}
-	if err := s.Add(timers.Every(os.Getenv("TIMERS_NAME"), interval, fn, timers.WithMaxConcurrency(conc), timers.WithTTL(time.Second))); err != nil {
+	opts := []timers.Option{timers.WithTTL(time.Second)}
+	if conc > 0 {
+		opts = append(opts, timers.WithMaxConcurrency(conc))
+	}
+	if n, err := strconv.Atoi(os.Getenv("TIMERS_RUNS_PER_TICK")); err == nil {
+		opts = append(opts, timers.WithRunsPerTick(n))
+	}
+	if err := s.Add(timers.Every(os.Getenv("TIMERS_NAME"), interval, fn, opts...)); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), env("TIMERS_FOR"))
@@ -137,8 +146,8 @@ type fleet struct {
 // different moments (300 ms apart), plans a window of ticks that opens
 // 5 s after the first start (when every host is up: it fails the test
 // if one is not) and runs them until the window closes, then collects
-// their runs, skips and final statuses.
-func threeHosts(t *testing.T, b backends.Backend, name string, interval time.Duration, ticks int, hold time.Duration, conc int) fleet {
+// their runs, skips and final statuses. env is added to every host's.
+func threeHosts(t *testing.T, b backends.Backend, name string, interval time.Duration, ticks int, hold time.Duration, conc int, env ...string) fleet {
 	t.Helper()
 	iv := interval.Nanoseconds()
 	from := time.Unix(0, (time.Now().Add(5*time.Second).UnixNano()/iv+1)*iv)
@@ -152,48 +161,57 @@ func threeHosts(t *testing.T, b backends.Backend, name string, interval time.Dur
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	for i, offset := range []string{"-200ms", "0s", "200ms"} {
-		h := startHost(t, b, "TIMERS_NAME="+name, "TIMERS_OFFSET="+offset, "TIMERS_INTERVAL="+interval.String(),
-			"TIMERS_UNTIL="+strconv.FormatInt(until.UnixMilli(), 10), "TIMERS_HOLD="+hold.String(),
-			"TIMERS_CONCURRENCY="+strconv.Itoa(conc))
+		h := startHost(t, b, append([]string{"TIMERS_NAME=" + name, "TIMERS_OFFSET=" + offset, "TIMERS_INTERVAL=" + interval.String(),
+			"TIMERS_UNTIL=" + strconv.FormatInt(until.UnixMilli(), 10), "TIMERS_HOLD=" + hold.String(),
+			"TIMERS_CONCURRENCY=" + strconv.Itoa(conc)}, env...)...)
 		wg.Go(func() {
-			for line := range h.Lines {
-				var r run
-				var sk skip
-				var ready, rs, sks, el int64
-				var err error
-				mu.Lock()
-				switch {
-				case strings.HasPrefix(line, "READY "):
-					_, err = fmt.Sscanf(line, "READY %d", &ready)
-					// The host 200 ms ahead computes its first tick 200 ms
-					// early: it must be up 250 ms before the window.
-					if late := time.Unix(0, ready).Sub(from.Add(-250 * time.Millisecond)); err == nil && late > 0 {
-						t.Errorf("host %d was up %v too late for the window; the machine is too slow for this test's 5 s lead", i, late)
-					}
-				case strings.HasPrefix(line, "RUN "):
-					_, err = fmt.Sscanf(line, "RUN %d %d %d", &r.tick, &r.start, &r.end)
-					r.host = i
-					f.runs = append(f.runs, r)
-				case strings.HasPrefix(line, "SKIP "):
-					_, err = fmt.Sscanf(line, "SKIP %d %d %s", &sk.tick, &sk.at, &sk.reason)
-					sk.host = i
-					f.skips = append(f.skips, sk)
-				case strings.HasPrefix(line, "STATUS "):
-					_, err = fmt.Sscanf(line, "STATUS %d %d %d", &rs, &sks, &el)
-					f.elsewhere += el
-				case strings.HasPrefix(line, "ERROR"):
-					t.Errorf("host %d: %s", i, line)
+			f.read(t, i, h, &mu, func(ready int64) {
+				// The host 200 ms ahead computes its first tick 200 ms
+				// early: it must be up 250 ms before the window.
+				if late := time.Unix(0, ready).Sub(from.Add(-250 * time.Millisecond)); late > 0 {
+					t.Errorf("host %d was up %v too late for the window; the machine is too slow for this test's 5 s lead", i, late)
 				}
-				mu.Unlock()
-				if err != nil {
-					t.Errorf("host %d: %q: %v", i, line, err)
-				}
-			}
+			})
 		})
 		time.Sleep(300 * time.Millisecond) // the hosts start at different moments
 	}
 	wg.Wait()
 	return f
+}
+
+// read collects host i's lines into f (under mu) until it exits; ready is
+// given its READY time.
+func (f *fleet) read(t *testing.T, i int, h *childproc.Proc, mu *sync.Mutex, ready func(int64)) {
+	for line := range h.Lines {
+		var r run
+		var sk skip
+		var at, rs, sks, el int64
+		var err error
+		mu.Lock()
+		switch {
+		case strings.HasPrefix(line, "READY "):
+			if _, err = fmt.Sscanf(line, "READY %d", &at); err == nil {
+				ready(at)
+			}
+		case strings.HasPrefix(line, "RUN "):
+			_, err = fmt.Sscanf(line, "RUN %d %d %d", &r.tick, &r.start, &r.end)
+			r.host = i
+			f.runs = append(f.runs, r)
+		case strings.HasPrefix(line, "SKIP "):
+			_, err = fmt.Sscanf(line, "SKIP %d %d %s", &sk.tick, &sk.at, &sk.reason)
+			sk.host = i
+			f.skips = append(f.skips, sk)
+		case strings.HasPrefix(line, "STATUS "):
+			_, err = fmt.Sscanf(line, "STATUS %d %d %d", &rs, &sks, &el)
+			f.elsewhere += el
+		case strings.HasPrefix(line, "ERROR"):
+			t.Errorf("host %d: %s", i, line)
+		}
+		mu.Unlock()
+		if err != nil {
+			t.Errorf("host %d: %q: %v", i, line, err)
+		}
+	}
 }
 
 // byTick counts the runs and the skips (by reason) of each tick across the
@@ -322,6 +340,83 @@ func TestKilledRunnerFreesItsSlot(t *testing.T) {
 		}
 		t.Logf("slot free %v after SIGKILL", time.Since(killed).Round(time.Millisecond))
 		_ = p.Release(t.Context())
+	})
+}
+
+// WithRunsPerTick(2) on three hosts whose clocks are 200 ms apart, runs
+// of 10 ms, a window of 20 ticks while all three are up: each tick runs
+// exactly twice, on two hosts, never three times (the host 200 ms behind
+// reaches a tick when its first runs have ended: only the claims stop it),
+// and the third host finds the tick taken.
+func TestRunsPerTickAcrossProcesses(t *testing.T) {
+	backends.Each(t, backends.Networked(t), func(t *testing.T, b backends.Backend) {
+		t.Parallel()
+		f := threeHosts(t, b, "per-tick-"+uniq(), time.Second, 20, 10*time.Millisecond, 0, "TIMERS_RUNS_PER_TICK=2")
+		runs, skips := f.byTick()
+		for tick, hosts := range runs {
+			if len(hosts) > 2 || (len(hosts) == 2 && hosts[0] == hosts[1]) {
+				t.Errorf("tick %d ran on hosts %v: want at most 2 runs, on 2 hosts", tick, hosts)
+			}
+		}
+		for _, tick := range f.window {
+			if len(runs[tick]) != 2 {
+				t.Errorf("tick %d of the window ran on hosts %v (skipped: %v), want 2", tick, runs[tick], skips[tick])
+			}
+		}
+		if f.elsewhere < int64(len(f.window)) {
+			t.Errorf("%d ticks found taken elsewhere over a window of %d: want the third host to find each taken", f.elsewhere, len(f.window))
+		}
+		t.Logf("%d ticks of the window each ran twice (%d runs in all); %d found taken", len(f.window), len(f.runs), f.elsewhere)
+	})
+}
+
+// WithRunsPerTick(2): a runner SIGKILLed mid-run holds one of the two
+// slots until its ttl (1 s) ends, and the tick it was running is not run
+// again beyond two: the two hosts left run it at most once more (the one
+// that reaches it last finds a free slot, but no free claim), and every
+// tick from 1.5 s after the kill runs twice (its slot is free again).
+func TestRunsPerTickKilledRunner(t *testing.T) {
+	backends.Each(t, backends.Networked(t), func(t *testing.T, b backends.Backend) {
+		t.Parallel()
+		name := "per-tick-killed-" + uniq()
+		env := func(offset, hold string) []string {
+			return []string{"TIMERS_NAME=" + name, "TIMERS_OFFSET=" + offset, "TIMERS_INTERVAL=1s", "TIMERS_FOR=25s",
+				"TIMERS_HOLD=" + hold, "TIMERS_CONCURRENCY=0", "TIMERS_RUNS_PER_TICK=2"}
+		}
+		var f fleet
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		// The victim's clock is ahead: it reaches each tick first and takes
+		// one of its claims. The host 200 ms behind reaches the victim's
+		// tick when the other run has ended and freed its slot.
+		for i, offset := range []string{"0s", "-200ms"} {
+			h := startHost(t, b, env(offset, "10ms")...)
+			h.Expect(t, "READY ", 30*time.Second)
+			wg.Go(func() { f.read(t, i, h, &mu, func(int64) {}) })
+		}
+		victim := startHost(t, b, env("200ms", "1h")...)
+		line := victim.Expect(t, "START ", 30*time.Second)
+		victim.Signal(t, syscall.SIGKILL)
+		killed := time.Now()
+		killedTick, err := strconv.ParseInt(strings.TrimPrefix(line, "START "), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		runs, skips := f.byTick()
+		if hosts := runs[killedTick]; len(hosts) > 1 {
+			t.Errorf("the killed runner's tick %d ran again on hosts %v: 3 runs with WithRunsPerTick(2)", killedTick, hosts)
+		}
+		freed := killed.Add(1500 * time.Millisecond).Truncate(time.Second).Add(time.Second).UnixMilli()
+		checked := 0
+		for tick := freed; tick < killed.Add(12*time.Second).UnixMilli(); tick += 1000 {
+			checked++
+			if len(runs[tick]) != 2 {
+				t.Errorf("tick %d, %v after the kill, ran on hosts %v (skipped: %v), want 2: the killed runner's slot is not free",
+					tick, time.UnixMilli(tick).Sub(killed).Round(time.Millisecond), runs[tick], skips[tick])
+			}
+		}
+		t.Logf("killed mid-run of tick %d; %d later ticks each ran twice", killedTick, checked)
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"time"
@@ -218,8 +219,34 @@ type entry struct {
 // (lock.Claim) runs the tick. The claim lapses after the interval plus the
 // misfire threshold, when no host can still reach the tick; on a backend
 // whose grants hold a connection (pglock) it holds none meanwhile.
-func claimKey(name string, at time.Time) string {
-	return namePrefix + name + "/tick/" + strconv.FormatInt(at.UnixMilli(), 10)
+// With WithRunsPerTick(n) a tick has n claims: claim i > 0 adds "/<i>".
+func claimKey(name string, at time.Time, i int) string {
+	k := namePrefix + name + "/tick/" + strconv.FormatInt(at.UnixMilli(), 10)
+	if i > 0 {
+		k += "/" + strconv.Itoa(i)
+	}
+	return k
+}
+
+// claim takes one of tick at's claims (one, or WithRunsPerTick's n, tried
+// from a random one on so that the hosts spread over them, one round trip
+// each until one is granted). It returns lock.ErrNotAcquired when every
+// claim is taken, and any other error as it comes.
+func (e *entry) claim(ctx context.Context, at time.Time, ttl time.Duration) (uint64, error) {
+	n := e.t.runsPerTick
+	first := 0
+	if n > 1 {
+		first = rand.IntN(n)
+	}
+	var err error
+	for i := range n {
+		var token uint64
+		token, err = lock.Claim(ctx, e.s.l, claimKey(e.t.name, at, (first+i)%n), ttl)
+		if !errors.Is(err, lock.ErrNotAcquired) {
+			return token, err
+		}
+	}
+	return 0, err
 }
 
 func (e *entry) loop(ctx, runCtx context.Context, runs *sync.WaitGroup) {
@@ -289,7 +316,7 @@ func (e *entry) tick(ctx, runCtx context.Context, runs *sync.WaitGroup, at time.
 	// at the threshold, since a connection being opened is worth keeping.)
 	attempt, cancel := context.WithTimeout(ctx, e.t.schedule.next(at).Sub(e.s.set.clock()))
 	defer cancel()
-	claim, err := lock.Claim(attempt, e.s.l, claimKey(e.t.name, at), e.t.claimTTL(at, lim))
+	claim, err := e.claim(attempt, at, e.t.claimTTL(at, lim))
 	if err == nil || errors.Is(err, lock.ErrNotAcquired) {
 		e.reachable(at)
 	}
@@ -329,11 +356,53 @@ func (e *entry) tick(ctx, runCtx context.Context, runs *sync.WaitGroup, at time.
 	tick := Tick{Timer: e.t.name, At: at, Claim: claim, Slot: permit.Slot()}
 	runs.Go(func() {
 		start := e.s.set.clock()
-		err := lock.Hold(runCtx, permit, lease, func(ctx context.Context) error {
-			return e.call(context.WithValue(ctx, tickKey{}, tick))
-		}, e.s.lockOpts...)
+		err := e.hold(runCtx, permit, lease, tick)
 		e.finish(runCtx, tick, start, err)
 	})
+}
+
+// errOverran marks a run that was still going at WithMaxRunTime plus the
+// grace, when the scheduler gave its slot up.
+var errOverran = errors.New("timers: the run overran WithMaxRunTime plus the grace; its slot was released")
+
+// overrunGrace is how long a run may go on past WithMaxRunTime before its
+// slot is released: one renewal period of the slot lease (a third of its
+// ttl), time for a function that heeds its context to return.
+func overrunGrace(lease time.Duration) time.Duration { return lease / 3 }
+
+// hold runs the tick on permit, renewing the slot lease while fn runs
+// (lock.Hold), and releases it when fn returns. With WithMaxRunTime, a run
+// that has not returned by then plus overrunGrace gives its slot up: the
+// renewal stops and the slot is released while fn still runs (in a
+// goroutine of its own), so that a function that ignores its context does
+// not keep the timer's later ticks busy. hold still returns only when fn
+// has, with an error that matches errOverran.
+func (e *entry) hold(runCtx context.Context, permit *semaphore.Permit, ttl time.Duration, tick Tick) error {
+	run := func(ctx context.Context) error { return e.call(context.WithValue(ctx, tickKey{}, tick)) }
+	if e.t.maxRunTime == 0 {
+		return lock.Hold(runCtx, permit, ttl, run, e.s.lockOpts...)
+	}
+	fnDone := make(chan error, 1)
+	overran := false
+	err := lock.Hold(runCtx, permit, ttl, func(ctx context.Context) error {
+		go func() { fnDone <- run(ctx) }()
+		grace := overrunGrace(ttl)
+		cut := time.NewTimer(e.t.maxRunTime + grace)
+		defer cut.Stop()
+		select {
+		case err := <-fnDone:
+			return err
+		case <-cut.C:
+			overran = true
+			e.s.common.Logger.Warn("leasehold: timer run overran WithMaxRunTime and the grace: releasing its slot while it still runs",
+				"timer", e.t.name, "tick", tick.At, "max_run_time", e.t.maxRunTime, "grace", grace)
+			return errOverran
+		}
+	}, e.s.lockOpts...)
+	if overran {
+		return errors.Join(err, <-fnDone)
+	}
+	return err
 }
 
 // call runs fn within WithMaxRunTime, retrying as WithRetries says.
@@ -414,6 +483,8 @@ func (e *entry) finish(ctx context.Context, tick Tick, start time.Time, err erro
 	took := e.s.set.clock().Sub(start)
 	outcome := "ok"
 	switch {
+	case errors.Is(err, errOverran):
+		outcome = "overran"
 	case errors.Is(err, lock.ErrLost):
 		outcome = "lost"
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):

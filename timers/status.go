@@ -32,9 +32,9 @@ type Status struct {
 	LastRun   RunInfo   // this host's last run (zero when none)
 	LastSkip  SkipInfo  // this host's last skipped tick
 	Runs      int64     // runs on this host
-	Failures  int64     // runs that returned an error, were cancelled or lost their slot
+	Failures  int64     // runs that returned an error, were cancelled, lost their slot or overran
 	Skips     int64     // ticks this host reached but skipped (busy, misfire, unavailable)
-	Elsewhere int64     // ticks another host had already claimed
+	Elsewhere int64     // ticks other hosts had already claimed (every one of the n claims, with WithRunsPerTick(n))
 	// Stopped says why the timer stopped scheduling, nil while it runs: a
 	// schedule that ran out of ticks (none after the last that a Time can
 	// hold), which is logged at Error. Next is zero then.
@@ -46,7 +46,7 @@ type RunInfo struct {
 	Tick     time.Time
 	Start    time.Time
 	Duration time.Duration
-	Outcome  string // ok, error, cancelled (WithMaxRunTime, shutdown), lost (the slot lease)
+	Outcome  string // ok, error, cancelled (WithMaxRunTime, shutdown), lost (the slot lease), overran (WithMaxRunTime plus the grace)
 	Err      error
 	Runner   string // owner identity of the host that ran it
 	Local    bool

@@ -25,7 +25,8 @@ type Timer struct {
 	schedule schedule
 	err      error
 
-	maxConcurrency int
+	maxConcurrency int // 0 until set: then runsPerTick
+	runsPerTick    int
 	maxRunTime     time.Duration
 	spread         bool
 	retries        int
@@ -176,7 +177,7 @@ func (t *Timer) withErr(err error) *Timer {
 }
 
 func (t *Timer) apply(opts []Option) *Timer {
-	t.maxConcurrency = 1
+	t.runsPerTick = 1
 	for _, o := range opts {
 		if o == nil {
 			t.err = errors.Join(t.err, backendkit.Invalid("timers", "timer %.64q: nil option", t.name))
@@ -185,6 +186,13 @@ func (t *Timer) apply(opts []Option) *Timer {
 		if err := o(t); err != nil {
 			t.err = errors.Join(t.err, backendkit.Invalid("timers", "timer %.64q: %w", t.name, err))
 		}
+	}
+	if t.maxConcurrency == 0 {
+		t.maxConcurrency = t.runsPerTick
+	}
+	if t.maxConcurrency < t.runsPerTick {
+		t.err = errors.Join(t.err, backendkit.Invalid("timers", "timer %.64q: WithMaxConcurrency(%d) is below WithRunsPerTick(%d): a tick's runs could never all hold a slot",
+			t.name, t.maxConcurrency, t.runsPerTick))
 	}
 	if c, ok := t.schedule.(cronSchedule); ok && t.loc != nil {
 		c.loc = t.loc
@@ -230,20 +238,55 @@ func shortestGap(s schedule) time.Duration {
 }
 
 // WithMaxConcurrency caps the runs of this timer that overlap across every host
-// (default 1: no overlap anywhere). A tick that finds all n slots busy is
-// skipped and counted, never queued.
+// (default 1, or WithRunsPerTick's n: no more runs at once than one tick
+// has). A tick that finds all n slots busy is skipped and counted, never
+// queued. With WithRunsPerTick(r), n is at least r.
 func WithMaxConcurrency(n int) Option {
 	return func(t *Timer) error {
-		if n < 1 || n > 1024 {
-			return fmt.Errorf("WithMaxConcurrency(%d) must be in [1, 1024]", n)
+		if n < 1 || n > maxSlots {
+			return fmt.Errorf("WithMaxConcurrency(%d) must be in [1, %d]", n, maxSlots)
 		}
 		t.maxConcurrency = n
 		return nil
 	}
 }
 
-// WithMaxRunTime is fn's deadline (retries included); the run's slot lease is
-// kept alive up to it.
+// maxSlots bounds WithMaxConcurrency and WithRunsPerTick.
+const maxSlots = 1024
+
+// WithRunsPerTick lets up to n hosts run each tick, each on a slot of its
+// own: the model of the timer libraries where every host fires at each
+// tick and a lock caps the runs cluster-wide. The default, 1, is once per
+// tick cluster-wide.
+//
+// Each tick has n claims; a host that takes one of them runs the tick,
+// and a host that finds all n taken counts the tick as Elsewhere. A claim
+// outlives the latest host to reach the tick (as with one claim), so a
+// tick runs at most n times however late or skewed a host is, even after
+// its first runs have ended or their runner has crashed. The timer's slots
+// (WithMaxConcurrency) default to n: never more than n runs at once across
+// the hosts, whatever tick they are for; a larger WithMaxConcurrency lets
+// runs of consecutive ticks overlap, a smaller one is refused. A tick
+// whose run finds every slot busy is skipped (busy) on that host, as
+// always. n is in [1, 1024].
+func WithRunsPerTick(n int) Option {
+	return func(t *Timer) error {
+		if n < 1 || n > maxSlots {
+			return fmt.Errorf("WithRunsPerTick(%d) must be in [1, %d]", n, maxSlots)
+		}
+		t.runsPerTick = n
+		return nil
+	}
+}
+
+// WithMaxRunTime is fn's deadline (retries included): fn's context ends
+// at d. The run's slot lease is renewed for d plus a grace of one renewal
+// period (a third of the slot's ttl, WithTTL) at most: a run still going
+// then has overrun; its slot is released although fn has not returned (it
+// no longer counts against WithMaxConcurrency), the overrun is logged at
+// Warn, and the run, once fn returns, is counted with the outcome
+// "overran" (Status, and the leasehold.timer.runs metric). Without it a run
+// keeps its slot for as long as fn runs.
 func WithMaxRunTime(d time.Duration) Option {
 	return func(t *Timer) error {
 		if d <= 0 || d > lock.MaxTTL {

@@ -356,6 +356,9 @@ func TestBadInput(t *testing.T) {
 		"zero WithMaxRunTime":    timers.Every("i", time.Second, fn, timers.WithMaxRunTime(0)),
 		"nil option":             timers.Every("j", time.Second, fn, nil),
 		"WithRunWhenUnavailable": timers.Every("k", time.Second, fn, timers.WithRunWhenUnavailable(0)),
+		"WithRunsPerTick 0":      timers.Every("l", time.Second, fn, timers.WithRunsPerTick(0)),
+		"WithRunsPerTick 1025":   timers.Every("m", time.Second, fn, timers.WithRunsPerTick(1025)),
+		"slots below runs":       timers.Every("n", time.Second, fn, timers.WithRunsPerTick(3), timers.WithMaxConcurrency(2)),
 	} {
 		if err := s.Add(tm); !errors.Is(err, lock.ErrInvalidArgument) {
 			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
