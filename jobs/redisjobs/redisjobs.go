@@ -104,6 +104,44 @@ type Registry struct {
 	c      redis.UniversalClient
 	ns     string           // "{<namespace>}:"
 	bounds rediscall.Bounds // calls end with their context (also without ContextTimeoutEnabled)
+	acks   rediscall.Acks   // WithReplicaAcks
+}
+
+// Option configures New.
+type Option func(*config) error
+
+type config struct{ acks rediscall.Acks }
+
+// WithReplicaAcks makes every write of the registry — a tracked job, its
+// heartbeat deadline, its completion, a reclaim, a removal, a burial, a
+// purge — wait until n replicas have acknowledged it (WAIT n timeout, in
+// the same round trip as the script, as redislock.WithReplicaAcks does),
+// so that a failover that promotes an acknowledging replica (or one at
+// least as up to date) keeps it. A write fewer than n replicas
+// acknowledged within timeout fails with lock.ErrUnavailable: its outcome
+// is unknown, and the caller retries it (Done is idempotent per epoch, a
+// retried Track replaces the entry). n is 1 to 16 and timeout 1 ms to a
+// minute; the client must be a *redis.Client (a failover client from
+// Sentinel is one) or a *redis.ClusterClient.
+func WithReplicaAcks(n int, timeout time.Duration) Option {
+	return func(c *config) error {
+		a := rediscall.Acks{N: n, Timeout: timeout}
+		if err := a.Check(); err != nil {
+			return err
+		}
+		c.acks = a
+		return nil
+	}
+}
+
+// write runs a script that writes; under WithReplicaAcks, a write not
+// acknowledged in time is the command's error.
+func (r *Registry) write(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	cmd, acked := r.bounds.Write(ctx, r.c, r.acks, script, keys, args...)
+	if acked != nil && cmd.Err() == nil {
+		cmd.SetErr(acked)
+	}
+	return cmd
 }
 
 var (
@@ -112,9 +150,16 @@ var (
 )
 
 // New returns the registry called namespace ("" for "leasehold:jobs") on c.
-func New(c redis.UniversalClient, namespace string) (*Registry, error) {
+func New(c redis.UniversalClient, namespace string, opts ...Option) (*Registry, error) {
 	if c == nil {
 		return nil, backendkit.Invalid("redisjobs", "nil client")
+	}
+	var cfg config
+	if err := backendkit.Apply("redisjobs", &cfg, opts); err != nil {
+		return nil, err
+	}
+	if err := cfg.acks.CheckClient(c); err != nil {
+		return nil, backendkit.Invalid("redisjobs", "%w", err)
 	}
 	if namespace == "" {
 		namespace = "leasehold:jobs"
@@ -122,7 +167,7 @@ func New(c redis.UniversalClient, namespace string) (*Registry, error) {
 	if strings.ContainsAny(namespace, "{}") {
 		return nil, backendkit.Invalid("redisjobs", "namespace %q contains a brace", namespace)
 	}
-	return &Registry{c: c, ns: "{" + namespace + "}:", bounds: rediscall.For(c)}, nil
+	return &Registry{c: c, ns: "{" + namespace + "}:", bounds: rediscall.For(c), acks: cfg.acks}, nil
 }
 
 func (r *Registry) jobKey(id string) string  { return r.ns + "job:" + id }
@@ -159,7 +204,7 @@ func (r *Registry) Track(ctx context.Context, job jobs.Job, lease time.Duration)
 	if err := jobs.CheckTrack(ctx, job, lease); err != nil {
 		return jobs.Job{}, err
 	}
-	res, err := r.bounds.Run(ctx, r.c, trackScript, []string{r.jobKey(job.ID), r.deadlines(), r.epochs(), r.retryKey(job.ID)},
+	res, err := r.write(ctx, trackScript, []string{r.jobKey(job.ID), r.deadlines(), r.epochs(), r.retryKey(job.ID)},
 		job.ID, job.Payload, job.Owner, job.Attempt, ms(lease), encodeHistory(job.History), job.MaxRetries).StringSlice()
 	if err != nil || len(res) != 5 {
 		return jobs.Job{}, unavailable("track", errors.Join(err, fmt.Errorf("reply of %d fields", len(res))))
@@ -191,7 +236,7 @@ func (r *Registry) Heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Du
 		keys = append(keys, r.jobKey(ref.ID))
 		args = append(args, ref.ID, strconv.FormatUint(ref.Epoch, 10))
 	}
-	lost, err := r.bounds.Run(ctx, r.c, heartbeatScript, keys, args...).StringSlice()
+	lost, err := r.write(ctx, heartbeatScript, keys, args...).StringSlice()
 	if err != nil {
 		return nil, unavailable("heartbeat", err)
 	}
@@ -204,7 +249,7 @@ func (r *Registry) remove(ctx context.Context, ref jobs.Ref, op string, script *
 	}
 	keys = append([]string{r.jobKey(ref.ID), r.deadlines()}, keys...)
 	args = append([]any{ref.ID, strconv.FormatUint(ref.Epoch, 10)}, args...)
-	n, err := r.bounds.Run(ctx, r.c, script, keys, args...).Int64()
+	n, err := r.write(ctx, script, keys, args...).Int64()
 	switch {
 	case err != nil:
 		return unavailable(op, err)
@@ -308,7 +353,7 @@ func (r *Registry) Reclaim(ctx context.Context, ref jobs.Ref, by string, lease t
 	if err := jobs.CheckReclaim(ctx, ref, by, lease); err != nil {
 		return jobs.Job{}, err
 	}
-	f, err := r.bounds.Run(ctx, r.c, reclaimScript, []string{r.jobKey(ref.ID), r.deadlines(), r.epochs()},
+	f, err := r.write(ctx, reclaimScript, []string{r.jobKey(ref.ID), r.deadlines(), r.epochs()},
 		ref.ID, strconv.FormatUint(ref.Epoch, 10), by, ms(lease), recordSep, fieldSep).StringSlice()
 	switch {
 	case err != nil:
@@ -326,7 +371,7 @@ func (r *Registry) Bury(ctx context.Context, ref jobs.Ref, reason string) error 
 	if err := jobs.CheckBury(ctx, ref, reason); err != nil {
 		return err
 	}
-	n, err := r.bounds.Run(ctx, r.c, buryScript, []string{r.jobKey(ref.ID), r.deadlines(), r.deadKey(ref.ID), r.deadset(), r.retryKey(ref.ID)},
+	n, err := r.write(ctx, buryScript, []string{r.jobKey(ref.ID), r.deadlines(), r.deadKey(ref.ID), r.deadset(), r.retryKey(ref.ID)},
 		ref.ID, strconv.FormatUint(ref.Epoch, 10), reason).Int64()
 	switch {
 	case err != nil:
@@ -388,7 +433,7 @@ func (r *Registry) Purge(ctx context.Context, id string) error {
 	if err := jobs.CheckID(ctx, id); err != nil {
 		return err
 	}
-	n, err := r.bounds.Run(ctx, r.c, purgeScript, []string{r.deadKey(id), r.deadset(), r.retryKey(id)}, id).Int64()
+	n, err := r.write(ctx, purgeScript, []string{r.deadKey(id), r.deadset(), r.retryKey(id)}, id).Int64()
 	switch {
 	case err != nil:
 		return unavailable("purge", err)

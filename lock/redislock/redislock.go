@@ -76,7 +76,7 @@ type Lock struct {
 	owner   string
 	log     *slog.Logger
 	metrics *backendkit.BackendMetrics
-	acks    replicaAcks // WithReplicaAcks
+	acks    rediscall.Acks // WithReplicaAcks
 
 	notifier backendkit.Notifier
 	// handed: the grants handed to this Lock's queued waiters (waiter id →
@@ -105,7 +105,7 @@ type Option func(*config) error
 type config struct {
 	prefix string
 	common lock.Common
-	acks   replicaAcks
+	acks   rediscall.Acks
 }
 
 // WithPrefix sets the prefix of every Redis key and of the release channel
@@ -142,8 +142,8 @@ func New(client redis.UniversalClient, opts ...Option) (*Lock, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkAcksClient(client, cfg.acks); err != nil {
-		return nil, err
+	if err := cfg.acks.CheckClient(client); err != nil {
+		return nil, backendkit.Invalid("redislock", "%w", err)
 	}
 	return &Lock{
 		acks:    cfg.acks,
@@ -250,7 +250,7 @@ func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration)
 			h := &handle{l: l, key: key, rkey: l.lockKey(key), token: g.token,
 				value:      strconv.FormatUint(g.token, 10) + "|" + g.since + "|" + tail,
 				validUntil: backendkit.ValidUntil(validFrom, ttl)}
-			if l.acks.n > 0 {
+			if l.acks.N > 0 {
 				// The releaser's WAIT may have fallen short after the
 				// handoff was published: an acknowledged extension of
 				// our own covers the handoff, which came before it.

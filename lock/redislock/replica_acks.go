@@ -2,20 +2,17 @@ package redislock
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasehold-go/leasehold/internal/rediscall"
 	"github.com/leasehold-go/leasehold/lock"
-	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
 // MaxReplicaAckTimeout is the longest WithReplicaAcks timeout: an ack that
 // takes longer than this says that the replicas are not keeping up.
-const MaxReplicaAckTimeout = time.Minute
+const MaxReplicaAckTimeout = rediscall.MaxAckTimeout
 
 // WithReplicaAcks makes every write that a promise rests on — a grant and
 // its fence counter, an extension, a release and the handoff it makes to a
@@ -51,106 +48,28 @@ const MaxReplicaAckTimeout = time.Minute
 // write wait for its ack, which this option does.
 func WithReplicaAcks(n int, timeout time.Duration) Option {
 	return func(c *config) error {
-		if n < 1 || n > 16 {
-			return fmt.Errorf("WithReplicaAcks: %d replicas is outside 1..16", n)
+		a := rediscall.Acks{N: n, Timeout: timeout}
+		if err := a.Check(); err != nil {
+			return err
 		}
-		if timeout < time.Millisecond || timeout > MaxReplicaAckTimeout {
-			return fmt.Errorf("WithReplicaAcks: timeout %v is outside 1ms..%v", timeout, MaxReplicaAckTimeout)
-		}
-		c.acks = replicaAcks{n, timeout}
+		c.acks = a
 		return nil
 	}
 }
 
-// replicaAcks is WithReplicaAcks' setting: n 0 for none.
-type replicaAcks struct {
-	n       int
-	timeout time.Duration
-}
-
-// checkAcksClient refuses WithReplicaAcks on a client whose writes cannot
-// be followed by a WAIT on the same connection.
-func checkAcksClient(client redis.UniversalClient, acks replicaAcks) error {
-	if acks.n == 0 {
-		return nil
-	}
-	switch client.(type) {
-	case *redis.Client, *redis.ClusterClient:
-		return nil
-	}
-	return backendkit.Invalid("redislock", "WithReplicaAcks needs a *redis.Client or *redis.ClusterClient, not a %T", client)
-}
-
-// errNotReplicated: fewer replicas than WithReplicaAcks asks for
-// acknowledged a write in time. The write was made on the primary: its
-// outcome after a failover is unknown.
-var errNotReplicated = errors.New("redislock: the write was not acknowledged by enough replicas in time")
-
-// write runs a script that writes, then, under WithReplicaAcks, waits for
-// its replication in the same round trip. cmd is the script's reply; acked
-// is nil, or errNotReplicated (wrapped with what was acknowledged) when the
-// script ran but its write was not acknowledged in time.
+// write runs a script that writes, under WithReplicaAcks waiting for its
+// replication in the same round trip; acked matches
+// rediscall.ErrNotReplicated when the script ran but its write was not
+// acknowledged in time.
 func (l *Lock) write(ctx context.Context, script *redis.Script, keys []string, args ...any) (cmd *redis.Cmd, acked error) {
-	if l.acks.n == 0 {
-		return l.run(ctx, script, keys, args...), nil
-	}
-	err := l.within(ctx, func() error {
-		cmd, acked = l.writeAcked(ctx, script, keys, args...)
-		return nil
-	})
-	if err != nil {
-		cmd = redis.NewCmd(ctx)
-		cmd.SetErr(err)
-		return cmd, nil
-	}
-	return cmd, acked
-}
-
-func (l *Lock) writeAcked(ctx context.Context, script *redis.Script, keys []string, args ...any) (*redis.Cmd, error) {
-	var node *redis.Client
-	switch c := l.client.(type) {
-	case *redis.Client:
-		node = c
-	case *redis.ClusterClient:
-		var err error
-		if node, err = c.MasterForKey(ctx, keys[0]); err != nil {
-			cmd := redis.NewCmd(ctx)
-			cmd.SetErr(err)
-			return cmd, nil
-		}
-	}
-	for loaded := false; ; loaded = true {
-		pipe := node.Pipeline()
-		cmd := script.EvalSha(ctx, pipe, keys, args...)
-		wait := pipe.Do(ctx, "WAIT", l.acks.n, l.acks.timeout.Milliseconds())
-		_, _ = pipe.Exec(ctx)
-		if err := cmd.Err(); err != nil && !loaded && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			// Not run: load it and send both again.
-			if err := script.Load(ctx, node).Err(); err != nil {
-				cmd.SetErr(err)
-				return cmd, nil
-			}
-			continue
-		}
-		if cmd.Err() != nil && cmd.Err() != redis.Nil {
-			return cmd, nil
-		}
-		n, err := wait.Int64()
-		switch {
-		case err != nil:
-			return cmd, fmt.Errorf("%w: WAIT: %w", errNotReplicated, err)
-		case n < int64(l.acks.n):
-			return cmd, fmt.Errorf("%w: %d of %d replicas within %v", errNotReplicated, n, l.acks.n, l.acks.timeout)
-		}
-		return cmd, nil
-	}
+	return l.bounds.Write(ctx, l.client, l.acks, script, keys, args...)
 }
 
 // undo releases a grant whose write was not acknowledged, so that it does
 // not block the key until its ttl on this primary; a failure leaves it to
 // expire.
 func (l *Lock) undo(ctx context.Context, h lock.Handle) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.acks.timeout+time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.acks.Timeout+time.Second)
 	defer cancel()
 	_ = h.Release(ctx)
 }

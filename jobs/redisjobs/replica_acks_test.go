@@ -1,0 +1,126 @@
+package redisjobs_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
+	"github.com/leasehold-go/leasehold/jobs"
+	"github.com/leasehold-go/leasehold/jobs/redisjobs"
+	"github.com/leasehold-go/leasehold/jobs/registrytest"
+	"github.com/leasehold-go/leasehold/lock"
+)
+
+func sentinelClient(t testing.TB, srv *testenv.Server) *redis.Client {
+	c := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName: testenv.SentinelMaster, SentinelAddrs: srv.SentinelAddrs(), ContextTimeoutEnabled: true,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func TestReplicaAcksOptions(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	for _, o := range []redisjobs.Option{redisjobs.WithReplicaAcks(0, time.Second), redisjobs.WithReplicaAcks(1, 0), nil} {
+		if _, err := redisjobs.New(c, "x", o); !errors.Is(err, lock.ErrInvalidArgument) {
+			t.Errorf("New: %v, want ErrInvalidArgument", err)
+		}
+	}
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	defer ring.Close()
+	if _, err := redisjobs.New(ring, "x", redisjobs.WithReplicaAcks(1, time.Second)); !errors.Is(err, lock.ErrInvalidArgument) {
+		t.Errorf("New(ring, WithReplicaAcks): %v, want ErrInvalidArgument", err)
+	}
+}
+
+// The registry's protocol holds under WithReplicaAcks, on a primary with
+// replicas behind Sentinels; tracked jobs, their completions and the dead
+// set survive a crash of the primary.
+func TestReplicaAcks(t *testing.T) {
+	srv := testenv.NewRedis(t, testenv.Replicas(1), testenv.Sentinels(3))
+	c := sentinelClient(t, srv)
+	opt := redisjobs.WithReplicaAcks(1, time.Second)
+	registrytest.Run(t, func(t testing.TB) jobs.Registry {
+		r, err := redisjobs.New(c, "acks:"+t.Name(), opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	})
+	t.Run("Failover", func(t *testing.T) {
+		ctx := t.Context()
+		r, err := redisjobs.New(c, "acks:failover", opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tracked []jobs.Job
+		for i := range 20 {
+			j, err := r.Track(ctx, jobs.Job{ID: fmt.Sprintf("j%d", i), Payload: []byte("p"), Owner: "w"}, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tracked = append(tracked, j)
+		}
+		for _, j := range tracked[:5] {
+			if err := r.Done(ctx, j.Ref()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := r.Bury(ctx, tracked[5].Ref(), "poison"); err != nil {
+			t.Fatal(err)
+		}
+		srv.Failover(t, testenv.Crash)
+		var counts jobs.Counts
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			if counts, err = r.Counts(ctx); err == nil || time.Now().After(deadline) {
+				break
+			}
+		}
+		if err != nil || counts.Tracked != 14 || counts.Dead != 1 {
+			t.Fatalf("after the failover: %+v, %v; want 14 tracked, 1 dead", counts, err)
+		}
+		for _, j := range tracked[:5] { // completed before: a retried Done still says so
+			if err := r.Done(ctx, j.Ref()); err != nil {
+				t.Fatalf("Done of %s retried after the failover: %v", j.ID, err)
+			}
+		}
+		if lost, err := r.Heartbeat(ctx, []jobs.Ref{tracked[6].Ref()}, time.Minute); err != nil || len(lost) != 0 {
+			t.Fatalf("heartbeat of %s after the failover: lost %v, %v", tracked[6].ID, lost, err)
+		}
+	})
+}
+
+// With no replica answering, a write under WithReplicaAcks fails with
+// lock.ErrUnavailable instead of reporting a job tracked that a failover
+// would lose.
+func TestReplicaAcksUnanswered(t *testing.T) {
+	srv := testenv.NewRedis(t, testenv.Replicas(1), testenv.Sentinels(3))
+	r, err := redisjobs.New(sentinelClient(t, srv), "acks:unanswered", redisjobs.WithReplicaAcks(1, 200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	primary := srv.Primary(t)
+	for _, addr := range srv.Endpoints() {
+		if addr != primary {
+			c := redis.NewClient(&redis.Options{Addr: addr})
+			defer c.Close()
+			go func() { _ = c.Do(context.Background(), "DEBUG", "SLEEP", 2).Err() }()
+		}
+	}
+	deadline := time.Now().Add(time.Second)
+	for {
+		_, err = r.Track(t.Context(), jobs.Job{ID: "j", Owner: "w"}, time.Minute)
+		if err != nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if !errors.Is(err, lock.ErrUnavailable) {
+		t.Fatalf("Track with its replica asleep: %v, want ErrUnavailable", err)
+	}
+}
