@@ -16,14 +16,6 @@ import (
 	"github.com/leasehold-go/leasehold/lock"
 )
 
-func sentinelClient(t testing.TB, srv *testenv.Server) *redis.Client {
-	c := redis.NewFailoverClient(&redis.FailoverOptions{
-		MasterName: testenv.SentinelMaster, SentinelAddrs: srv.SentinelAddrs(), ContextTimeoutEnabled: true,
-	})
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
 func TestReplicaAcksOptions(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer c.Close()
@@ -44,7 +36,7 @@ func TestReplicaAcksOptions(t *testing.T) {
 // set survive a crash of the primary.
 func TestReplicaAcks(t *testing.T) {
 	srv := testenv.NewRedis(t, testenv.Replicas(1), testenv.Sentinels(3))
-	c := sentinelClient(t, srv)
+	c := srv.FailoverClient(t)
 	opt := redisjobs.WithReplicaAcks(1, time.Second)
 	registrytest.Run(t, func(t testing.TB) jobs.Registry {
 		r, err := redisjobs.New(c, "acks:"+t.Name(), opt)
@@ -101,7 +93,7 @@ func TestReplicaAcks(t *testing.T) {
 // would lose.
 func TestReplicaAcksUnanswered(t *testing.T) {
 	srv := testenv.NewRedis(t, testenv.Replicas(1), testenv.Sentinels(3))
-	r, err := redisjobs.New(sentinelClient(t, srv), "acks:unanswered", redisjobs.WithReplicaAcks(1, 200*time.Millisecond))
+	r, err := redisjobs.New(srv.FailoverClient(t), "acks:unanswered", redisjobs.WithReplicaAcks(1, 200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

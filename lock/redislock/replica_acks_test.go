@@ -15,15 +15,6 @@ import (
 	"github.com/leasehold-go/leasehold/lock/redislock"
 )
 
-// sentinelClient is a failover client of srv's primary, closed at the end.
-func sentinelClient(t testing.TB, srv *testenv.Server) *redis.Client {
-	c := redis.NewFailoverClient(&redis.FailoverOptions{
-		MasterName: testenv.SentinelMaster, SentinelAddrs: srv.SentinelAddrs(), ContextTimeoutEnabled: true,
-	})
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
 // cutReplicas cuts every replica of srv off from the primary for about d:
 // each stops answering (DEBUG SLEEP), and the primary drops its link to
 // them (CLIENT KILL TYPE replica), so that no write made meanwhile reaches
@@ -84,7 +75,7 @@ func TestReplicaAcksOptions(t *testing.T) {
 func TestReplicaAcksConformance(t *testing.T) {
 	srv := testenv.NewRedis(t, testenv.Replicas(2), testenv.Sentinels(3))
 	locktest.Run(t, func(t testing.TB) lock.Lock {
-		return newLock(t, sentinelClient(t, srv), redislock.WithReplicaAcks(2, time.Second))
+		return newLock(t, srv.FailoverClient(t), redislock.WithReplicaAcks(2, time.Second))
 	})
 }
 
@@ -103,7 +94,7 @@ func TestFailoverLosesAGrantWithoutAcks(t *testing.T) {
 			if acks {
 				opts = append(opts, redislock.WithReplicaAcks(1, 300*time.Millisecond))
 			}
-			first := newLock(t, sentinelClient(t, srv), opts...)
+			first := newLock(t, srv.FailoverClient(t), opts...)
 			ctx := t.Context()
 			cutReplicas(t, srv, 3*time.Second)
 			h, err := first.TryAcquire(ctx, "k", time.Minute)
@@ -114,7 +105,7 @@ func TestFailoverLosesAGrantWithoutAcks(t *testing.T) {
 				t.Fatal(err)
 			}
 			srv.Failover(t, testenv.Crash)
-			second := newLock(t, sentinelClient(t, srv), opts...)
+			second := newLock(t, srv.FailoverClient(t), opts...)
 			var h2 lock.Handle
 			for deadline := time.Now().Add(30 * time.Second); ; {
 				if h2, err = second.TryAcquire(ctx, "k", time.Minute); err == nil || errors.Is(err, lock.ErrNotAcquired) || time.Now().After(deadline) {
@@ -141,7 +132,7 @@ func TestFailoverLosesAGrantWithoutAcks(t *testing.T) {
 func TestAcknowledgedGrantsSurviveAFailover(t *testing.T) {
 	srv := testenv.NewRedis(t, testenv.Replicas(1), testenv.Sentinels(3))
 	opt := redislock.WithReplicaAcks(1, time.Second)
-	first := newLock(t, sentinelClient(t, srv), opt)
+	first := newLock(t, srv.FailoverClient(t), opt)
 	ctx := t.Context()
 	var held []lock.Handle
 	var top uint64
@@ -154,7 +145,7 @@ func TestAcknowledgedGrantsSurviveAFailover(t *testing.T) {
 		top = max(top, h.Token())
 	}
 	srv.Failover(t, testenv.Crash)
-	second := newLock(t, sentinelClient(t, srv), opt)
+	second := newLock(t, srv.FailoverClient(t), opt)
 	for _, h := range held {
 		var err error
 		for deadline := time.Now().Add(30 * time.Second); ; {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"testing"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -109,6 +110,21 @@ func (s *Server) SentinelAddrs() []string {
 // through its Sentinels: redis+sentinel://host:port,…/SentinelMaster.
 func (s *Server) SentinelURL() string {
 	return "redis+sentinel://" + strings.Join(s.SentinelAddrs(), ",") + "/" + SentinelMaster
+}
+
+// FailoverOptions returns the options of a go-redis failover client of
+// this primary through its Sentinels, with ContextTimeoutEnabled (as
+// leasehold's backends want): redis.NewFailoverClient(s.FailoverOptions()).
+func (s *Server) FailoverOptions() *redis.FailoverOptions {
+	return &redis.FailoverOptions{MasterName: SentinelMaster, SentinelAddrs: s.SentinelAddrs(), ContextTimeoutEnabled: true}
+}
+
+// FailoverClient returns a failover client of this primary (with
+// FailoverOptions), closed when the test ends.
+func (s *Server) FailoverClient(t testing.TB) *redis.Client {
+	c := redis.NewFailoverClient(s.FailoverOptions())
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 func sentinelClient(addr string) *redis.SentinelClient {
