@@ -2,6 +2,7 @@ package redislock_test
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
 	"github.com/leasehold-go/leasehold/lock/locktest"
+	"github.com/leasehold-go/leasehold/lock/redislock"
 )
 
 // compareAndDelete is the release half of the raw floor.
@@ -54,4 +56,47 @@ func BenchmarkRedisHandoff(b *testing.B) {
 func BenchmarkRedisHandoffProcess(b *testing.B) {
 	srv := testenv.Redis(b)
 	locktest.BenchHandoffProcess(b, newLock(b, newClient(b, srv.Addr())), srv.Env())
+}
+
+// BenchmarkReplicaAcks is the cost of WithReplicaAcks: uncontended
+// TryAcquire + Release on a primary with one replica (and its Sentinels),
+// without acks and with one ack, in one run, beside one PING (a loopback
+// round trip). It reports the median of each (p50-µs): the target is that
+// acks add less than one round trip at p50.
+func BenchmarkReplicaAcks(b *testing.B) {
+	srv := testenv.NewRedis(b, testenv.Replicas(1), testenv.Sentinels(3))
+	ctx := context.Background()
+	run := func(b *testing.B, op func() error) {
+		var took []time.Duration
+		for b.Loop() {
+			start := time.Now()
+			if err := op(); err != nil {
+				b.Fatal(err)
+			}
+			took = append(took, time.Since(start))
+		}
+		slices.Sort(took)
+		b.ReportMetric(float64(took[len(took)/2].Nanoseconds())/1e3, "p50-µs")
+	}
+	for _, acks := range []int{0, 1} {
+		b.Run("acks="+strconv.Itoa(acks), func(b *testing.B) {
+			var opts []redislock.Option
+			if acks > 0 {
+				opts = append(opts, redislock.WithReplicaAcks(acks, time.Second))
+			}
+			l := newLock(b, srv.FailoverClient(b), opts...)
+			key := "bench:acks:" + strconv.Itoa(acks)
+			run(b, func() error {
+				h, err := l.TryAcquire(ctx, key, 30*time.Second)
+				if err != nil {
+					return err
+				}
+				return h.Release(ctx)
+			})
+		})
+	}
+	b.Run("ping", func(b *testing.B) {
+		c := srv.FailoverClient(b)
+		run(b, func() error { return c.Ping(ctx).Err() })
+	})
 }

@@ -220,7 +220,7 @@ func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration)
 		if err != nil && queued { // leave the queue; if this fails, the place lapses
 			qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 			defer cancel()
-			_, _ = l.write(qctx, leaveScript, l.queueKeys(key), waiter, l.channel, key, ms(fenceLifetime))
+			_ = l.run(qctx, leaveScript, l.queueKeys(key), waiter, l.channel, key, ms(fenceLifetime)).Err()
 		}
 	}()
 	tail := waiter + "|" + l.owner
@@ -461,17 +461,15 @@ func (h *handle) Release(ctx context.Context) error {
 	if released {
 		return h.lost("second release")
 	}
-	cmd, acked := h.l.write(ctx, releaseScript, h.l.queueKeys(h.key),
-		h.value, h.l.channel, h.key, strconv.FormatUint(h.token, 10), ms(fenceLifetime))
-	n, err := cmd.Int64()
+	// Not acknowledged under WithReplicaAcks: a release that a failover
+	// loses leaves the grant to expire at its ttl (a delay, never a second
+	// holder), and a handoff it makes is confirmed by its waiter.
+	n, err := h.l.run(ctx, releaseScript, h.l.queueKeys(h.key),
+		h.value, h.l.channel, h.key, strconv.FormatUint(h.token, 10), ms(fenceLifetime)).Int64()
 	switch {
 	case err != nil:
 		// Unknown outcome: the grant may still be there; it expires with its ttl.
 		err = backendkit.Unavailable("redislock: release", err)
-	case acked != nil && n != 0:
-		// Released here, and maybe handed to a waiter; not on the
-		// replicas yet.
-		err = backendkit.Unavailable("redislock: release", acked)
 	case n == 2 && time.Now().Before(h.ValidUntil()):
 		// Gone before its time, yet no grant was made since: this release
 		// was sent twice (go-redis retries a command whose reply it did not
@@ -491,11 +489,7 @@ func (l *Lock) ForceRelease(ctx context.Context, key string) (bool, error) {
 	if err := backendkit.ValidateKey(ctx, key); err != nil {
 		return false, err
 	}
-	cmd, acked := l.write(ctx, forceReleaseScript, l.queueKeys(key), l.channel, key, ms(fenceLifetime))
-	n, err := cmd.Int64()
-	if err == nil && acked != nil {
-		err = acked
-	}
+	n, err := l.run(ctx, forceReleaseScript, l.queueKeys(key), l.channel, key, ms(fenceLifetime)).Int64()
 	if err != nil {
 		return false, backendkit.Unavailable("redislock: force release", err)
 	}

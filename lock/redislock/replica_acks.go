@@ -15,21 +15,22 @@ import (
 const MaxReplicaAckTimeout = rediscall.MaxAckTimeout
 
 // WithReplicaAcks makes every write that a promise rests on — a grant and
-// its fence counter, an extension, a release and the handoff it makes to a
-// queued waiter, a forced release, a waiter leaving its queue — wait until
-// n replicas have acknowledged it (WAIT n timeout, sent in the same round
-// trip as the script, through a pipeline on the connection that ran it; on
-// a Cluster, on the master of the key's slot), before the operation reports
-// success. A grant whose write fewer than n replicas acknowledged within
-// timeout is released again (where the release reaches the server) and the
-// attempt fails with lock.ErrUnavailable: its outcome is unknown, and it is
-// retried as any unavailable attempt is. An extension or a release so
-// left fails the same way. A handoff that a queued waiter receives is
-// confirmed by an extension of its own, acknowledged likewise, before
-// AcquireQueued returns it. ValidUntil still counts from before the
-// request. n is 1 to 16 and timeout 1 ms to MaxReplicaAckTimeout; the
-// client must be a *redis.Client (a failover client from Sentinel is one)
-// or a *redis.ClusterClient.
+// its fence counter, an extension — wait until n replicas have
+// acknowledged it (WAIT n timeout, sent in the same round trip as the
+// script, through a pipeline on the connection that ran it; on a Cluster,
+// on the master of the key's slot), before the operation reports success.
+// A grant whose write fewer than n replicas acknowledged within timeout is
+// released again (where the release reaches the server) and the attempt
+// fails with lock.ErrUnavailable: its outcome is unknown, and it is
+// retried as any unavailable attempt is. An extension so left fails the
+// same way. A grant that a release hands to a queued waiter is confirmed
+// by an acknowledged extension of the waiter's own (which covers the
+// handoff written before it) before AcquireQueued returns it. Releases are
+// not acknowledged: a release that a failover loses leaves the grant to
+// expire at its ttl, a delay for the next holder, never a second one.
+// ValidUntil still counts from before the request. n is 1 to 16 and
+// timeout 1 ms to MaxReplicaAckTimeout; the client must be a *redis.Client
+// (a failover client from Sentinel is one) or a *redis.ClusterClient.
 //
 // What it guarantees: a failover promotes a replica that has every write an
 // acknowledged operation made, if the replica promoted is one that

@@ -172,3 +172,42 @@ func TestAcknowledgedGrantsSurviveAFailover(t *testing.T) {
 		t.Fatalf("token %d after the failover, want above %d", h.Token(), top)
 	}
 }
+
+// A grant handed to a queued waiter is confirmed by an acknowledged
+// extension of the waiter's own: with no replica answering, AcquireQueued
+// fails with ErrUnavailable rather than return a handoff that a failover
+// would lose.
+func TestHandoffIsConfirmedUnderAcks(t *testing.T) {
+	srv := testenv.NewRedis(t, testenv.Replicas(1), testenv.Sentinels(3))
+	opt := redislock.WithReplicaAcks(1, 300*time.Millisecond)
+	holder, waiter := newLock(t, srv.FailoverClient(t), opt), newLock(t, srv.FailoverClient(t), opt)
+	ctx := t.Context()
+	h, err := holder.TryAcquire(ctx, "handed", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		h, err := waiter.AcquireQueued(ctx, "handed", time.Minute)
+		if err == nil {
+			_ = h.Release(context.WithoutCancel(ctx))
+		}
+		got <- err
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		n, err := holder.Waiting(ctx, "handed")
+		if err == nil && n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiter is not queued: %d, %v", n, err)
+		}
+	}
+	cutReplicas(t, srv, 3*time.Second)
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; !errors.Is(err, lock.ErrUnavailable) {
+		t.Fatalf("AcquireQueued of a handoff no replica acknowledged: %v, want ErrUnavailable", err)
+	}
+}
