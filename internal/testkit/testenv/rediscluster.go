@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -213,11 +214,13 @@ func (t *clusterTopo) failover(ctx context.Context, how Failover, key string) (s
 	}
 	switch how {
 	case Crash:
+		t.s.faultAt = time.Now()
 		if err := t.s.stopMembers([]int{i}); err != nil {
 			return "", err
 		}
 	case Handover:
 		c := redis.NewClient(&redis.Options{Addr: nodes[1], MaxRetries: -1})
+		t.s.faultAt = time.Now()
 		err := c.Do(ctx, "CLUSTER", "FAILOVER").Err()
 		c.Close()
 		if err != nil {

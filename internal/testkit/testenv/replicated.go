@@ -126,6 +126,15 @@ func (s *Server) FailoverKey(t testing.TB, how Failover, key string) string {
 	return primary
 }
 
+// FaultAt returns when the last Failover injected its fault (the kill
+// signal, the SENTINEL FAILOVER or CLUSTER FAILOVER command, the shutdown
+// of the primary): the start of the outage that clients see.
+func (s *Server) FaultAt() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.faultAt
+}
+
 // Primary returns the address of the current primary (on a Redis Cluster,
 // of slot 0's master); the test fails if the server is not replicated.
 func (s *Server) Primary(t testing.TB) string {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -215,6 +216,7 @@ func (t *sentinelTopo) failover(ctx context.Context, how Failover, _ string) (st
 	}
 	switch how {
 	case Crash:
+		t.s.faultAt = time.Now()
 		if err := t.s.stopMembers([]int{i}); err != nil {
 			return "", err
 		}
@@ -222,6 +224,7 @@ func (t *sentinelTopo) failover(ctx context.Context, how Failover, _ string) (st
 		err := waitFor(ctx, "SENTINEL FAILOVER", func(ctx context.Context) error {
 			c := sentinelClient(t.sentinels[0])
 			defer c.Close()
+			t.s.faultAt = time.Now()
 			return c.Failover(ctx, SentinelMaster).Err()
 		})
 		if err != nil {

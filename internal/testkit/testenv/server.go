@@ -63,7 +63,8 @@ type Server struct {
 	form func(ctx context.Context) error
 	// topo is the replicated topology (replicated.go), nil for a plain
 	// server or cluster.
-	topo topology
+	topo    topology
+	faultAt time.Time // when the last Failover's fault was injected
 
 	mu     sync.Mutex // serialises Start, Stop, Restart, Failover and close
 	closed bool

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -166,6 +167,7 @@ func (t *standbyTopo) failover(ctx context.Context, how Failover, _ string) (str
 	default:
 		return "", fmt.Errorf("unknown %v", how)
 	}
+	t.s.faultAt = time.Now()
 	if err := t.s.members[old].stopWith(sig); err != nil {
 		return "", err
 	}
