@@ -36,8 +36,12 @@
 //     TryAcquire detects it and refuses with ErrPooler, taking nothing. A
 //     session-mode pooler works: say so with WithSessionPooler.
 //   - Failover: advisory locks are not replicated. After a failover every
-//     grant is lost (holders are told), and with asynchronous replication
-//     the new primary may hand out tokens again that the old one used.
+//     grant is lost (holders are told, by their ValidUntil), and a
+//     successor may be granted on the new primary before that: fencing
+//     orders their writes. With a synchronous standby (and a multi-host DSN
+//     with target_session_attrs=read-write) tokens keep growing and claims
+//     survive; with asynchronous replication the new primary may hand out
+//     tokens again that the old one used.
 //   - A full lock table: ErrLockTableFull (matches lock.ErrUnavailable, so
 //     lock.Acquire retries); held grants keep working.
 //   - Waiting: a waiter in lock.Acquire holds a connection and a snapshot
