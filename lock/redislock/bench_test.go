@@ -64,6 +64,7 @@ func BenchmarkRedisHandoffProcess(b *testing.B) {
 // round trip). It reports the median of each (p50-µs): the target is that
 // acks add less than one round trip at p50.
 func BenchmarkReplicaAcks(b *testing.B) {
+	redis.SetLogger(quiet{}) // the failover client logs each Sentinel it asks, amid the results
 	srv := testenv.NewRedis(b, testenv.Replicas(1), testenv.Sentinels(3))
 	ctx := context.Background()
 	run := func(b *testing.B, op func() error) {
@@ -100,3 +101,8 @@ func BenchmarkReplicaAcks(b *testing.B) {
 		run(b, func() error { return c.Ping(ctx).Err() })
 	})
 }
+
+// quiet is a go-redis logger that drops what it is given.
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
