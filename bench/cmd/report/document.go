@@ -85,6 +85,7 @@ func document(rs results, m machineInfo, rounds, contended int, short bool) stri
 	d.semaphore(rounds)
 	d.ticks()
 	d.recovery()
+	d.replicated(rounds)
 	d.fromTests()
 	d.configs()
 	return d.String()
@@ -144,6 +145,37 @@ func (d *doc) targets() {
 	}
 	for _, be := range []string{"redis", "postgres"} {
 		d.p("| recovery scan, 1,000,000 jobs, 100 expired, under 10 ms (%s) | %s | %s |", be, dur(scan(be)), met(scan(be) < 10000))
+	}
+	extra, rtt := d.ackCost()
+	d.p("| Redis `WithReplicaAcks(1)`: acquire+release costs under one more loopback round trip (p50) | +%s (a PING: %s) | %s |", dur(extra), dur(rtt), met(extra < rtt))
+	d.p("")
+}
+
+// ackCost is what one replica ack adds to acquire+release at p50, and a
+// PING's p50, in µs.
+func (d *doc) ackCost() (extra, rtt float64) {
+	p50 := func(sub string) float64 { return d.get("BenchmarkReplicaAcks/"+sub, "p50-µs") }
+	return p50("acks=1") - p50("acks=0"), p50("ping")
+}
+
+func (d *doc) replicated(rounds int) {
+	d.p("## Replicated deployments")
+	d.p("")
+	d.p("The cost of `redislock.WithReplicaAcks` (`lock/redislock` `BenchmarkReplicaAcks`: uncontended TryAcquire + Release on a primary with one replica and three Sentinels, through a failover client, without acks and with one ack, beside one PING), median over %d rounds of each round's p50:", rounds)
+	d.p("")
+	d.p("| | p50 |")
+	d.p("| --- | --- |")
+	for _, sub := range []string{"acks=0", "acks=1", "ping"} {
+		d.p("| %s | %s |", sub, dur(d.get("BenchmarkReplicaAcks/"+sub, "p50-µs")))
+	}
+	d.p("")
+	d.p("The outage of a failover (`backend` `BenchmarkFailoverRecovery`, 5 failovers per topology): from the death of the primary (SIGKILL of the Redis primary or master, immediate shutdown of the PostgreSQL primary then promotion of its synchronous standby, SIGKILL of the etcd leader) to the next successful grant through the URL an application uses, with `internal/testkit/testenv`'s failover settings (Sentinel down-after 2 s, Cluster node timeout 1 s, etcd's defaults; PostgreSQL is promoted at once, so its figure leaves out the failover manager's detection):")
+	d.p("")
+	d.p("| topology | p50 | max |")
+	d.p("| --- | --- | --- |")
+	for _, tp := range []string{"sentinel", "cluster", "postgres-standby", "etcd-leader"} {
+		n := "BenchmarkFailoverRecovery/" + tp
+		d.p("| %s | %s | %s |", tp, dur(d.get(n, "p50-ms")*1000), dur(d.get(n, "max-ms")*1000))
 	}
 	d.p("")
 }

@@ -56,6 +56,8 @@ func run(rounds, contended int, short, scan bool) error {
 		"bench":     {benchDir, "."},
 		"semaphore": {rootDir, "./semaphore"},
 		"jobs":      {rootDir, "./jobs"},
+		"redislock": {rootDir, "./lock/redislock"},
+		"backend":   {rootDir, "./backend"},
 	}
 	for name, dp := range bins {
 		progress("building %s benchmarks", name)
@@ -89,6 +91,9 @@ func run(rounds, contended int, short, scan bool) error {
 		if err := bench("semaphore", "^BenchmarkSemaphore$/.*/held=15", "1s"); err != nil {
 			return err
 		}
+		if err := bench("redislock", "^BenchmarkReplicaAcks$", "3000x"); err != nil {
+			return err
+		}
 	}
 	for r := 1; r <= contended; r++ {
 		progress("contention round %d of %d", r, contended)
@@ -108,6 +113,9 @@ func run(rounds, contended int, short, scan bool) error {
 		}
 	}
 	if err := bench("jobs", "^BenchmarkHeartbeat10k$", "20x"); err != nil {
+		return err
+	}
+	if err := bench("backend", "^BenchmarkFailoverRecovery$", "5x"); err != nil {
 		return err
 	}
 	m := machine(started, load, flagLine())
