@@ -101,7 +101,7 @@ func BenchmarkScan(b *testing.B) {
 			b.Fatal(err)
 		}
 		if _, err := pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (id, payload, owner, attempt, epoch, deadline)
-			SELECT 'job-' || i, 'x', 'w', 0, i, CASE WHEN i <= %d THEN now() - interval '1 second' ELSE now() + interval '1 hour' END
+			SELECT convert_to('job-' || i, 'UTF8'), 'x', 'w', 0, i, CASE WHEN i <= %d THEN now() - interval '1 second' ELSE now() + interval '1 hour' END
 			FROM generate_series(1, %d) AS i; ANALYZE %s`, table, expired, tracked, table)); err != nil {
 			b.Fatal(err)
 		}
