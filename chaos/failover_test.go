@@ -172,7 +172,7 @@ func runFailovers(t *testing.T, ft failoverTarget, cs []config) {
 	for _, r := range failoverRuns(t, ft, cs) {
 		bad := r.finish(t)
 		n, total, longest := r.h.overlaps()
-		t.Logf("%s: %d violations; overlaps: %d, %v in all, the longest %v", r.h.Backend, len(bad), n, total.Round(time.Millisecond), longest.Round(time.Millisecond))
+		t.Logf("%s: %d violations; overlaps: %d, %v in all, the longest %v; history in %s", r.h.Backend, len(bad), n, total.Round(time.Millisecond), longest.Round(time.Millisecond), r.h.save())
 		switch {
 		case len(bad) > 0 && ft.safe:
 			r.fail(t, bad)

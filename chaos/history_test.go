@@ -233,6 +233,17 @@ func (h *history) failoverWithin(from, to time.Time) (cut, bool) {
 	return cut{}, false
 }
 
+// duringFailover reports whether at fell during a failover or the second
+// after it, when the clients find the new primary.
+func (h *history) duringFailover(at time.Time) bool {
+	for _, f := range h.Failovers {
+		if !at.Before(f.From) && !at.After(f.To.Add(time.Second)) {
+			return true
+		}
+	}
+	return false
+}
+
 // failedOverBetween reports whether a failover began between from and to.
 func (h *history) failedOverBetween(from, to time.Time) bool {
 	for _, f := range h.Failovers {
