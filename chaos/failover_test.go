@@ -4,7 +4,6 @@ import (
 	"context"
 	"math/rand/v2"
 	"os"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -168,7 +167,7 @@ func failoverConfigs(t *testing.T) []config {
 // checks each one's history: a violation fails the test where ft is safe,
 // and is logged, with the overlaps' count and length, where it is not.
 func runFailovers(t *testing.T, ft failoverTarget, cs []config) {
-	goroutines := runtime.NumGoroutine()
+	labelRun(t)
 	for _, r := range failoverRuns(t, ft, cs) {
 		bad := r.finish(t)
 		n, total, longest := r.h.overlaps()
@@ -181,7 +180,7 @@ func runFailovers(t *testing.T, ft failoverTarget, cs []config) {
 		}
 		r.report(t)
 	}
-	checkGoroutines(t, goroutines)
+	checkGoroutines(t)
 }
 
 // failoverRuns starts the workloads cs on ft and fails its primary over,

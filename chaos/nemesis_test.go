@@ -1,13 +1,15 @@
 package chaos_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"runtime"
+	"runtime/pprof"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -78,7 +80,7 @@ func chaosConfig(t *testing.T) config {
 // runNemesis runs workers contending for one key, each through its own
 // proxy, while a seeded nemesis injects faults; then it checks the history.
 func runNemesis(t *testing.T, tg target, c config) {
-	goroutines := runtime.NumGoroutine()
+	labelRun(t)
 	ctx, cancel := context.WithTimeout(context.Background(), c.duration)
 	defer cancel()
 	r := startRun(t, tg, c, ctx)
@@ -137,7 +139,7 @@ func runNemesis(t *testing.T, tg target, c config) {
 		r.fail(t, bad)
 	}
 	r.report(t)
-	checkGoroutines(t, goroutines)
+	checkGoroutines(t)
 }
 
 // run is one workload's workers and history under a nemesis.
@@ -295,20 +297,52 @@ func (r *run) report(t *testing.T) {
 	}
 }
 
+// labelRun labels the test's goroutine, and so every goroutine it starts
+// from now on (the workers, their clients' pools, the proxies), with the
+// test's name: checkGoroutines counts those alone, whatever the tests that
+// run in parallel do.
+func labelRun(t *testing.T) {
+	pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels("chaos", t.Name())))
+	t.Cleanup(func() { pprof.SetGoroutineLabels(context.Background()) })
+}
+
+// runGoroutines counts the goroutines labelled with the test's name.
+func runGoroutines(t *testing.T) (int, string) {
+	var buf bytes.Buffer
+	_ = pprof.Lookup("goroutine").WriteTo(&buf, 1)
+	label := fmt.Sprintf("# labels: {%q:%q}", "chaos", t.Name())
+	n, stacks := 0, ""
+	for _, group := range strings.Split(buf.String(), "\n\n") {
+		if !strings.Contains(group, label) {
+			continue
+		}
+		for _, line := range strings.Split(group, "\n") { // the group's "<count> @ <pcs>"
+			var count int
+			if _, err := fmt.Sscanf(line, "%d @", &count); err == nil {
+				n += count
+				stacks += group + "\n\n"
+				break
+			}
+		}
+	}
+	return n, stacks
+}
+
 // checkGoroutines fails the test unless everything its runs started has
-// ended.
-func checkGoroutines(t *testing.T, before int) {
+// ended: of the goroutines labelled by labelRun, only the test's own (and
+// a few in passing) are left.
+func checkGoroutines(t *testing.T) {
 	t.Helper()
 	if t.Failed() {
 		return
 	}
+	const left = 5
 	deadline := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > before+4 && time.Now().Before(deadline) {
+	for n, _ := runGoroutines(t); n > left && time.Now().Before(deadline); n, _ = runGoroutines(t) {
 		<-time.After(50 * time.Millisecond)
 	}
-	if n := runtime.NumGoroutine(); n > before+4 {
-		buf := make([]byte, 1<<20)
-		t.Fatalf("goroutines: %d before, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
+	if n, stacks := runGoroutines(t); n > left {
+		t.Fatalf("%d goroutines the test started are still running:\n%s", n, stacks)
 	}
 }
 
