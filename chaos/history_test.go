@@ -68,11 +68,13 @@ type history struct {
 	// token out of order, no tick run twice and no job lost: that is what
 	// it is there to test.
 	Failovers []cut
-	// FailoverFrees: a failover frees every grant held when it began
-	// (PostgreSQL's advisory locks are not replicated), as a reset does
-	// where ResetFrees: the holder must be told (its lease's loss, or
-	// ErrLost at Release), its grant counts as ended then, and its later
-	// writes are fenced ones. Claims, tokens and jobs are not freed.
+	// FailoverFrees: a failover frees every grant held when the primary
+	// stops (PostgreSQL's advisory locks are not replicated), as a reset
+	// does where ResetFrees: a grant held across a whole failover must
+	// have been told (its lease's loss, or ErrLost at Release), and a grant
+	// lost during one counts as ended when the failover began (or it
+	// began), its later writes being fenced ones. Claims, tokens and jobs
+	// are not freed.
 	FailoverFrees bool
 }
 
@@ -93,10 +95,16 @@ func (h *history) cut(worker int, kind string, from, to time.Time) {
 // (ResetFrees backends), or a failover that began while g was held
 // (FailoverFrees), or the zero time.
 func (h *history) freedAt(g grant) time.Time {
-	if h.FailoverFrees {
+	if h.FailoverFrees && (g.LossSeen || g.Release == "lost") {
+		// The primary stopped at some instant in [f.From, f.To]: a grant
+		// lost while one went on was lost to it (a grant that was not
+		// lost was released before, or made on the new primary).
 		for _, f := range h.Failovers {
-			if f.From.After(g.Start) && !f.From.After(g.End) { // the primary stops at once
-				return f.From
+			if !f.From.After(g.End) && f.To.After(g.Start) {
+				if f.From.After(g.Start) {
+					return f.From
+				}
+				return g.Start
 			}
 		}
 	}
@@ -234,6 +242,17 @@ func (h *history) failedOver(how string, from, to time.Time) {
 	h.Failovers = append(h.Failovers, cut{Worker: -1, Kind: how, From: from, To: to})
 }
 
+// failoverWithin returns a failover that freed every grant (FailoverFrees)
+// and lay wholly within g's interval, if one did: g was surely lost.
+func (h *history) failoverWithin(g grant) (cut, bool) {
+	for _, f := range h.Failovers {
+		if h.FailoverFrees && f.From.After(g.Start) && f.To.Before(g.End) {
+			return f, true
+		}
+	}
+	return cut{}, false
+}
+
 // duringFailover reports whether at fell during a failover or the second
 // after it, when the clients find the new primary.
 func (h *history) duringFailover(at time.Time) bool {
@@ -335,6 +354,9 @@ func (h *history) check() []string {
 		if g.Release == "lost" && g.ReleaseEnd.Before(g.ValidUntil) && !g.LossSeen && !g.Stalled && !h.lostBetween(g.Start, g.ReleaseEnd) &&
 			h.freedAt(g).IsZero() && !h.ambiguous(g) {
 			bad = append(bad, fmt.Sprintf("validity not conservative: worker %d token %d was gone when its Release returned, before its ValidUntil, and no loss was reported", g.Worker, g.Token))
+		}
+		if f, ok := h.failoverWithin(g); ok && !g.LossSeen && g.Release != "lost" && g.Release != "unobserved" {
+			bad = append(bad, fmt.Sprintf("loss not reported: worker %d token %d was held across the %s failover at %s, which freed every grant, and was never told", g.Worker, g.Token, f.Kind, ts(f.From)))
 		}
 		if h.spansRestart(g) && !g.LossSeen && g.Release != "lost" && g.Release != "unobserved" {
 			bad = append(bad, fmt.Sprintf("loss not reported: worker %d token %d outlived a restart that lost the grants, and was never told", g.Worker, g.Token))
