@@ -98,7 +98,17 @@ func TestFailoverPostgres(t *testing.T) {
 // while its holder (who holds a grant 6 to 7 s, longer than the failover
 // takes) still holds it, until its next renewal finds it gone. The checker
 // must report the overlaps.
+//
+// It belongs to the long tier (LEASEHOLD_CHAOS=1): an overlap needs a
+// waiter granted before the holder's renewal after the failover finds the
+// grant gone, a race that two crashes almost always, not always, show
+// (seed 703681: 2 overlaps, 773 ms in all). redislock's
+// TestFailoverLosesAGrantWithoutAcks shows the same loss deterministically
+// in every run.
 func TestFailoverCheckCanFail(t *testing.T) {
+	if os.Getenv("LEASEHOLD_CHAOS") != "1" {
+		t.Skip("long tier: LEASEHOLD_CHAOS=1 (redislock's TestFailoverLosesAGrantWithoutAcks shows the loss in every run)")
+	}
 	t.Parallel()
 	ft := sentinelTarget(t, false)
 	srv := ft.srv
