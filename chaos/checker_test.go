@@ -43,6 +43,16 @@ func TestCheckerCatchesViolations(t *testing.T) {
 		{"overlap across a restart", &history{Grants: []grant{ok(0, 1, 0, 200), ok(1, 2, 150, 300)}, Losses: []time.Time{at(100)}}, "loss not reported"},
 		{"a restart within the grant", &history{Grants: []grant{ok(0, 1, 0, 200), ok(1, 2, 250, 300)},
 			Losses: []time.Time{at(100)}, LossesEnd: []time.Time{at(150)}}, "loss not reported"},
+		// A failover excuses no overlap, unless it frees every grant
+		// (PostgreSQL) and the holder was told.
+		{"overlap across a failover", &history{Grants: []grant{ok(0, 1, 0, 200), ok(1, 2, 150, 300)},
+			Failovers: []cut{{Worker: -1, Kind: "crash", From: at(100), To: at(140)}}}, "grant safety"},
+		{"overlap across a failover that freed the grant, holder told", &history{FailoverFrees: true,
+			Failovers: []cut{{Worker: -1, Kind: "crash", From: at(100), To: at(140)}},
+			Grants:    []grant{{Worker: 0, Token: 1, Start: at(0), End: at(200), ValidUntil: at(300), LossSeen: true, Release: "lost", ReleaseEnd: at(201)}, ok(1, 2, 150, 300)}}, ""},
+		{"a failover that freed the grant, holder never told", &history{FailoverFrees: true,
+			Failovers: []cut{{Worker: -1, Kind: "crash", From: at(100), To: at(140)}},
+			Grants:    []grant{ok(0, 1, 0, 200), ok(1, 2, 150, 300)}}, "loss not reported"},
 		// Seed 726664 (TestNemesisSemaphore/postgres): the restart began 2 ms
 		// before the work ended and took the server down after the Release
 		// was answered; it was flagged.
@@ -99,7 +109,17 @@ func TestTickCheckerCatchesViolations(t *testing.T) {
 			h.Cuts = []cut{{Worker: 0, Kind: "reset", From: at(1060), To: at(1060)}}
 			return h
 		}(), "once per tick"},
+		{"twice across a failover", func() *history {
+			h := base(twice)
+			h.Failovers = []cut{{Worker: -1, Kind: "crash", From: at(1040), To: at(1090)}}
+			return h
+		}(), "once per tick"},
 		{"most ticks missed", base(every()[:3]), "liveness"},
+		{"ticks missed during failovers only", func() *history {
+			h := base(every()[:3])
+			h.Failovers = []cut{{Worker: -1, Kind: "crash", From: at(700), To: at(1800)}}
+			return h
+		}(), ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			bad := c.h.checkTicks()
@@ -156,6 +176,10 @@ func TestJobsCheckerCatchesViolations(t *testing.T) {
 			h.Jobs.Tracked["job-0001"] = at(0)
 			h.Losses = []time.Time{at(100)}
 		}), false, ""},
+		{"lost across a failover", ledgerWith(func(h *history) {
+			h.Jobs.Tracked["job-0001"] = at(0)
+			h.Failovers = []cut{{Worker: -1, Kind: "crash", From: at(100), To: at(200)}}
+		}), false, "job lost"},
 		{"dead within MaxRetries", ledgerWith(func(h *history) { h.Jobs.Dead["job-0001"] = jobMaxRetries }), false, "buried"},
 		{"dead after MaxRetries", ledgerWith(func(h *history) { h.Jobs.Dead["job-0001"] = jobMaxRetries + 1 }), false, ""},
 	} {

@@ -13,7 +13,14 @@
 // etcd —, workers that crash, and a completion ledger checked after a
 // bounded drain). A three-member etcd cluster run stops and starts members,
 // the leader first; a PostgreSQL run silences a holder's connection past
-// its ttl. docs/guarantees.md lists each run and what it shows.
+// its ttl. The failover runs (TestFailover*) fail the primary of a
+// replicated server over again and again, a crash and a handover in turn,
+// under the lock, timers and jobs workloads at once (with LEASEHOLD_CHAOS=1
+// also the semaphore and the leader): Redis with Sentinel with and without
+// replica acks, a Redis Cluster with replicas, PostgreSQL with a
+// synchronous standby; a failover excuses no violation, except that on
+// PostgreSQL it frees the grants held, whose holders must be told.
+// docs/guarantees.md lists each run and what it shows.
 //
 // It has no code outside its tests. `go test ./chaos/` runs a short seeded
 // slice; LEASEHOLD_CHAOS=1 runs the long tier (a minute per backend);

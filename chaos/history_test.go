@@ -62,6 +62,20 @@ type history struct {
 	Begin     time.Time     // the nemesis started
 	Finish    time.Time     // the nemesis stopped
 	Jobs      *ledger       // the jobs workload
+	// Failovers are the failovers of the server's primary (Kind crash or
+	// handover, Worker -1), from the fault to the topology being whole
+	// again. A failover excuses no overlap (but see FailoverFrees), no
+	// token out of order, no tick run twice and no job lost: that is what
+	// it is there to test.
+	Failovers []cut
+	// FailoverFrees: a failover frees every grant held when the primary
+	// stops (PostgreSQL's advisory locks are not replicated), as a reset
+	// does where ResetFrees: a grant held across a whole failover must
+	// have been told (its lease's loss, or ErrLost at Release), and a grant
+	// lost during one counts as ended when the failover began (or it
+	// began), its later writes being fenced ones. Claims, tokens and jobs
+	// are not freed.
+	FailoverFrees bool
 }
 
 // cut is a connection fault of one worker's client, from From to To.
@@ -78,8 +92,22 @@ func (h *history) cut(worker int, kind string, from, to time.Time) {
 }
 
 // freedAt is when a reset of its worker's connection freed g at the server
-// (ResetFrees backends), or the zero time.
+// (ResetFrees backends), or a failover that began while g was held
+// (FailoverFrees), or the zero time.
 func (h *history) freedAt(g grant) time.Time {
+	if h.FailoverFrees && (g.LossSeen || g.Release == "lost") {
+		// The primary stopped at some instant in [f.From, f.To]: a grant
+		// lost while one went on was lost to it (a grant that was not
+		// lost was released before, or made on the new primary).
+		for _, f := range h.Failovers {
+			if !f.From.After(g.End) && f.To.After(g.Start) {
+				if f.From.After(g.Start) {
+					return f.From
+				}
+				return g.Start
+			}
+		}
+	}
 	if !h.ResetFrees {
 		return time.Time{}
 	}
@@ -206,6 +234,36 @@ func (h *history) lostBetween(from, to time.Time) bool {
 	return false
 }
 
+// failedOver records a failover of the server's primary, begun at from
+// and whole again at to.
+func (h *history) failedOver(how string, from, to time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.Failovers = append(h.Failovers, cut{Worker: -1, Kind: how, From: from, To: to})
+}
+
+// failoverWithin returns a failover that freed every grant (FailoverFrees)
+// and lay wholly within g's interval, if one did: g was surely lost.
+func (h *history) failoverWithin(g grant) (cut, bool) {
+	for _, f := range h.Failovers {
+		if h.FailoverFrees && f.From.After(g.Start) && f.To.Before(g.End) {
+			return f, true
+		}
+	}
+	return cut{}, false
+}
+
+// duringFailover reports whether at fell during a failover or the second
+// after it, when the clients find the new primary.
+func (h *history) duringFailover(at time.Time) bool {
+	for _, f := range h.Failovers {
+		if !at.Before(f.From) && !at.After(f.To.Add(time.Second)) {
+			return true
+		}
+	}
+	return false
+}
+
 func (h *history) fault(format string, args ...any) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -242,6 +300,12 @@ func (h *history) save() string {
 //     release saw the loss.
 //   - Fenced writes: every write the resource accepted came from a grant
 //     with the highest token yet, or from a holder within its interval.
+//
+// A restart that loses the grants (Redis without persistence) exempts the
+// grants it cut short from the overlap checks. A failover exempts nothing,
+// except where it frees every grant at the server (FailoverFrees,
+// PostgreSQL): then, as after a reset that frees a grant, the grant ends
+// at the failover and its holder must have been told.
 func (h *history) check() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -291,6 +355,9 @@ func (h *history) check() []string {
 			h.freedAt(g).IsZero() && !h.ambiguous(g) {
 			bad = append(bad, fmt.Sprintf("validity not conservative: worker %d token %d was gone when its Release returned, before its ValidUntil, and no loss was reported", g.Worker, g.Token))
 		}
+		if f, ok := h.failoverWithin(g); ok && !g.LossSeen && g.Release != "lost" && g.Release != "unobserved" {
+			bad = append(bad, fmt.Sprintf("loss not reported: worker %d token %d was held across the %s failover at %s, which freed every grant, and was never told", g.Worker, g.Token, f.Kind, ts(f.From)))
+		}
 		if h.spansRestart(g) && !g.LossSeen && g.Release != "lost" && g.Release != "unobserved" {
 			bad = append(bad, fmt.Sprintf("loss not reported: worker %d token %d outlived a restart that lost the grants, and was never told", g.Worker, g.Token))
 		}
@@ -307,6 +374,31 @@ func (h *history) check() []string {
 		}
 	}
 	return bad
+}
+
+// overlaps measures the grant-safety violations of the history: the
+// overlaps of each grant with the grants of its key that began before it
+// and were still valid (as their holders saw it), their count, total and
+// longest length. The failover runs without replica acks report them.
+func (h *history) overlaps() (n int, total, longest time.Duration) {
+	h.mu.Lock()
+	gs := append([]grant(nil), h.Grants...)
+	h.mu.Unlock()
+	sort.Slice(gs, func(i, j int) bool { return gs[i].Start.Before(gs[j].Start) })
+	end := map[string]time.Time{} // of each key, the latest end so far
+	for _, g := range gs {
+		if e, ok := end[g.Key]; ok && g.Start.Before(e) {
+			if g.End.Before(e) {
+				e = g.End
+			}
+			d := e.Sub(g.Start)
+			n, total, longest = n+1, total+d, max(longest, d)
+		}
+		if g.End.After(end[g.Key]) {
+			end[g.Key] = g.End
+		}
+	}
+	return n, total, longest
 }
 
 // grantOf finds the grant a write was made under (h.mu held).

@@ -1,13 +1,15 @@
 package chaos_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"runtime"
+	"runtime/pprof"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -42,6 +44,9 @@ type target struct {
 	// once (PostgreSQL ends the session), before the holder can learn it;
 	// the holder must then be told, and fencing orders its late writes.
 	resetFrees bool
+	// failoverFrees: a failover frees every grant at the server (PostgreSQL):
+	// its holders must be told.
+	failoverFrees bool
 }
 
 type config struct {
@@ -53,6 +58,12 @@ type config struct {
 	timers   int  // n > 0: the timers workload, MaxConcurrency n
 	perTick  int  // the timers workload: WithRunsPerTick(perTick) when > 1
 	jobs     bool // the jobs workload: a jobs.Runner per worker, crashes, a completion ledger
+	// name tells apart runs that share a server (the failover runs): it
+	// ends the key.
+	name      string
+	hold      time.Duration // the longest a lock holder or leader keeps its grant; 2 × ttl when 0
+	minHold   time.Duration // the shortest a lock holder keeps its grant
+	failovers int           // the failover nemesis: at least this many failovers
 }
 
 func chaosConfig(t *testing.T) config {
@@ -69,81 +80,17 @@ func chaosConfig(t *testing.T) config {
 // runNemesis runs workers contending for one key, each through its own
 // proxy, while a seeded nemesis injects faults; then it checks the history.
 func runNemesis(t *testing.T, tg target, c config) {
-	t.Logf("seed %d (replay: LEASEHOLD_CHAOS_SEED=%d go test -run '%s' ./chaos/)", c.seed, c.seed, t.Name())
-	h := &history{Seed: c.seed, Backend: tg.name, ResetFrees: tg.resetFrees}
-	rng := rand.New(rand.NewPCG(uint64(c.seed), 0))
-	goroutines := runtime.NumGoroutine()
+	labelRun(t)
 	ctx, cancel := context.WithTimeout(context.Background(), c.duration)
 	defer cancel()
-	key := fmt.Sprintf("chaos/%s/%d", tg.name, c.seed)
-	h.Limit = max(c.slots, c.timers, 1)
-	if c.timers > 0 {
-		h.Interval, h.PerTick = timerInterval, max(c.perTick, 1)
-	}
-	fences := map[string]*lock.Fence{}
-	var fencesMu sync.Mutex
-	fenceFor := func(key string) *lock.Fence {
-		fencesMu.Lock()
-		defer fencesMu.Unlock()
-		if fences[key] == nil {
-			fences[key] = new(lock.Fence)
-		}
-		return fences[key]
-	}
-	// The jobs workload's workers go on after the nemesis, until the
-	// queue has drained.
-	workCtx, stopWork := context.WithCancel(context.Background())
-	defer stopWork()
-	var q *queue
-	var regs []jobs.Registry
-	if c.jobs {
-		q, h.Jobs = newQueue(), newLedger()
-		go h.Jobs.produce(ctx, q)
-	}
-	proxies := make([]proxySet, c.workers)
-	stall := make([]chan time.Duration, c.workers)
-	var closers []func()
-	var wg sync.WaitGroup
-	for i := range c.workers {
-		for _, addr := range tg.addrs {
-			proxies[i] = append(proxies[i], faultproxy.Start(t, addr))
-		}
-		stall[i] = make(chan time.Duration, 1)
-		l, closeFn := tg.connect(t, proxies[i].addrs())
-		closers = append(closers, closeFn)
-		seed := rng.Int64()
-		acquire := func(ctx context.Context) (lock.Handle, error) { return lock.Acquire(ctx, l, key, tg.ttl) }
-		if c.slots > 0 {
-			sem, err := semaphore.New(l, key, c.slots)
-			if err != nil {
-				t.Fatal(err)
-			}
-			acquire = func(ctx context.Context) (lock.Handle, error) { return sem.AcquirePermit(ctx, tg.ttl) }
-		}
-		if c.jobs {
-			reg, closeReg := tg.registry(t, proxies[i].addrs())
-			regs = append(regs, reg)
-			closers = append(closers, closeReg)
-			wg.Go(func() { jobWorker(workCtx, i, l, reg, key, q, h.Jobs, stall[i], seed) })
-			continue
-		}
-		if c.timers > 0 {
-			wg.Go(func() { runTimers(ctx, i, l, key, c.timers, c.perTick, tg.ttl, fenceFor, h, stall[i], seed) })
-			continue
-		}
-		if c.leader {
-			wg.Go(func() { lead(ctx, i, l, key, tg.ttl, fenceFor, h, stall[i], seed) })
-			continue
-		}
-		wg.Go(func() { work(ctx, i, acquire, tg.ttl, fenceFor, h, stall[i], seed) })
-	}
+	r := startRun(t, tg, c, ctx)
+	h, rng := r.h, r.rng // the nemesis goes on with the workers' generator, as a seed always has
 	// The nemesis: a fault every so often, healed before the next.
-	h.Begin = time.Now()
 	kills := 0
 	for ctx.Err() == nil {
 		wait := time.Duration(200+rng.IntN(600)) * time.Millisecond
 		victim := rng.IntN(c.workers)
-		p := proxies[victim]
+		p := r.proxies[victim]
 		if tg.killMember != nil && (kills == 0 || rng.IntN(3) == 0) { // the first kill stops the leader
 			d := tg.ttl/2 + time.Duration(rng.Int64N(int64(tg.ttl)*2))
 			tg.killMember(t, rng.IntN(len(tg.addrs)), kills == 0 || rng.IntN(2) == 0, d, h.fault)
@@ -175,7 +122,7 @@ func runNemesis(t *testing.T, tg target, c config) {
 			d := tg.ttl + time.Duration(rng.Int64N(int64(tg.ttl)))
 			h.fault("stall worker %d for %v", victim, d)
 			select {
-			case stall[victim] <- d:
+			case r.stall[victim] <- d:
 			default:
 			}
 		default:
@@ -188,61 +135,214 @@ func runNemesis(t *testing.T, tg target, c config) {
 		}
 		sleep(ctx, wait)
 	}
+	if bad := r.finish(t); len(bad) > 0 {
+		r.fail(t, bad)
+	}
+	r.report(t)
+	checkGoroutines(t)
+}
+
+// run is one workload's workers and history under a nemesis.
+type run struct {
+	c       config
+	h       *history
+	rng     *rand.Rand // the seed's generator, after the workers' seeds
+	key     string     // the workload's key (the timer's, the election's name)
+	proxies []proxySet
+	stall   []chan time.Duration
+	wg      sync.WaitGroup
+	q       *queue
+	regs    []jobs.Registry
+	closers []func()
+	stop    context.CancelFunc // ends the jobs workload's workers
+}
+
+// startRun starts c's workers on tg, each through its own proxy; they stop
+// when ctx ends (the jobs workload's, at finish).
+func startRun(t *testing.T, tg target, c config, ctx context.Context) *run {
+	t.Logf("seed %d (replay: LEASEHOLD_CHAOS_SEED=%d go test -run '%s' ./chaos/)", c.seed, c.seed, t.Name())
+	r := &run{c: c, h: &history{Seed: c.seed, Backend: tg.name, ResetFrees: tg.resetFrees, FailoverFrees: tg.failoverFrees}}
+	h := r.h
+	r.rng = rand.New(rand.NewPCG(uint64(c.seed), 0))
+	rng := r.rng
+	key := fmt.Sprintf("chaos/%s/%d", tg.name, c.seed)
+	if c.name != "" {
+		key += "/" + c.name
+		h.Backend += "-" + c.name
+	}
+	r.key = key
+	h.Limit = max(c.slots, c.timers, 1)
+	if c.timers > 0 {
+		h.Interval, h.PerTick = timerInterval, max(c.perTick, 1)
+	}
+	hold := 2 * tg.ttl
+	if c.hold > 0 {
+		hold = c.hold
+	}
+	fences := map[string]*lock.Fence{}
+	var fencesMu sync.Mutex
+	fenceFor := func(key string) *lock.Fence {
+		fencesMu.Lock()
+		defer fencesMu.Unlock()
+		if fences[key] == nil {
+			fences[key] = new(lock.Fence)
+		}
+		return fences[key]
+	}
+	// The jobs workload's workers go on after the nemesis, until the
+	// queue has drained.
+	workCtx, stopWork := context.WithCancel(context.Background())
+	r.stop = stopWork
+	if c.jobs {
+		r.q, h.Jobs = newQueue(), newLedger()
+		go h.Jobs.produce(ctx, r.q)
+	}
+	r.proxies = make([]proxySet, c.workers)
+	r.stall = make([]chan time.Duration, c.workers)
+	for i := range c.workers {
+		for _, addr := range tg.addrs {
+			r.proxies[i] = append(r.proxies[i], faultproxy.Start(t, addr))
+		}
+		r.stall[i] = make(chan time.Duration, 1)
+		l, closeFn := tg.connect(t, r.proxies[i].addrs())
+		r.closers = append(r.closers, closeFn)
+		seed := rng.Int64()
+		acquire := func(ctx context.Context) (lock.Handle, error) { return lock.Acquire(ctx, l, key, tg.ttl) }
+		if c.slots > 0 {
+			sem, err := semaphore.New(l, key, c.slots)
+			if err != nil {
+				t.Fatal(err)
+			}
+			acquire = func(ctx context.Context) (lock.Handle, error) { return sem.AcquirePermit(ctx, tg.ttl) }
+		}
+		stall := r.stall[i]
+		switch {
+		case c.jobs:
+			reg, closeReg := tg.registry(t, r.proxies[i].addrs())
+			r.regs = append(r.regs, reg)
+			r.closers = append(r.closers, closeReg)
+			r.wg.Go(func() { jobWorker(workCtx, i, l, reg, key, r.q, h.Jobs, stall, seed) })
+		case c.timers > 0:
+			r.wg.Go(func() { runTimers(ctx, i, l, key, c.timers, c.perTick, tg.ttl, fenceFor, h, stall, seed) })
+		case c.leader:
+			r.wg.Go(func() { lead(ctx, i, l, key, tg.ttl, hold, fenceFor, h, stall, seed) })
+		default:
+			r.wg.Go(func() { work(ctx, i, acquire, tg.ttl, c.minHold, hold, fenceFor, h, stall, seed) })
+		}
+	}
+	h.Begin = time.Now()
+	return r
+}
+
+// finish heals the proxies, lets the jobs workload drain, stops the
+// workers, and returns the checker's violations.
+func (r *run) finish(t *testing.T) []string {
+	h, c := r.h, r.c
 	h.Finish = time.Now()
-	for _, p := range proxies {
+	for _, p := range r.proxies {
 		p.SetMode(faultproxy.Pass)
 		p.SetDelay(0)
 	}
 	if c.jobs { // the drain: a few recovery intervals at most
 		drain, cancel := context.WithTimeout(context.Background(), 15*jobLease)
-		for drain.Err() == nil && !h.finished(drain, regs[0], q) {
+		for drain.Err() == nil && !h.finished(drain, r.regs[0], r.q) {
 			sleep(drain, 100*time.Millisecond)
 		}
 		cancel()
 		h.Relaxed = append(h.Relaxed, fmt.Sprintf("drained in %v", time.Since(h.Finish).Round(time.Millisecond)))
 	}
-	stopWork()
-	wg.Wait()
+	r.stop()
+	r.wg.Wait()
 	bad := h.check()
 	if c.timers > 0 {
 		bad = append(bad, h.checkTicks()...)
 	}
 	if c.jobs {
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		bad = append(bad, h.checkJobs(cctx, regs[0], q)...)
+		bad = append(bad, h.checkJobs(cctx, r.regs[0], r.q)...)
 		cancel()
 	}
-	for _, closeFn := range closers {
+	for _, closeFn := range r.closers {
 		closeFn()
 	}
-	for _, p := range proxies {
+	for _, p := range r.proxies {
 		p.Close()
 	}
-	if len(bad) > 0 {
-		path := h.save()
-		for _, b := range bad[:min(len(bad), 10)] {
-			t.Error(b)
-		}
-		t.Fatalf("%d violations with seed %d; history saved to %s", len(bad), c.seed, path)
+	return bad
+}
+
+// fail reports a run's violations and where its history was saved.
+func (r *run) fail(t *testing.T, bad []string) {
+	t.Helper()
+	path := r.h.save()
+	for _, b := range bad[:min(len(bad), 10)] {
+		t.Error(b)
 	}
-	// Everything the workers started has ended.
-	deadline := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > goroutines+4 && time.Now().Before(deadline) {
-		<-time.After(50 * time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > goroutines+4 {
-		buf := make([]byte, 1<<20)
-		t.Fatalf("goroutines: %d before, %d after:\n%s", goroutines, n, buf[:runtime.Stack(buf, true)])
-	}
+	t.Errorf("%d violations with seed %d; history saved to %s", len(bad), r.c.seed, path)
+}
+
+// report logs what the run did, and fails a lock run that granted little.
+func (r *run) report(t *testing.T) {
+	t.Helper()
+	h := r.h
 	accepted := 0
 	for _, w := range h.Writes {
 		if w.Accepted {
 			accepted++
 		}
 	}
-	t.Logf("%d grants, %d writes (%d accepted), %d faults, exceptions %v", len(h.Grants), len(h.Writes), accepted, len(h.Faults), h.Relaxed)
-	if len(h.Grants) < 3 && !c.jobs {
-		t.Fatalf("only %d grants: the run did not exercise the lock", len(h.Grants))
+	t.Logf("%s: %d grants, %d writes (%d accepted), %d faults, exceptions %v", h.Backend, len(h.Grants), len(h.Writes), accepted, len(h.Faults), h.Relaxed)
+	if len(h.Grants) < 3 && !r.c.jobs {
+		t.Errorf("%s: only %d grants: the run did not exercise the lock", h.Backend, len(h.Grants))
+	}
+}
+
+// labelRun labels the test's goroutine, and so every goroutine it starts
+// from now on (the workers, their clients' pools, the proxies), with the
+// test's name: checkGoroutines counts those alone, whatever the tests that
+// run in parallel do.
+func labelRun(t *testing.T) {
+	pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels("chaos", t.Name())))
+	t.Cleanup(func() { pprof.SetGoroutineLabels(context.Background()) })
+}
+
+// runGoroutines counts the goroutines labelled with the test's name.
+func runGoroutines(t *testing.T) (int, string) {
+	var buf bytes.Buffer
+	_ = pprof.Lookup("goroutine").WriteTo(&buf, 1)
+	label := fmt.Sprintf("# labels: {%q:%q}", "chaos", t.Name())
+	n, stacks := 0, ""
+	for _, group := range strings.Split(buf.String(), "\n\n") {
+		if !strings.Contains(group, label) {
+			continue
+		}
+		for _, line := range strings.Split(group, "\n") { // the group's "<count> @ <pcs>"
+			var count int
+			if _, err := fmt.Sscanf(line, "%d @", &count); err == nil {
+				n += count
+				stacks += group + "\n\n"
+				break
+			}
+		}
+	}
+	return n, stacks
+}
+
+// checkGoroutines fails the test unless everything its runs started has
+// ended: of the goroutines labelled by labelRun, only the test's own (and
+// a few in passing) are left.
+func checkGoroutines(t *testing.T) {
+	t.Helper()
+	if t.Failed() {
+		return
+	}
+	const left = 5
+	deadline := time.Now().Add(10 * time.Second)
+	for n, _ := runGoroutines(t); n > left && time.Now().Before(deadline); n, _ = runGoroutines(t) {
+		<-time.After(50 * time.Millisecond)
+	}
+	if n, stacks := runGoroutines(t); n > left {
+		t.Fatalf("%d goroutines the test started are still running:\n%s", n, stacks)
 	}
 }
 
@@ -287,7 +387,7 @@ func (ps proxySet) Close() {
 // work is one worker: acquire, keep, write under the lease while it is
 // valid, release; or, when the nemesis stalls it, stop looking at the lease
 // for a while and then write anyway, as a paused process would.
-func work(ctx context.Context, id int, acquire func(context.Context) (lock.Handle, error), ttl time.Duration,
+func work(ctx context.Context, id int, acquire func(context.Context) (lock.Handle, error), ttl, minHold, maxHold time.Duration,
 	fenceFor func(key string) *lock.Fence, h *history, stall chan time.Duration, seed int64) {
 	rng := rand.New(rand.NewPCG(uint64(seed), 1))
 	for ctx.Err() == nil {
@@ -312,7 +412,7 @@ func work(ctx context.Context, id int, acquire func(context.Context) (lock.Handl
 			lossAt = time.Now()
 			lossMu.Unlock()
 		})
-		hold := time.Duration(rng.Int64N(int64(ttl) * 2))
+		hold := minHold + time.Duration(rng.Int64N(int64(maxHold-minHold)))
 		end := time.Now().Add(hold)
 		for time.Now().Before(end) {
 			select {
@@ -394,7 +494,7 @@ func (p *pausable) Extend(ctx context.Context, ttl time.Duration) error {
 // while so that terms turn over. A term's interval runs from fn's start to
 // the cancellation of fn's context (or fn's return); leader.Run releases
 // the lease only after that.
-func lead(ctx context.Context, id int, l lock.Lock, name string, ttl time.Duration,
+func lead(ctx context.Context, id int, l lock.Lock, name string, ttl, maxHold time.Duration,
 	fenceFor func(key string) *lock.Fence, h *history, stall chan time.Duration, seed int64) {
 	rng := rand.New(rand.NewPCG(uint64(seed), 2))
 	var g grant // the current term, recorded once leader.Run has released it
@@ -412,7 +512,7 @@ func lead(ctx context.Context, id int, l lock.Lock, name string, ttl time.Durati
 		g = grant{Worker: id, Key: leader.Key(name), Token: term, Start: time.Now()}
 		ended := endOf(lctx)
 		fence := fenceFor(g.Key)
-		resign := time.Now().Add(time.Duration(rng.Int64N(int64(ttl) * 2)))
+		resign := time.Now().Add(time.Duration(rng.Int64N(int64(maxHold))))
 		for time.Now().Before(resign) {
 			select {
 			case <-stall: // stalled leaders are the process tests' (leader.TestThreeProcesses)

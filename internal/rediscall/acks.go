@@ -103,6 +103,13 @@ func (a Acks) write(ctx context.Context, client redis.UniversalClient, script *r
 			continue
 		}
 		if err := cmd.Err(); err != nil && err != redis.Nil {
+			if c, ok := client.(*redis.ClusterClient); ok && (strings.HasPrefix(err.Error(), "MOVED ") || strings.HasPrefix(err.Error(), "ASK ")) {
+				// The slot has moved (a failover). The cluster client learns
+				// it from the replies to the commands it routes, not from
+				// this node's: have it reload its map for the next attempt
+				// (chaos.TestFailoverCluster).
+				c.ReloadState(ctx)
+			}
 			return cmd, nil
 		}
 		n, err := wait.Int64()
