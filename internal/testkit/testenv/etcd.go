@@ -67,6 +67,7 @@ func buildEtcd(bin, dir string, cfg config) (*Server, error) {
 			dir:     dir,
 			logPath: filepath.Join(dir, name+".log"),
 			target:  addr,
+			port:    ports[2*i],
 		})
 	}
 	s.addr = s.endpoints[0]

@@ -132,6 +132,7 @@ default_pool_size = 20
 			logPath: filepath.Join(dir, "pgbouncer.log"),
 			cred:    cred,
 			target:  dsn,
+			port:    ports[0],
 		}},
 	}
 	register(s)

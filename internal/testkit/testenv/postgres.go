@@ -196,6 +196,7 @@ func postgresNode(binDir, dir string, port int, cred *syscall.Credential, settin
 		logPath: filepath.Join(dir, "postgres.log"),
 		cred:    cred,
 		target:  postgresDSN(addr),
+		port:    port,
 	}
 }
 

@@ -44,6 +44,7 @@ type proc struct {
 	logPath string   // stdout and stderr, appended across starts
 	cred    *syscall.Credential
 	target  string // what kind.probe talks to
+	port    int    // the loopback TCP port it listens on (0: not checked)
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd     // nil when stopped
@@ -182,6 +183,11 @@ func (p *proc) waitReady() error {
 		return fmt.Errorf("%s is not running", p.name)
 	}
 	err := poll(p.kind.probe, p.target, exited)
+	if err == nil && p.port != 0 && !listensOn(cmd.Process.Pid, p.port) {
+		// Another test's server took the port between freePorts and our
+		// start, and answered the probe; ours fails to bind it.
+		return fmt.Errorf("%w: %s: another process answers on port %d", errPortInUse, p.name, p.port)
+	}
 	switch {
 	case err == nil:
 		return nil

@@ -68,6 +68,7 @@ func redisNode(bin, dir string, port int, args ...string) *proc {
 		dir:     dir,
 		logPath: filepath.Join(dir, "redis.log"),
 		target:  addr,
+		port:    port,
 	}
 }
 

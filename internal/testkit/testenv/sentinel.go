@@ -80,6 +80,7 @@ sentinel parallel-syncs %[3]s %[6]d
 			dir:     mdir,
 			logPath: filepath.Join(mdir, "sentinel.log"),
 			target:  addr,
+			port:    port,
 		})
 	}
 	s.envValue = s.addr
