@@ -34,7 +34,9 @@ func probe(l lock.Lock) *prober {
 		for i := 0; ctx.Err() == nil; i++ {
 			start := time.Now()
 			actx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-			h, err := l.TryAcquire(actx, fmt.Sprintf("{probe}-%d-%d", start.UnixNano(), i), 10*time.Second)
+			// The probes' ttl is the PostgreSQL standby's quarantine after
+			// the promotion: the longest ttl granted before it.
+			h, err := l.TryAcquire(actx, fmt.Sprintf("{probe}-%d-%d", start.UnixNano(), i), time.Second)
 			cancel()
 			if err == nil {
 				p.mu.Lock()

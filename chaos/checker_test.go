@@ -43,16 +43,30 @@ func TestCheckerCatchesViolations(t *testing.T) {
 		{"overlap across a restart", &history{Grants: []grant{ok(0, 1, 0, 200), ok(1, 2, 150, 300)}, Losses: []time.Time{at(100)}}, "loss not reported"},
 		{"a restart within the grant", &history{Grants: []grant{ok(0, 1, 0, 200), ok(1, 2, 250, 300)},
 			Losses: []time.Time{at(100)}, LossesEnd: []time.Time{at(150)}}, "loss not reported"},
-		// A failover excuses no overlap, unless it frees every grant
-		// (PostgreSQL) and the holder was told.
+		// A failover excuses no overlap, also where it forgets every grant
+		// (PostgreSQL, whose new primary quarantines their keys); the
+		// holders of the grants it forgot must have been told.
 		{"overlap across a failover", &history{Grants: []grant{ok(0, 1, 0, 200), ok(1, 2, 150, 300)},
 			Failovers: []cut{{Worker: -1, Kind: "crash", From: at(100), To: at(140)}}}, "grant safety"},
-		{"overlap across a failover that freed the grant, holder told", &history{FailoverFrees: true,
+		{"overlap across a failover that forgot the grant, holder told", &history{Quarantines: true,
 			Failovers: []cut{{Worker: -1, Kind: "crash", From: at(100), To: at(140)}},
-			Grants:    []grant{{Worker: 0, Token: 1, Start: at(0), End: at(200), ValidUntil: at(300), LossSeen: true, Release: "lost", ReleaseEnd: at(201)}, ok(1, 2, 150, 300)}}, ""},
-		{"a failover that freed the grant, holder never told", &history{FailoverFrees: true,
+			Grants:    []grant{{Worker: 0, Token: 1, Start: at(0), End: at(200), ValidUntil: at(300), LossSeen: true, Release: "lost", ReleaseEnd: at(201)}, ok(1, 2, 150, 300)}}, "grant safety"},
+		{"a failover that forgot the grant, holder never told", &history{Quarantines: true,
 			Failovers: []cut{{Worker: -1, Kind: "crash", From: at(100), To: at(140)}},
-			Grants:    []grant{ok(0, 1, 0, 200), ok(1, 2, 150, 300)}}, "loss not reported"},
+			Grants:    []grant{ok(0, 1, 0, 200), ok(1, 2, 250, 300)}}, "loss not reported"},
+		// Seed 602766 (TestFailoverPostgres): a Release after the failover
+		// found the grant forgotten; it was flagged as not conservative.
+		{"a failover that forgot the grant, Release told", &history{Quarantines: true,
+			Failovers: []cut{{Worker: -1, Kind: "crash", From: at(100), To: at(140)}},
+			Grants:    []grant{{Worker: 0, Token: 1, Start: at(0), End: at(150), ValidUntil: at(300), Release: "lost", ReleaseEnd: at(150)}, ok(1, 2, 310, 400)}}, ""},
+		{"a Release that found the grant gone across a failover that keeps grants", &history{
+			Failovers: []cut{{Worker: -1, Kind: "crash", From: at(100), To: at(140)}},
+			Grants:    []grant{{Worker: 0, Token: 1, Start: at(0), End: at(150), ValidUntil: at(300), Release: "lost", ReleaseEnd: at(150)}, ok(1, 2, 310, 400)}}, "not conservative"},
+		// A restart of a quarantining server (PostgreSQL) excuses no
+		// overlap either.
+		{"overlap across a quarantined restart", &history{Quarantines: true, Grants: []grant{
+			{Worker: 0, Token: 1, Start: at(0), End: at(200), ValidUntil: at(300), LossSeen: true, Release: "lost", ReleaseEnd: at(201)}, ok(1, 2, 150, 300)},
+			Losses: []time.Time{at(100)}, LossesEnd: []time.Time{at(120)}}, "grant safety"},
 		// Seed 726664 (TestNemesisSemaphore/postgres): the restart began 2 ms
 		// before the work ended and took the server down after the Release
 		// was answered; it was flagged.

@@ -299,7 +299,7 @@ func standbyTarget(t *testing.T) failoverTarget {
 	dsn := srv.DSN() + "&connect_timeout=2"
 	return failoverTarget{
 		target: target{
-			name: "postgres-standby", ttl: failoverTTL, failoverFrees: true,
+			name: "postgres-standby", ttl: failoverTTL, quarantines: true,
 			connect: func(t *testing.T, _ []string) (lock.Lock, func()) {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()

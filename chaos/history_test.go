@@ -64,18 +64,19 @@ type history struct {
 	Jobs      *ledger       // the jobs workload
 	// Failovers are the failovers of the server's primary (Kind crash or
 	// handover, Worker -1), from the fault to the topology being whole
-	// again. A failover excuses no overlap (but see FailoverFrees), no
-	// token out of order, no tick run twice and no job lost: that is what
-	// it is there to test.
+	// again. A failover excuses no overlap, no token out of order, no
+	// tick run twice and no job lost: that is what it is there to test.
 	Failovers []cut
-	// FailoverFrees: a failover frees every grant held when the primary
-	// stops (PostgreSQL's advisory locks are not replicated), as a reset
-	// does where ResetFrees: a grant held across a whole failover must
-	// have been told (its lease's loss, or ErrLost at Release), and a grant
-	// lost during one counts as ended when the failover began (or it
-	// began), its later writes being fenced ones. Claims, tokens and jobs
-	// are not freed.
-	FailoverFrees bool
+	// Quarantines: the server forgets every grant at a restart (Losses)
+	// and at a failover (PostgreSQL's advisory locks are in memory, not
+	// replicated), but grants none of their keys again before the lost
+	// holders' ValidUntil (pglock's quarantine of a new server
+	// incarnation). So neither excuses an overlap; either explains a
+	// Release that found its grant gone; a grant held across a whole
+	// failover must have been told (its lease's loss, or ErrLost at
+	// Release), as across a restart. Claims, tokens and jobs are not
+	// forgotten.
+	Quarantines bool
 }
 
 // cut is a connection fault of one worker's client, from From to To.
@@ -92,22 +93,8 @@ func (h *history) cut(worker int, kind string, from, to time.Time) {
 }
 
 // freedAt is when a reset of its worker's connection freed g at the server
-// (ResetFrees backends), or a failover that began while g was held
-// (FailoverFrees), or the zero time.
+// (ResetFrees backends), or the zero time.
 func (h *history) freedAt(g grant) time.Time {
-	if h.FailoverFrees && (g.LossSeen || g.Release == "lost") {
-		// The primary stopped at some instant in [f.From, f.To]: a grant
-		// lost while one went on was lost to it (a grant that was not
-		// lost was released before, or made on the new primary).
-		for _, f := range h.Failovers {
-			if !f.From.After(g.End) && f.To.After(g.Start) {
-				if f.From.After(g.Start) {
-					return f.From
-				}
-				return g.Start
-			}
-		}
-	}
 	if !h.ResetFrees {
 		return time.Time{}
 	}
@@ -211,6 +198,9 @@ func (h *history) checkLimit(gs []grant) []string {
 // taken the server down while g was held: the restart, from its start to
 // its return, overlaps g's interval.
 func (h *history) cutByRestart(g grant) bool {
+	if h.Quarantines {
+		return false
+	}
 	for i, from := range h.Losses {
 		to := from
 		if i < len(h.LossesEnd) {
@@ -223,11 +213,16 @@ func (h *history) cutByRestart(g grant) bool {
 	return false
 }
 
-// lostBetween reports whether a restart that lost the grants fell between
-// from and to.
+// lostBetween reports whether a restart that lost the grants, or a failover
+// that forgot them (Quarantines), fell between from and to.
 func (h *history) lostBetween(from, to time.Time) bool {
 	for _, at := range h.Losses {
 		if at.After(from) && at.Before(to) {
+			return true
+		}
+	}
+	for _, f := range h.Failovers { // the primary stopped at some instant in [f.From, f.To]
+		if h.Quarantines && f.From.Before(to) && f.To.After(from) {
 			return true
 		}
 	}
@@ -242,11 +237,11 @@ func (h *history) failedOver(how string, from, to time.Time) {
 	h.Failovers = append(h.Failovers, cut{Worker: -1, Kind: how, From: from, To: to})
 }
 
-// failoverWithin returns a failover that freed every grant (FailoverFrees)
+// failoverWithin returns a failover that forgot every grant (Quarantines)
 // and lay wholly within g's interval, if one did: g was surely lost.
 func (h *history) failoverWithin(g grant) (cut, bool) {
 	for _, f := range h.Failovers {
-		if h.FailoverFrees && f.From.After(g.Start) && f.To.Before(g.End) {
+		if h.Quarantines && f.From.After(g.Start) && f.To.Before(g.End) {
 			return f, true
 		}
 	}
@@ -302,10 +297,10 @@ func (h *history) save() string {
 //     with the highest token yet, or from a holder within its interval.
 //
 // A restart that loses the grants (Redis without persistence) exempts the
-// grants it cut short from the overlap checks. A failover exempts nothing,
-// except where it frees every grant at the server (FailoverFrees,
-// PostgreSQL): then, as after a reset that frees a grant, the grant ends
-// at the failover and its holder must have been told.
+// grants it cut short from the overlap checks, unless the server
+// quarantines their keys (Quarantines, PostgreSQL). A failover exempts no
+// overlap; where it forgets the grants (Quarantines), their holders must
+// have been told.
 func (h *history) check() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -356,7 +351,7 @@ func (h *history) check() []string {
 			bad = append(bad, fmt.Sprintf("validity not conservative: worker %d token %d was gone when its Release returned, before its ValidUntil, and no loss was reported", g.Worker, g.Token))
 		}
 		if f, ok := h.failoverWithin(g); ok && !g.LossSeen && g.Release != "lost" && g.Release != "unobserved" {
-			bad = append(bad, fmt.Sprintf("loss not reported: worker %d token %d was held across the %s failover at %s, which freed every grant, and was never told", g.Worker, g.Token, f.Kind, ts(f.From)))
+			bad = append(bad, fmt.Sprintf("loss not reported: worker %d token %d was held across the %s failover at %s, which forgot every grant, and was never told", g.Worker, g.Token, f.Kind, ts(f.From)))
 		}
 		if h.spansRestart(g) && !g.LossSeen && g.Release != "lost" && g.Release != "unobserved" {
 			bad = append(bad, fmt.Sprintf("loss not reported: worker %d token %d outlived a restart that lost the grants, and was never told", g.Worker, g.Token))

@@ -44,9 +44,11 @@ type target struct {
 	// once (PostgreSQL ends the session), before the holder can learn it;
 	// the holder must then be told, and fencing orders its late writes.
 	resetFrees bool
-	// failoverFrees: a failover frees every grant at the server (PostgreSQL):
+	// quarantines: a restart or a failover forgets every grant, but the
+	// server grants none of their keys before the lost holders'
+	// ValidUntil (PostgreSQL; see history.Quarantines):
 	// its holders must be told.
-	failoverFrees bool
+	quarantines bool
 }
 
 type config struct {
@@ -161,7 +163,7 @@ type run struct {
 // when ctx ends (the jobs workload's, at finish).
 func startRun(t *testing.T, tg target, c config, ctx context.Context) *run {
 	t.Logf("seed %d (replay: LEASEHOLD_CHAOS_SEED=%d go test -run '%s' ./chaos/)", c.seed, c.seed, t.Name())
-	r := &run{c: c, h: &history{Seed: c.seed, Backend: tg.name, ResetFrees: tg.resetFrees, FailoverFrees: tg.failoverFrees}}
+	r := &run{c: c, h: &history{Seed: c.seed, Backend: tg.name, ResetFrees: tg.resetFrees, Quarantines: tg.quarantines}}
 	h := r.h
 	r.rng = rand.New(rand.NewPCG(uint64(c.seed), 0))
 	rng := r.rng

@@ -35,13 +35,22 @@
 //     Proxy, ...) would leave locks with sessions that serve other clients;
 //     TryAcquire detects it and refuses with ErrPooler, taking nothing. A
 //     session-mode pooler works: say so with WithSessionPooler.
-//   - Failover: advisory locks are not replicated. After a failover every
-//     grant is lost (holders are told, by their ValidUntil), and a
-//     successor may be granted on the new primary before that: fencing
-//     orders their writes. With a synchronous standby (and a multi-host DSN
-//     with target_session_attrs=read-write) tokens keep growing and claims
+//   - Restart and failover: advisory locks live in the server's memory and
+//     are not replicated. After a restart or a failover every grant is
+//     lost (holders are told, by their ValidUntil). The new server
+//     incarnation grants nothing until then: its quarantine, as long as
+//     the longest ttl granted before, counted from its first sighting
+//     (quarantine.go; the ttls are recorded in leasehold_incarnations
+//     before grants of that length are made). A try in the quarantine
+//     fails with ErrQuarantined (an ErrNotAcquired with the time left);
+//     a queued acquire waits. WithoutQuarantine turns it off, leaving
+//     fencing to order a successor's writes and a lost holder's. With a
+//     synchronous standby (and a multi-host DSN with
+//     target_session_attrs=read-write) tokens keep growing and claims
 //     survive; with asynchronous replication the new primary may hand out
-//     tokens again that the old one used.
+//     tokens again that the old one used, and may lack the last ttls.
+//     A standby promoted while the old primary still serves clients (a
+//     split brain) is not covered.
 //   - A full lock table: ErrLockTableFull (matches lock.ErrUnavailable, so
 //     lock.Acquire retries); held grants keep working.
 //   - Waiting: a waiter in lock.Acquire holds a connection and a snapshot

@@ -116,6 +116,7 @@ func ExampleSetupStatements() {
 	// CREATE TABLE IF NOT EXISTS "locks"."leasehold_keys"
 	// CREATE TABLE IF NOT EXISTS "locks"."leasehold_claims"
 	// CREATE INDEX IF NOT EXISTS leasehold_claims_until ON "locks"."leasehold_claims"
+	// CREATE TABLE IF NOT EXISTS "locks"."leasehold_incarnations"
 	// CREATE FUNCTION "locks"."leasehold_remaining_v2"
 }
 
@@ -133,6 +134,40 @@ func ExampleWithSessionPooler() {
 	if _, err := lock.HealthCheck(ctx, l); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// Availability over the quarantine: after a restart or failover the
+// server grants at once, and fencing tokens alone order the writes of a
+// successor and of a holder that has not yet learnt of its loss. Every
+// Lock on the database should say the same.
+func ExampleWithoutQuarantine() {
+	ctx := context.Background()
+	l, err := pglock.NewFromDSN(ctx, "postgres://app@db1.internal,db2.internal/app?target_session_attrs=read-write",
+		pglock.WithoutQuarantine())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+}
+
+// A try in the quarantine after a failover is refused with the time left;
+// lock.Acquire waits it out by itself.
+func ExampleErrQuarantined() {
+	ctx := context.Background()
+	l, err := pglock.NewFromDSN(ctx, "postgres://app@db1.internal,db2.internal/app?target_session_attrs=read-write")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	h, err := l.TryAcquire(ctx, "reports/daily", time.Minute)
+	switch {
+	case errors.Is(err, pglock.ErrQuarantined):
+		log.Printf("the server failed over; no grants for %v", lock.RemainingTTL(err))
+		return
+	case err != nil:
+		log.Fatal(err)
+	}
+	defer h.Release(ctx)
 }
 
 // The token sequence and the key table in a schema of their own, created

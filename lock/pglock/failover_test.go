@@ -14,7 +14,8 @@ import (
 
 // Across a failover to a synchronous standby (a crash of the primary,
 // then promotion): every holder learns of its loss by its ValidUntil
-// (its Lease's context ends with ErrLost, Release says ErrLost); tokens
+// (its Lease's context ends with ErrLost, Release says ErrLost), and no
+// key is granted again before then; tokens
 // drawn after are larger than every token drawn before; claims made before
 // are still there (no tick runs twice); a waiter blocked in the server's
 // queue gets the key on the new primary; and the pool reaches the new
@@ -56,15 +57,27 @@ func TestFailoverToASynchronousStandby(t *testing.T) {
 		waited    lock.Handle
 		waitedErr error
 	)
+	var waitedAt time.Time
 	wg.Go(func() {
 		wctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		waited, waitedErr = lock.Acquire(wctx, l, "held-0", ttl)
+		waitedAt = time.Now()
 	})
 
 	crashed := time.Now()
 	srv.Failover(t, testenv.Crash)
 	promoted := time.Now()
+	// The new primary grants none of the lost holders' keys before their
+	// ValidUntil (its quarantine): the ttls recorded on the old primary
+	// reached the synchronous standby.
+	if h, err := newLock(t, srv.DSN()).TryAcquire(ctx, "held-1", ttl); !errors.Is(err, lock.ErrNotAcquired) {
+		if err == nil {
+			_ = h.Release(ctx)
+		}
+		t.Fatalf("TryAcquire of a lost holder's key right after the failover: %v, want ErrNotAcquired (quarantine)", err)
+	}
+	var lastValid time.Time
 	for _, lease := range leases {
 		select {
 		case <-lease.Context().Done():
@@ -77,12 +90,18 @@ func TestFailoverToASynchronousStandby(t *testing.T) {
 		if err := lease.Release(ctx); !errors.Is(err, lock.ErrLost) {
 			t.Fatalf("release of %s after the failover: %v, want ErrLost", lease.Handle().Key(), err)
 		}
+		if v := lease.ValidUntil(); v.After(lastValid) {
+			lastValid = v
+		}
 	}
 	t.Logf("crash at 0, promoted at %v", promoted.Sub(crashed).Round(time.Millisecond))
 
 	wg.Wait()
 	if waitedErr != nil {
 		t.Fatalf("the waiter queued before the failover: %v", waitedErr)
+	}
+	if waitedAt.Before(lastValid) {
+		t.Fatalf("the waiter was granted %v before the lost holder's ValidUntil", lastValid.Sub(waitedAt))
 	}
 	if waited.Token() <= top {
 		t.Fatalf("the waiter's token %d after the failover, want above %d", waited.Token(), top)

@@ -149,11 +149,13 @@ func TestStoppedHolderSessionEndedByServer(t *testing.T) {
 }
 
 // An immediate shutdown and restart of the server while locks are held:
-// every holder learns of the loss, and later tokens are larger.
+// every holder learns of the loss, no key is granted again before the
+// lost holders' ValidUntil (the restarted server's quarantine), and later
+// tokens are larger.
 func TestServerRestart(t *testing.T) {
 	srv := testenv.NewPostgres(t)
 	a, b := newLock(t, srv.DSN()), newLock(t, srv.DSN())
-	ttl := 30 * time.Second
+	ttl := 3 * time.Second
 	var leases []*lock.Lease
 	var highest uint64
 	for i, l := range []*pglock.Lock{a, a, b, b} {
@@ -169,8 +171,22 @@ func TestServerRestart(t *testing.T) {
 		highest = max(highest, h.Token())
 	}
 	srv.Restart(t) // pg_ctl stop -m immediate, then start
+	// Before the holders' ValidUntil, the restarted server grants none of
+	// their keys: a restart forgets its advisory locks, not the ttls
+	// recorded for them.
+	h, err := b.TryAcquire(ctxFor(t, 10*time.Second), "restart/0", ttl)
+	if err == nil {
+		_ = h.Release(context.Background())
+	}
+	if !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire of a lost holder's key right after the restart: %v, want ErrNotAcquired (quarantine)", err)
+	}
+	var lastValid time.Time
 	for i, lease := range leases {
 		waitDone(t, lease.Context(), 10*time.Second, fmt.Sprintf("holder %d told of its loss", i))
+		if v := lease.ValidUntil(); v.After(lastValid) {
+			lastValid = v
+		}
 		if !errors.Is(lease.Err(), lock.ErrLost) {
 			t.Fatalf("holder %d: %v, want ErrLost", i, context.Cause(lease.Context()))
 		}
@@ -182,6 +198,9 @@ func TestServerRestart(t *testing.T) {
 		h, err := lock.Acquire(ctxFor(t, 20*time.Second), l, fmt.Sprintf("restart/%d", i), ttl)
 		if err != nil {
 			t.Fatalf("acquire after the restart: %v", err)
+		}
+		if now := time.Now(); now.Before(lastValid) {
+			t.Fatalf("restart/%d granted again %v before a lost holder's ValidUntil", i, lastValid.Sub(now))
 		}
 		if h.Token() <= highest {
 			t.Fatalf("token %d after the restart, want > %d", h.Token(), highest)
@@ -404,4 +423,81 @@ func TestExpiredGrantsFreeTheirConnections(t *testing.T) {
 	if err := abandoned[0].Release(ctx); !errors.Is(err, lock.ErrLost) {
 		t.Fatalf("Release of an expired grant: %v, want ErrLost", err)
 	}
+}
+
+// The quarantine of a server incarnation lasts until the end of the last
+// grant any earlier incarnation may have made, each counted from the first
+// sighting of the incarnation after it: an incarnation two restarts back
+// with a long ttl outlasts the last one's short ttl. A queued acquire waits
+// for the end; a try is refused with the time left.
+func TestQuarantineCountsEveryEarlierIncarnation(t *testing.T) {
+	srv := testenv.Postgres(t)
+	admin := connect(t, srv.DSN())
+	schema := fmt.Sprintf("quarantine_%d", time.Now().UnixNano())
+	ctx := ctxFor(t, 30*time.Second)
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatal(err)
+	}
+	l := newLock(t, srv.DSN(), pglock.WithSchema(schema), pglock.WithNamespace(schema))
+	if err := l.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Two earlier incarnations: one first seen 4 s ago that granted up to
+	// 5 s, one first seen 2 s ago that granted up to 500 ms. The first's
+	// grants end by 2 s ago + 5 s = 3 s from now; the second's by the
+	// first sighting of this one (now) + 500 ms.
+	start := time.Now()
+	if _, err := admin.Exec(ctx, `INSERT INTO `+schema+`.leasehold_incarnations (started, first_seen, ttl_ms) VALUES
+		('2000-01-01', clock_timestamp() - interval '4 seconds', 5000),
+		('2000-01-02', clock_timestamp() - interval '2 seconds', 500)`); err != nil {
+		t.Fatal(err)
+	}
+	_, err := l.TryAcquire(ctx, "q", time.Second)
+	var na *lock.NotAcquiredError
+	if !errors.As(err, &na) || !errors.Is(err, pglock.ErrQuarantined) || !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire in the quarantine: %v, want ErrQuarantined, a *lock.NotAcquiredError", err)
+	}
+	t.Log(err)
+	if limit := 3*time.Second + 100*time.Millisecond; na.Remaining <= time.Second || na.Remaining > limit {
+		t.Fatalf("TryAcquire in the quarantine: %v left, want over 1 s (the incarnation two back) and at most %v", na.Remaining, limit)
+	}
+	h, err := l.AcquireQueued(ctx, "q", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release(context.Background())
+	if waited := time.Since(start); waited < 3*time.Second {
+		t.Fatalf("AcquireQueued granted %v after the rows were written, before the quarantine's end at 3 s", waited)
+	}
+}
+
+// WithoutQuarantine: a Lock that opts out grants at once on an
+// incarnation that a Lock with the quarantine refuses.
+func TestWithoutQuarantine(t *testing.T) {
+	srv := testenv.Postgres(t)
+	admin := connect(t, srv.DSN())
+	schema := fmt.Sprintf("no_quarantine_%d", time.Now().UnixNano())
+	ctx := ctxFor(t, 30*time.Second)
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatal(err)
+	}
+	with := newLock(t, srv.DSN(), pglock.WithSchema(schema), pglock.WithNamespace(schema))
+	without := newLock(t, srv.DSN(), pglock.WithSchema(schema), pglock.WithNamespace(schema), pglock.WithoutQuarantine())
+	if err := with.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// An earlier incarnation, first seen just now, that granted up to a
+	// minute: the current one is quarantined for about a minute.
+	if _, err := admin.Exec(ctx, `INSERT INTO `+schema+`.leasehold_incarnations (started, first_seen, ttl_ms)
+		VALUES ('2000-01-01', clock_timestamp() - interval '1 second', 60000)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := with.TryAcquire(ctx, "k", time.Second); !errors.Is(err, pglock.ErrQuarantined) {
+		t.Fatalf("TryAcquire with the quarantine: %v, want ErrQuarantined", err)
+	}
+	h, err := without.TryAcquire(ctx, "k", time.Second)
+	if err != nil {
+		t.Fatalf("TryAcquire WithoutQuarantine: %v", err)
+	}
+	_ = h.Release(ctx)
 }

@@ -201,8 +201,14 @@ func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
 	var held bool
 	var set *string
 	sent := time.Now()
-	err := h.conn.QueryRow(ctx, l.sql.extend, h.pid, h.id, l.ttlGUC, t,
-		strconv.FormatUint(h.token, 10)+" "+t+" "+h.since+" "+l.appOwner).Scan(&held, &set)
+	// A longer ttl than this server incarnation has recorded is recorded
+	// first (see quarantine.go); the handle's incarnation is out of its
+	// quarantine, since it granted the handle.
+	_, err := l.quarantine(ctx, h.conn, ttl)
+	if err == nil {
+		err = h.conn.QueryRow(ctx, l.sql.extend, h.pid, h.id, l.ttlGUC, t,
+			strconv.FormatUint(h.token, 10)+" "+t+" "+h.since+" "+l.appOwner).Scan(&held, &set)
+	}
 	switch {
 	case err != nil && h.broken():
 		h.markLost(fmt.Errorf("the holding session ended: %w", err))

@@ -52,6 +52,13 @@ var (
 	// 53200, sized by max_locks_per_transaction × max_connections). It also
 	// matches lock.ErrUnavailable, so Acquire retries until locks are freed.
 	ErrLockTableFull = errors.New("pglock: the server's lock table is full (raise max_locks_per_transaction)")
+
+	// ErrQuarantined: the server restarted or failed over, forgetting its
+	// advisory locks, and grants nothing until every grant it may have
+	// forgotten has expired (see the package documentation). The error
+	// also matches lock.ErrNotAcquired and is a *lock.NotAcquiredError
+	// whose Remaining is the time left, so lock.Acquire waits that long.
+	ErrQuarantined = errors.New("pglock: quarantine after a restart or failover of the server")
 )
 
 type configError struct{ msg string }
@@ -70,6 +77,7 @@ type Lock struct {
 	appOwner  string // the owner as application_name can hold it
 	pooled    bool
 	schema    string
+	noQuar    bool // WithoutQuarantine
 	log       *slog.Logger
 	metrics   *backendkit.BackendMetrics
 
@@ -81,6 +89,8 @@ type Lock struct {
 
 	namesMu sync.Mutex
 	names   map[int64]struct{} // ids whose key names this instance registered
+
+	inc incarnations // the server incarnations seen (quarantine.go)
 
 	heldMu sync.Mutex
 	held   map[*handle]struct{}
@@ -103,10 +113,11 @@ var (
 type Option func(*config) error
 
 type config struct {
-	namespace string
-	schema    string
-	pooled    bool
-	common    lock.Common
+	namespace    string
+	schema       string
+	pooled       bool
+	noQuarantine bool
+	common       lock.Common
 }
 
 // WithCommon sets the owner identity stored with every grant (default a
@@ -154,6 +165,21 @@ func WithSessionPooler() Option {
 	}
 }
 
+// WithoutQuarantine turns the quarantine after a restart or failover of
+// the server off: the restarted server, or the promoted standby, grants
+// at once, possibly before the ValidUntil of holders whose grants it
+// forgot, and only fencing orders their writes (as after a reset
+// connection). It saves the wait (the longest ttl granted before the
+// restart, for every key) and the ttls' recording. Every Lock on one
+// database should agree: one that does not record its ttls is not waited
+// for by the others' quarantine.
+func WithoutQuarantine() Option {
+	return func(s *config) error {
+		s.noQuarantine = true
+		return nil
+	}
+}
+
 // New returns a Lock over pool. Each held grant keeps one of the pool's
 // connections until it is released, so size the pool (MaxConns) for the
 // grants a process holds at once plus one for waiting; a pool of its own is
@@ -182,6 +208,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Lock, error) {
 		appOwner:  appName(cfg.Owner),
 		pooled:    s.pooled,
 		schema:    s.schema,
+		noQuar:    s.noQuarantine,
 		log:       cfg.Logger,
 		metrics:   backendkit.NewTelemetry(cfg).Backend("pglock"),
 		names:     map[int64]struct{}{},
@@ -433,12 +460,8 @@ func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration, qu
 	for i, k := range keys {
 		ids[i] = l.id(k)
 	}
-	c, err := l.pool.Acquire(ctx)
+	c, err := l.conn(ctx, keys, ttl, queued)
 	if err != nil {
-		return nil, backendkit.Unavailable("pglock: acquire: getting a connection", err)
-	}
-	if err := l.prepare(ctx, c); err != nil {
-		destroy(c)
 		return nil, err
 	}
 	expect := int32(c.Conn().PgConn().PID())
@@ -530,6 +553,42 @@ func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration, qu
 	return hd, nil
 }
 
+// conn returns a prepared connection on which ttl may be granted now: out
+// of its server incarnation's quarantine (see quarantine.go). While the
+// quarantine runs, a queued acquire waits for its end and other attempts
+// fail with lock.ErrNotAcquired, retry after its end.
+func (l *Lock) conn(ctx context.Context, keys []string, ttl time.Duration, queued bool) (*pgxpool.Conn, error) {
+	for {
+		c, err := l.pool.Acquire(ctx)
+		if err != nil {
+			return nil, backendkit.Unavailable("pglock: acquire: getting a connection", err)
+		}
+		if err := l.prepare(ctx, c); err != nil {
+			destroy(c)
+			return nil, err
+		}
+		wait, err := l.quarantine(ctx, c, ttl)
+		if err != nil {
+			destroy(c)
+			if perr := poolerError(err); perr != nil {
+				return nil, perr
+			}
+			return nil, backendkit.Unavailable("pglock: acquire: recording the ttl for the server", err)
+		}
+		if wait == 0 {
+			return c, nil
+		}
+		c.Release()
+		if !queued {
+			na, _ := backendkit.NotAcquiredAny(keys, wait).(*lock.NotAcquiredError)
+			return nil, &quarantinedError{na}
+		}
+		if err := backendkit.Sleep(ctx, wait); err != nil {
+			return nil, err
+		}
+	}
+}
+
 // prepare sets a connection up the first time this package uses it:
 // synchronous_commit on for the session, so that the commit of a statement
 // whose nextval wrote WAL (once per 32 tokens) waits for the flush, and a
@@ -550,13 +609,17 @@ func (l *Lock) prepare(ctx context.Context, c *pgxpool.Conn) error {
 		}
 		return backendkit.Unavailable("pglock: preparing a connection", err)
 	}
-	setup := "SELECT set_config('synchronous_commit', 'on', false)"
+	// The postmaster's start time tells the server incarnation apart (see
+	// quarantine.go).
+	setup := "SELECT (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::int8, set_config('synchronous_commit', 'on', false)"
 	if l.ownsPool { // see NewFromDSN
-		setup += ", set_config('plan_cache_mode', 'force_generic_plan', false)"
+		setup += " || set_config('plan_cache_mode', 'force_generic_plan', false)"
 	}
-	if _, err := c.Exec(ctx, setup); err != nil {
+	var started int64
+	if err := c.QueryRow(ctx, setup).Scan(&started, nil); err != nil {
 		return fail(err)
 	}
+	data[incarnationKey] = started
 	for _, sql := range []string{l.sql.acquire[0], l.sql.acquireRegister[0], l.sql.extend, l.sql.release} {
 		// Named by their text, pgx runs them as prepared here (see
 		// pgx.Conn.Prepare).

@@ -44,6 +44,7 @@ type statements struct {
 	extend, release      string
 	inspect, list, force string
 	waiting, claim       string
+	visit                string
 	setupCheck           string
 	setup                []string
 }
@@ -52,6 +53,7 @@ func buildStatements(schema string, serverMajor int) statements {
 	seq := qualified(schema, "leasehold_tokens")
 	keys := qualified(schema, "leasehold_keys")
 	claims := qualified(schema, "leasehold_claims")
+	incarnations := qualified(schema, "leasehold_incarnations")
 	// A live claim as a holder row: "<token> <ttl ms> <since ms> <owner>"
 	// and its remaining ttl in ms (see Claim).
 	claimRow := `c.token || ' ' || c.ttl_ms || ' ' || (extract(epoch FROM c.since) * 1000)::int8 || ' ' || c.owner,
@@ -187,10 +189,29 @@ WHERE c.namespace = $1::text AND substring(c.key FROM 1 FOR octet_length($2::byt
 		// $1 id, $2 channel, $3 payload.
 		force: `WITH x AS MATERIALIZED (SELECT count(` + terminate + `) AS n FROM ` + holders + ` AND ` + lockID + ` = $1::int8)
 SELECT n, CASE WHEN n > 0 THEN pg_notify($2::text, $3::text) END FROM x`,
+		// $1 ttl ms. Records that this server incarnation (its
+		// postmaster's start time) was seen and that grants of up to $1 ms
+		// are made in it, and returns the ttl recorded for it and how long
+		// (ms) its quarantine still runs: the end of the last grant an
+		// earlier incarnation may have made, each counted from the first
+		// sighting of its successor (see quarantine.go).
+		visit: `WITH me AS (
+	INSERT INTO ` + incarnations + ` AS i (started, first_seen, ttl_ms)
+	VALUES (pg_postmaster_start_time(), clock_timestamp(), $1::int8)
+	ON CONFLICT (started) DO UPDATE SET ttl_ms = GREATEST(i.ttl_ms, EXCLUDED.ttl_ms)
+	RETURNING i.first_seen, i.ttl_ms
+)
+SELECT me.ttl_ms, COALESCE((
+	SELECT (extract(epoch FROM max(COALESCE(s.next_seen, me.first_seen) + s.ttl_ms * interval '1 millisecond')
+		- clock_timestamp()) * 1000)::int8
+	FROM (SELECT p.ttl_ms, lead(p.first_seen) OVER (ORDER BY p.first_seen) AS next_seen
+		FROM ` + incarnations + ` p WHERE p.started <> pg_postmaster_start_time() AND p.first_seen < me.first_seen) s
+), 0)
+FROM me`,
 		setupCheck: `SELECT current_setting('server_version_num')::int,
 	current_setting('idle_session_timeout', true),
 	to_regclass('` + seq + `') IS NOT NULL AND to_regclass('` + keys + `') IS NOT NULL
-	AND to_regclass('` + claims + `') IS NOT NULL
+	AND to_regclass('` + claims + `') IS NOT NULL AND to_regclass('` + incarnations + `') IS NOT NULL
 	AND to_regprocedure('` + fn + `(bigint[])') IS NOT NULL`,
 		setup: []string{
 			`CREATE SEQUENCE IF NOT EXISTS ` + seq + ` AS bigint MINVALUE 1`,
@@ -198,6 +219,8 @@ SELECT n, CASE WHEN n > 0 THEN pg_notify($2::text, $3::text) END FROM x`,
 			`CREATE TABLE IF NOT EXISTS ` + claims + ` (id bigint PRIMARY KEY, namespace text NOT NULL, key bytea NOT NULL,
 	owner text NOT NULL, token bigint NOT NULL, ttl_ms bigint NOT NULL, since timestamptz NOT NULL, until timestamptz NOT NULL)`,
 			`CREATE INDEX IF NOT EXISTS leasehold_claims_until ON ` + claims + ` (until)`,
+			`CREATE TABLE IF NOT EXISTS ` + incarnations + ` (started timestamptz PRIMARY KEY,
+	first_seen timestamptz NOT NULL, ttl_ms bigint NOT NULL)`,
 			`CREATE FUNCTION ` + fn + `(ids bigint[]) RETURNS bigint LANGUAGE plpgsql STABLE AS $fn$
 BEGIN
 	RETURN (SELECT min(` + remaining + `) FROM ` + holders + ` AND ` + lockID + ` = ANY(ids));
