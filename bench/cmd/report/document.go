@@ -169,7 +169,7 @@ func (d *doc) replicated(rounds int) {
 		d.p("| %s | %s |", sub, dur(d.get("BenchmarkReplicaAcks/"+sub, "p50-µs")))
 	}
 	d.p("")
-	d.p("The outage of a failover (`backend` `BenchmarkFailoverRecovery`, 5 failovers per topology): from the death of the primary (SIGKILL of the Redis primary or master, immediate shutdown of the PostgreSQL primary then promotion of its synchronous standby, SIGKILL of the etcd leader) to the next successful grant through the URL an application uses, with `internal/testkit/testenv`'s failover settings (Sentinel down-after 2 s, Cluster node timeout 1 s, etcd's defaults; PostgreSQL is promoted at once, so its figure leaves out the failover manager's detection):")
+	d.p("The outage of a failover (`backend` `BenchmarkFailoverRecovery`, 5 failovers per topology): from the death of the primary (SIGKILL of the Redis primary or master, immediate shutdown of the PostgreSQL primary then promotion of its synchronous standby, SIGKILL of the etcd leader) to the next successful grant through the URL an application uses, with `internal/testkit/testenv`'s failover settings (Sentinel down-after 2 s, Cluster node timeout 1 s, etcd's defaults; PostgreSQL is promoted at once, so its figure leaves out the failover manager's detection, and includes pglock's quarantine of the new primary: the longest ttl granted before, the probes' 1 s):")
 	d.p("")
 	d.p("| topology | p50 | max |")
 	d.p("| --- | --- | --- |")
