@@ -77,6 +77,9 @@ type history struct {
 	// Release), as across a restart. Claims, tokens and jobs are not
 	// forgotten.
 	Quarantines bool
+	// TTL is the workloads' ttl, the longest they grant: where the server
+	// Quarantines, how long after a failover it grants nothing.
+	TTL time.Duration
 }
 
 // cut is a connection fault of one worker's client, from From to To.
@@ -249,10 +252,15 @@ func (h *history) failoverWithin(g grant) (cut, bool) {
 }
 
 // duringFailover reports whether at fell during a failover or the second
-// after it, when the clients find the new primary.
+// after it, when the clients find the new primary, or, where the server
+// Quarantines, in its quarantine after that.
 func (h *history) duringFailover(at time.Time) bool {
+	grace := time.Second
+	if h.Quarantines {
+		grace += h.TTL // the new primary's quarantine
+	}
 	for _, f := range h.Failovers {
-		if !at.Before(f.From) && !at.After(f.To.Add(time.Second)) {
+		if !at.Before(f.From) && !at.After(f.To.Add(grace)) {
 			return true
 		}
 	}

@@ -163,7 +163,7 @@ type run struct {
 // when ctx ends (the jobs workload's, at finish).
 func startRun(t *testing.T, tg target, c config, ctx context.Context) *run {
 	t.Logf("seed %d (replay: LEASEHOLD_CHAOS_SEED=%d go test -run '%s' ./chaos/)", c.seed, c.seed, t.Name())
-	r := &run{c: c, h: &history{Seed: c.seed, Backend: tg.name, ResetFrees: tg.resetFrees, Quarantines: tg.quarantines}}
+	r := &run{c: c, h: &history{Seed: c.seed, Backend: tg.name, ResetFrees: tg.resetFrees, Quarantines: tg.quarantines, TTL: tg.ttl}}
 	h := r.h
 	r.rng = rand.New(rand.NewPCG(uint64(c.seed), 0))
 	rng := r.rng
