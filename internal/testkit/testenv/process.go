@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -100,7 +101,14 @@ func (p *proc) start() error {
 		return fmt.Errorf("start %s: %w", p.name, err)
 	}
 	p.cmd, p.exited, p.reaping, p.waitErr = cmd, make(chan struct{}), false, nil
-	go p.watch(cmd, p.exited)
+	go func() {
+		// The watcher lives as long as the process, not as the caller: it
+		// must not carry the caller's profiler labels, by which a test
+		// (chaos's goroutine check) counts the goroutines it started and
+		// that are still running.
+		pprof.SetGoroutineLabels(context.Background())
+		p.watch(cmd, p.exited)
+	}()
 	return nil
 }
 

@@ -1,11 +1,16 @@
 package testenv
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"net"
 	"os"
 	"os/exec"
+	"runtime/pprof"
+	"strings"
 	"testing"
+	"time"
 )
 
 func TestListensOn(t *testing.T) {
@@ -58,5 +63,35 @@ func TestAServerWhosePortIsTakenIsNotReady(t *testing.T) {
 	defer func() { _ = second.stop() }()
 	if err := second.waitReady(); !errors.Is(err, errPortInUse) {
 		t.Fatalf("waitReady of a Redis whose port another Redis holds = %v, want errPortInUse", err)
+	}
+}
+
+// A server started from a labelled goroutine (a chaos run restarts nodes
+// from its own) has its process watcher outside those labels: the
+// watcher lives as long as the process, and the chaos goroutine check of
+// the long failover tier counted the watchers of the nodes it had
+// restarted as goroutines it leaked (TestFailoverCluster, 6 of at most 5).
+func TestProcessWatcherCarriesNoLabels(t *testing.T) {
+	pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels("test", t.Name())))
+	defer pprof.SetGoroutineLabels(context.Background())
+	sleeper := &proc{kind: redisKind, name: "sleep", argv: []string{"/bin/sleep", "30"}, dir: t.TempDir()}
+	sleeper.logPath = sleeper.dir + "/log"
+	if err := sleeper.start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sleeper.stop() }()
+	var buf bytes.Buffer
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		buf.Reset()
+		_ = pprof.Lookup("goroutine").WriteTo(&buf, 1)
+		if strings.Contains(buf.String(), "(*proc).watch") || time.Now().After(deadline) {
+			break
+		}
+		<-time.After(10 * time.Millisecond)
+	}
+	for _, group := range strings.Split(buf.String(), "\n\n") {
+		if strings.Contains(group, "(*proc).watch") && strings.Contains(group, t.Name()) {
+			t.Fatalf("the process watcher carries the starter's labels:\n%s", group)
+		}
 	}
 }
