@@ -86,8 +86,12 @@ func (q *queue) put(job jobs.Job, delay time.Duration) {
 }
 
 // take returns the first ready job, waiting until one is ready or ctx ends.
+// Once ctx has ended it returns none, ready or not.
 func (q *queue) take(ctx context.Context) (jobs.Job, bool) {
 	for {
+		if ctx.Err() != nil {
+			return jobs.Job{}, false
+		}
 		q.mu.Lock()
 		wait := 50 * time.Millisecond
 		for i, it := range q.items {
@@ -166,7 +170,10 @@ func process(ctx context.Context, id int, r *jobs.Runner, q *queue, lg *ledger, 
 		}
 		jctx, done, err := r.Track(ctx, job)
 		if err != nil {
-			q.put(job, 0) // not tracked (or tracked but unanswered: then it is recovered too)
+			// Not tracked (or tracked but unanswered: then it is recovered
+			// too). Again after a pause: a registry that refuses at once
+			// (an outage, no replica acks) is not to be spun on.
+			q.put(job, 10*time.Millisecond)
 			continue
 		}
 		lg.update(func(lg *ledger) { lg.Tracked[job.ID] = time.Now() })
@@ -324,4 +331,18 @@ func (h *history) checkJobs(ctx context.Context, reg jobs.Registry, q *queue) []
 	h.Relaxed = append(h.Relaxed, fmt.Sprintf("%d jobs, %d completed, %d duplicates %v, %d unsure Done, %d dead, %d abandoned, %d stale Done, %d crashes, %d requeues",
 		lg.Submitted, len(lg.Completed), len(dups), dups, len(lg.Unsure), len(lg.Dead), lg.Abandoned, lg.Stale, lg.Crashes, lg.Requeues))
 	return bad
+}
+
+// The long failover tier (TestFailoverSentinelAcks, seed 244059) spun two
+// cores for 10 minutes after its jobs workload ended: take handed out ready
+// jobs after ctx had ended, Track failed at once on the ended ctx, and the
+// job went back, ready again.
+func TestQueueTakeStopsWhenCtxEnds(t *testing.T) {
+	q := newQueue()
+	q.put(jobs.Job{ID: "ready"}, 0)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if job, ok := q.take(ctx); ok {
+		t.Fatalf("take after ctx ended returned %q", job.ID)
+	}
 }
