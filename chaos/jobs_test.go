@@ -228,14 +228,16 @@ func (h *history) settled(id string) bool {
 	return false
 }
 
-// finished reports whether every submitted job is accounted for.
-func (h *history) finished(ctx context.Context, reg jobs.Registry, q *queue) bool {
+// unfinishedCount is how many submitted jobs are not accounted for (and
+// not exempt).
+func (h *history) unfinishedCount(ctx context.Context, reg jobs.Registry, q *queue) int {
+	n := 0
 	for _, u := range h.unfinished(ctx, reg, q) {
 		if !u.Exempt {
-			return false
+			n++
 		}
 	}
-	return true
+	return n
 }
 
 // unaccounted is a job not accounted for at the end.

@@ -245,10 +245,23 @@ func (r *run) finish(t *testing.T) []string {
 		p.SetMode(faultproxy.Pass)
 		p.SetDelay(0)
 	}
-	if c.jobs { // the drain: a few recovery intervals at most
-		drain, cancel := context.WithTimeout(context.Background(), 15*jobLease)
-		for drain.Err() == nil && !h.finished(drain, r.regs[0], r.q) {
-			sleep(drain, 100*time.Millisecond)
+	if c.jobs {
+		// The drain: until every job is accounted for, as long as each
+		// 15 recovery intervals account for more of them (a backlog that
+		// long outages left, as the acknowledged writes' under repeated
+		// failovers, drains at the workers' pace), two minutes at most.
+		drain, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		for left, progress := -1, time.Now(); drain.Err() == nil; sleep(drain, 100*time.Millisecond) {
+			n := h.unfinishedCount(drain, r.regs[0], r.q)
+			if n == 0 {
+				break
+			}
+			if left < 0 || n < left {
+				left, progress = n, time.Now()
+			}
+			if time.Since(progress) > 15*jobLease {
+				break
+			}
 		}
 		cancel()
 		h.Relaxed = append(h.Relaxed, fmt.Sprintf("drained in %v", time.Since(h.Finish).Round(time.Millisecond)))
