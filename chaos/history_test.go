@@ -83,6 +83,10 @@ type history struct {
 	// Partitions are the group cuts: each cut a group of workers (a cut
 	// each in Cuts, Kind partition) off from the server at once.
 	Partitions []partition
+	// Isolations are the times the nemesis cut a cluster's leader member
+	// off from its peers (Worker: the member; Kind isolate). They excuse
+	// nothing: the clients kept talking to every member.
+	Isolations []cut
 	// Told counts the kept grants whose holders were cut off at their
 	// ValidUntil, still holding, and told by their lease in time.
 	Told int
@@ -104,6 +108,30 @@ func (h *history) partitioned(workers []int, from, to time.Time) {
 	for _, w := range workers {
 		h.Cuts = append(h.Cuts, cut{w, "partition", from, to})
 	}
+}
+
+// isolated records that member was cut off from its peers from from to to.
+func (h *history) isolated(member int, from, to time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.Isolations = append(h.Isolations, cut{member, "isolate", from, to})
+}
+
+// lostDuring counts the grants whose holders were told of a loss while a
+// member was isolated or within ttl of its healing.
+func (h *history) lostDuring(cuts []cut, ttl time.Duration) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, g := range h.Grants {
+		for _, c := range cuts {
+			if g.LossSeen && !g.LossAt.Before(c.From) && !g.LossAt.After(c.To.Add(ttl)) {
+				n++
+				break
+			}
+		}
+	}
+	return n
 }
 
 // holding records that worker holds a grant (on) or has begun to release it.

@@ -37,6 +37,11 @@ type target struct {
 	// killMember, on a cluster, stops member pick (the leader instead when
 	// leader is set), waits down, and starts it again, noting what it did.
 	killMember func(t *testing.T, pick int, leader bool, down time.Duration, note func(format string, args ...any))
+	// isolateLeader, on a cluster with peer proxies, cuts the leader
+	// member off from its peers for down while its clients still reach it,
+	// then heals it, noting what it did; it returns the member and the
+	// isolation's bounds, or -1 when the cluster had no leader.
+	isolateLeader func(t *testing.T, down time.Duration, note func(format string, args ...any)) (member int, from, to time.Time)
 	// losesGrants: a restart loses the grants (Redis without persistence):
 	// holders across it may overlap their successors until their next
 	// renewal, as redislock's documentation says; fencing still orders them.
@@ -67,6 +72,9 @@ type config struct {
 	failovers int           // the failover nemesis: at least this many failovers
 	// partitions: the nemesis only cuts groups of workers off (TestPartitionWorkerGroup).
 	partitions bool
+	// isolations: the nemesis only isolates the leader member of a
+	// cluster from its peers for 1 to 3 s at a time (TestPartitionEtcdLeader).
+	isolations bool
 }
 
 func chaosConfig(t *testing.T) config {
@@ -94,6 +102,14 @@ func runNemesis(t *testing.T, tg target, c config) *history {
 	kills := 0
 	for ctx.Err() == nil {
 		wait := time.Duration(200+rng.IntN(600)) * time.Millisecond
+		if c.isolations {
+			d := time.Second + time.Duration(rng.Int64N(int64(2*time.Second)))
+			if m, from, to := tg.isolateLeader(t, d, h.fault); m >= 0 {
+				h.isolated(m, from, to)
+			}
+			sleep(ctx, wait)
+			continue
+		}
 		if c.partitions || len(h.Partitions) == 0 || rng.IntN(10) == 0 {
 			r.partition(ctx, tg.ttl)
 			sleep(ctx, wait)
