@@ -437,7 +437,7 @@ func TestEtcdIsolateLeader(t *testing.T) {
 	}
 
 	s.HealMember(t, old)
-	agreed(all, 0)
+	lead := agreed(all, 0)
 	resp, err := alone.Get(ctx, "k") // linearizable: the member caught up
 	if err != nil {
 		t.Fatalf("Get from the healed member: %v", err)
@@ -445,4 +445,21 @@ func TestEtcdIsolateLeader(t *testing.T) {
 	if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "during" {
 		t.Fatalf("the healed member has %v, want k=during", resp.Kvs)
 	}
+
+	// Both directions: an isolated follower loses its leader too, though
+	// it dials the leader's streams itself (from which it would hear the
+	// heartbeats were only the traffic to it cut).
+	follower := (lead + 1) % len(eps)
+	s.IsolateMember(t, follower)
+	for deadline := time.Now().Add(10 * time.Second); ; <-time.After(50 * time.Millisecond) {
+		_, leads, _ := leaders()
+		if leads[follower] == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("isolated follower %d still sees leader %x", follower, leads[follower])
+		}
+	}
+	s.HealMember(t, follower)
+	agreed(all, 0)
 }
