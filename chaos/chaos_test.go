@@ -180,6 +180,30 @@ func etcdClusterTarget(t *testing.T) target {
 	return tg
 }
 
+// etcdIsolatingTarget is a three-member etcd cluster whose peer traffic
+// goes through proxies, so that the nemesis can cut the leader member off
+// from its peers while the workers still talk to it.
+func etcdIsolatingTarget(t *testing.T) target {
+	srv := testenv.NewEtcd(t, testenv.Members(3), testenv.PeerProxies())
+	tg := etcdOn(srv)
+	tg.name = "etcd-isolated"
+	tg.isolateLeader = func(t *testing.T, down time.Duration, note func(string, ...any)) (int, time.Time, time.Time) {
+		i := etcdLeader(srv.Endpoints())
+		if i < 0 {
+			note("no leader to isolate")
+			return -1, time.Time{}, time.Time{}
+		}
+		note("isolate member %d, the leader, from its peers for %v", i, down)
+		srv.IsolateMember(t, i)
+		from := time.Now()
+		sleep(context.Background(), down)
+		to := time.Now()
+		srv.HealMember(t, i)
+		return i, from, to
+	}
+	return tg
+}
+
 // etcdLeader returns the index of the cluster's leader among endpoints,
 // or -1 when none answers.
 func etcdLeader(endpoints []string) int {

@@ -67,6 +67,16 @@ func TestCheckerCatchesViolations(t *testing.T) {
 		{"overlap across a quarantined restart", &history{Quarantines: true, Grants: []grant{
 			{Worker: 0, Token: 1, Start: at(0), End: at(200), ValidUntil: at(300), LossSeen: true, Release: "lost", ReleaseEnd: at(201)}, ok(1, 2, 150, 300)},
 			Losses: []time.Time{at(100)}, LossesEnd: []time.Time{at(120)}}, "grant safety"},
+		// A holder cut off from the server (alone, or with a group) at its
+		// ValidUntil, and still holding then, must be told by its lease then.
+		{"cut off at its ValidUntil, never told", &history{Cuts: []cut{{Worker: 0, Kind: "partition", From: at(50), To: at(300)}},
+			Grants: []grant{{Worker: 0, Token: 1, Start: at(0), End: at(200), ValidUntil: at(200), Kept: true, Release: "error", ReleaseEnd: at(400)}, ok(1, 2, 310, 400)}}, "loss not told"},
+		{"cut off at its ValidUntil, told late", &history{Cuts: []cut{{Worker: 0, Kind: "blackhole", From: at(50), To: at(600)}},
+			Grants: []grant{{Worker: 0, Token: 1, Start: at(0), End: at(200), ValidUntil: at(200), LossSeen: true, LossAt: at(500), Kept: true, Release: "error", ReleaseEnd: at(600)}}}, "told late"},
+		{"cut off at its ValidUntil, told", &history{Cuts: []cut{{Worker: 0, Kind: "partition", From: at(50), To: at(300)}},
+			Grants: []grant{{Worker: 0, Token: 1, Start: at(0), End: at(200), ValidUntil: at(200), LossSeen: true, LossAt: at(201), Kept: true, Release: "error", ReleaseEnd: at(400)}, ok(1, 2, 310, 400)}}, ""},
+		{"cut off, released before its ValidUntil", &history{Cuts: []cut{{Worker: 0, Kind: "partition", From: at(50), To: at(300)}},
+			Grants: []grant{{Worker: 0, Token: 1, Start: at(0), End: at(100), ValidUntil: at(200), Kept: true, Release: "error", ReleaseEnd: at(250)}, ok(1, 2, 310, 400)}}, ""},
 		// Seed 726664 (TestNemesisSemaphore/postgres): the restart began 2 ms
 		// before the work ended and took the server down after the Release
 		// was answered; it was flagged.

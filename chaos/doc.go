@@ -13,7 +13,12 @@
 // etcd —, workers that crash, and a completion ledger checked after a
 // bounded drain). A three-member etcd cluster run stops and starts members,
 // the leader first; a PostgreSQL run silences a holder's connection past
-// its ttl. The failover runs (TestFailover*) fail the primary of a
+// its ttl. Every run cuts a group of workers (a holder among them) off from
+// the server at least once while the others go on, and the checker holds
+// each cut-off holder to being told of its loss by its ValidUntil; the
+// partition runs (TestPartition*) do only that, or isolate the leader
+// member of an etcd cluster from its peers (its clients still reach it)
+// again and again. The failover runs (TestFailover*) fail the primary of a
 // replicated server over again and again, a crash and a handover in turn,
 // under the lock, timers and jobs workloads at once (with LEASEHOLD_CHAOS=1
 // also the semaphore and the leader): Redis with Sentinel with and without

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -27,6 +28,9 @@ type grant struct {
 	ReleaseEnd time.Time // when Release returned
 	Stalled    bool      // the nemesis stalled this holder past its ttl
 	Tick       time.Time // the timers workload: the tick this run was for
+	// Kept: the worker kept the grant with lock.Keep, and ValidUntil is
+	// its lease's (the lock and semaphore workloads).
+	Kept bool
 }
 
 // write is one write a worker sent to the fenced resource.
@@ -80,13 +84,139 @@ type history struct {
 	// TTL is the workloads' ttl, the longest they grant: where the server
 	// Quarantines, how long after a failover it grants nothing.
 	TTL time.Duration
+	// Partitions are the group cuts: each cut a group of workers (a cut
+	// each in Cuts, Kind partition) off from the server at once.
+	Partitions []partition
+	// Isolations are the times the nemesis cut a cluster's leader member
+	// off from its peers (Worker: the member; Kind isolate). They excuse
+	// nothing: the clients kept talking to every member.
+	Isolations []cut
+	// Told counts the kept grants whose holders were cut off at their
+	// ValidUntil, still holding, and told by their lease in time.
+	Told int
+
+	held map[int]bool // the workers holding a grant now
+}
+
+// partition is one group cut.
+type partition struct {
+	Workers  []int
+	From, To time.Time
+}
+
+// partitioned records a group cut, and a cut for each of its workers.
+func (h *history) partitioned(workers []int, from, to time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.Partitions = append(h.Partitions, partition{workers, from, to})
+	for _, w := range workers {
+		h.Cuts = append(h.Cuts, cut{w, "partition", from, to})
+	}
+}
+
+// isolated records that member was cut off from its peers from from to to.
+func (h *history) isolated(member int, from, to time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.Isolations = append(h.Isolations, cut{member, "isolate", from, to})
+}
+
+// lostDuring counts the grants whose holders were told of a loss while a
+// member was isolated or within ttl of its healing.
+func (h *history) lostDuring(cuts []cut, ttl time.Duration) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, g := range h.Grants {
+		for _, c := range cuts {
+			if g.LossSeen && !g.LossAt.Before(c.From) && !g.LossAt.After(c.To.Add(ttl)) {
+				n++
+				break
+			}
+		}
+	}
+	return n
+}
+
+// holding records that worker holds a grant (on) or has begun to release it.
+func (h *history) holding(worker int, on bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.held == nil {
+		h.held = map[int]bool{}
+	}
+	h.held[worker] = on
+}
+
+// holders returns the workers holding a grant now.
+func (h *history) holders() []int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var ws []int
+	for w, on := range h.held {
+		if on {
+			ws = append(ws, w)
+		}
+	}
+	slices.Sort(ws)
+	return ws
 }
 
 // cut is a connection fault of one worker's client, from From to To.
 type cut struct {
 	Worker   int
-	Kind     string // blackhole, reset
+	Kind     string // blackhole, partition (a group of workers cut off at once), reset
 	From, To time.Time
+}
+
+// toldWithin is how late after its ValidUntil a holder cut off from the
+// server may learn of its loss: the lease's own timer, late by the
+// scheduler (chaos.TestHalfOpenHolder allows the same).
+const toldWithin = 100 * time.Millisecond
+
+// cutOffAt returns the cut that silenced g's worker's connections (a
+// blackhole, or a partition of a group of workers) at the instant at, if
+// one did: no renewal could get through then.
+func (h *history) cutOffAt(g grant, at time.Time) (cut, bool) {
+	for _, c := range h.Cuts {
+		if c.Worker == g.Worker && (c.Kind == "blackhole" || c.Kind == "partition") && !at.Before(c.From) && !at.After(c.To) {
+			return c, true
+		}
+	}
+	return cut{}, false
+}
+
+// checkTold holds a kept grant whose holder was cut off from the server at
+// its last ValidUntil, and still held it then (it had not begun its
+// release), to the lease's promise: the loss is told by ValidUntil (the
+// lease's context is cancelled with ErrLost), not later, whatever the
+// connection does. A stalled holder stopped its own renewals.
+func (h *history) checkTold(g grant) []string {
+	switch {
+	case !g.Kept || g.Stalled:
+		return nil
+	case g.LossSeen && g.LossAt.Before(g.ValidUntil): // told before
+		return nil
+	case g.End.Before(g.ValidUntil): // released before
+		return nil
+	}
+	c, ok := h.cutOffAt(g, g.ValidUntil)
+	if !ok {
+		return nil
+	}
+	if g.LossSeen && !g.LossAt.After(g.ValidUntil.Add(toldWithin)) {
+		h.Told++
+		return nil
+	}
+	switch {
+	case !g.LossSeen:
+		return []string{fmt.Sprintf("loss not told: worker %d token %d, cut off (%s from %s to %s) at its ValidUntil %s, was never told by its lease",
+			g.Worker, g.Token, c.Kind, ts(c.From), ts(c.To), ts(g.ValidUntil))}
+	case g.LossAt.After(g.ValidUntil.Add(toldWithin)):
+		return []string{fmt.Sprintf("loss told late: worker %d token %d, cut off (%s from %s to %s) at its ValidUntil %s, was told at %s",
+			g.Worker, g.Token, c.Kind, ts(c.From), ts(c.To), ts(g.ValidUntil), ts(g.LossAt))}
+	}
+	return nil
 }
 
 func (h *history) cut(worker int, kind string, from, to time.Time) {
@@ -313,6 +443,7 @@ func (h *history) check() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var bad []string
+	h.Told = 0
 	gs := append([]grant(nil), h.Grants...)
 	for i, g := range gs {
 		if at := h.freedAt(g); !at.IsZero() {
@@ -361,6 +492,7 @@ func (h *history) check() []string {
 		if f, ok := h.failoverWithin(g); ok && !g.LossSeen && g.Release != "lost" && g.Release != "unobserved" {
 			bad = append(bad, fmt.Sprintf("loss not reported: worker %d token %d was held across the %s failover at %s, which forgot every grant, and was never told", g.Worker, g.Token, f.Kind, ts(f.From)))
 		}
+		bad = append(bad, h.checkTold(g)...)
 		if h.spansRestart(g) && !g.LossSeen && g.Release != "lost" && g.Release != "unobserved" {
 			bad = append(bad, fmt.Sprintf("loss not reported: worker %d token %d outlived a restart that lost the grants, and was never told", g.Worker, g.Token))
 		}

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +37,11 @@ type target struct {
 	// killMember, on a cluster, stops member pick (the leader instead when
 	// leader is set), waits down, and starts it again, noting what it did.
 	killMember func(t *testing.T, pick int, leader bool, down time.Duration, note func(format string, args ...any))
+	// isolateLeader, on a cluster with peer proxies, cuts the leader
+	// member off from its peers for down while its clients still reach it,
+	// then heals it, noting what it did; it returns the member and the
+	// isolation's bounds, or -1 when the cluster had no leader.
+	isolateLeader func(t *testing.T, down time.Duration, note func(format string, args ...any)) (member int, from, to time.Time)
 	// losesGrants: a restart loses the grants (Redis without persistence):
 	// holders across it may overlap their successors until their next
 	// renewal, as redislock's documentation says; fencing still orders them.
@@ -66,6 +72,11 @@ type config struct {
 	hold      time.Duration // the longest a lock holder or leader keeps its grant; 2 × ttl when 0
 	minHold   time.Duration // the shortest a lock holder keeps its grant
 	failovers int           // the failover nemesis: at least this many failovers
+	// partitions: the nemesis only cuts groups of workers off (TestPartitionWorkerGroup).
+	partitions bool
+	// isolations: the nemesis only isolates the leader member of a
+	// cluster from its peers for 1 to 3 s at a time (TestPartitionEtcdLeader).
+	isolations bool
 }
 
 func chaosConfig(t *testing.T) config {
@@ -80,17 +91,32 @@ func chaosConfig(t *testing.T) config {
 }
 
 // runNemesis runs workers contending for one key, each through its own
-// proxy, while a seeded nemesis injects faults; then it checks the history.
-func runNemesis(t *testing.T, tg target, c config) {
+// proxy, while a seeded nemesis injects faults; then it checks the history,
+// and returns it.
+func runNemesis(t *testing.T, tg target, c config) *history {
 	labelRun(t)
 	ctx, cancel := context.WithTimeout(context.Background(), c.duration)
 	defer cancel()
 	r := startRun(t, tg, c, ctx)
 	h, rng := r.h, r.rng // the nemesis goes on with the workers' generator, as a seed always has
-	// The nemesis: a fault every so often, healed before the next.
+	// The nemesis: a fault every so often, healed before the next. The
+	// first cuts a group of workers off, so that every run has one.
 	kills := 0
 	for ctx.Err() == nil {
 		wait := time.Duration(200+rng.IntN(600)) * time.Millisecond
+		if c.isolations {
+			d := time.Second + time.Duration(rng.Int64N(int64(2*time.Second)))
+			if m, from, to := tg.isolateLeader(t, d, h.fault); m >= 0 {
+				h.isolated(m, from, to)
+			}
+			sleep(ctx, wait)
+			continue
+		}
+		if c.partitions || len(h.Partitions) == 0 || rng.IntN(10) == 0 {
+			r.partition(ctx, tg.ttl)
+			sleep(ctx, wait)
+			continue
+		}
 		victim := rng.IntN(c.workers)
 		p := r.proxies[victim]
 		if tg.killMember != nil && (kills == 0 || rng.IntN(3) == 0) { // the first kill stops the leader
@@ -104,11 +130,12 @@ func runNemesis(t *testing.T, tg target, c config) {
 		case f < 3:
 			d := tg.ttl/2 + time.Duration(rng.Int64N(int64(tg.ttl)*2))
 			h.fault("blackhole worker %d for %v", victim, d)
-			from := time.Now()
 			p.SetMode(faultproxy.Blackhole)
+			from := time.Now()
 			sleep(ctx, d)
+			to := time.Now()
 			p.SetMode(faultproxy.Pass)
-			h.cut(victim, "blackhole", from, time.Now())
+			h.cut(victim, "blackhole", from, to)
 		case f < 5:
 			d := time.Duration(5+rng.IntN(60)) * time.Millisecond
 			h.fault("delay worker %d by %v", victim, d)
@@ -142,6 +169,48 @@ func runNemesis(t *testing.T, tg target, c config) {
 	}
 	r.report(t)
 	checkGoroutines(t)
+	return h
+}
+
+// partition cuts a group of the workers off from the server at once (a
+// random non-empty proper subset, with a holder in it when there is one)
+// for ttl/2 to 2.5 × ttl (the first of a partitions-only run 2 × ttl, after
+// waiting a while for a holder), while the others go on; it records a cut
+// per worker in the group, so that the checker holds each of their
+// holders to "the loss is told by ValidUntil".
+func (r *run) partition(ctx context.Context, ttl time.Duration) {
+	h, rng, n := r.h, r.rng, r.c.workers
+	d := ttl/2 + time.Duration(rng.Int64N(int64(ttl)*2))
+	if r.c.partitions && len(h.Partitions) == 0 {
+		d = 2 * ttl
+		wait, cancel := context.WithTimeout(ctx, 4*ttl)
+		for wait.Err() == nil && len(h.holders()) == 0 {
+			sleep(wait, 10*time.Millisecond)
+		}
+		cancel()
+	}
+	order := rng.Perm(n)
+	if held := h.holders(); len(held) > 0 {
+		holder := held[rng.IntN(len(held))]
+		for i, w := range order {
+			if w == holder {
+				order[0], order[i] = order[i], order[0]
+			}
+		}
+	}
+	group := order[:1+rng.IntN(n-1)]
+	slices.Sort(group)
+	h.fault("cut workers %v off for %v", group, d)
+	for _, w := range group {
+		r.proxies[w].SetMode(faultproxy.Blackhole)
+	}
+	from := time.Now()
+	sleep(ctx, d)
+	to := time.Now()
+	for _, w := range group {
+		r.proxies[w].SetMode(faultproxy.Pass)
+	}
+	h.partitioned(group, from, to)
 }
 
 // run is one workload's workers and history under a nemesis.
@@ -306,7 +375,8 @@ func (r *run) report(t *testing.T) {
 			accepted++
 		}
 	}
-	t.Logf("%s: %d grants, %d writes (%d accepted), %d faults, exceptions %v", h.Backend, len(h.Grants), len(h.Writes), accepted, len(h.Faults), h.Relaxed)
+	t.Logf("%s: %d grants, %d writes (%d accepted), %d faults (%d group cuts; %d holders cut off at their ValidUntil, told in time), exceptions %v",
+		h.Backend, len(h.Grants), len(h.Writes), accepted, len(h.Faults), len(h.Partitions), h.Told, h.Relaxed)
 	if len(h.Grants) < 3 && !r.c.jobs {
 		t.Errorf("%s: only %d grants: the run did not exercise the lock", h.Backend, len(h.Grants))
 	}
@@ -420,6 +490,7 @@ func work(ctx context.Context, id int, acquire func(context.Context) (lock.Handl
 			_ = hd.Release(context.Background())
 			continue
 		}
+		h.holding(id, true)
 		var lossMu sync.Mutex
 		var lossAt time.Time
 		context.AfterFunc(lease.Context(), func() {
@@ -449,7 +520,15 @@ func work(ctx context.Context, id int, acquire func(context.Context) (lock.Handl
 				break
 			}
 		}
-		g.ValidUntil = lease.ValidUntil()
+		// A holder whose validity has passed waits to be told: the lease
+		// promises it at ValidUntil (the checker bounds how late).
+		if lease.Err() == nil && !time.Now().Before(lease.ValidUntil()) {
+			select {
+			case <-lease.Context().Done():
+			case <-time.After(2 * toldWithin):
+			}
+		}
+		g.ValidUntil, g.Kept = lease.ValidUntil(), true
 		g.End = g.ValidUntil
 		if g.LossSeen = lease.Err() != nil; g.LossSeen {
 			lossMu.Lock()
@@ -463,6 +542,7 @@ func work(ctx context.Context, id int, acquire func(context.Context) (lock.Handl
 		if releasing := time.Now(); releasing.Before(g.End) {
 			g.End = releasing
 		}
+		h.holding(id, false)
 		err = lease.Release(rctx)
 		g.ReleaseEnd = time.Now()
 		switch {

@@ -33,7 +33,10 @@
 // [NewRedis], [NewPostgres] and [NewEtcd] start a server for one test only,
 // which the test may [Server.Stop], [Server.Start] and [Server.Restart]
 // (and, for a cluster made with [Members] — an etcd cluster, or a Redis
-// Cluster of n masters — stop and start single members). It is stopped by
+// Cluster of n masters — stop and start single members; an etcd cluster made
+// with [PeerProxies] too routes its peer traffic through proxies, and
+// [Server.IsolateMember] cuts one member off from its peers while its client
+// port answers). It is stopped by
 // t.Cleanup when the test ends, whether it passed or failed. A dedicated
 // server needs the binary: when the environment variable of its kind is set,
 // or when only a container could serve, the constructor skips (or fails

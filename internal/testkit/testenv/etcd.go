@@ -36,7 +36,15 @@ func buildEtcd(bin, dir string, cfg config) (*Server, error) {
 		return nil, err
 	}
 	clientURL := func(i int) string { return "http://" + loopback(ports[2*i]) }
-	peerURL := func(i int) string { return "http://" + loopback(ports[2*i+1]) }
+	listenPeerURL := func(i int) string { return "http://" + loopback(ports[2*i+1]) }
+	peerURL := listenPeerURL
+	s := &Server{}
+	if cfg.peerProxies { // the members advertise their proxies
+		if s.peers, err = newPeerNet(n); err != nil {
+			return nil, err
+		}
+		peerURL = func(i int) string { return "http://" + s.peers.addr(i) }
+	}
 	cluster := make([]string, n)
 	for i := range n {
 		cluster[i] = fmt.Sprintf("m%d=%s", i, peerURL(i))
@@ -45,7 +53,6 @@ func buildEtcd(bin, dir string, cfg config) (*Server, error) {
 	if runtime.GOARCH != "amd64" {
 		env = append(env, "ETCD_UNSUPPORTED_ARCH="+runtime.GOARCH)
 	}
-	s := &Server{}
 	for i := range n {
 		name, addr := fmt.Sprintf("m%d", i), loopback(ports[2*i])
 		s.endpoints = append(s.endpoints, addr)
@@ -56,7 +63,7 @@ func buildEtcd(bin, dir string, cfg config) (*Server, error) {
 				"--data-dir", filepath.Join(dir, name),
 				"--listen-client-urls", clientURL(i),
 				"--advertise-client-urls", clientURL(i),
-				"--listen-peer-urls", peerURL(i),
+				"--listen-peer-urls", listenPeerURL(i),
 				"--initial-advertise-peer-urls", peerURL(i),
 				"--initial-cluster", strings.Join(cluster, ","),
 				"--initial-cluster-state", "new",
@@ -72,6 +79,13 @@ func buildEtcd(bin, dir string, cfg config) (*Server, error) {
 	}
 	s.addr = s.endpoints[0]
 	s.envValue = strings.Join(s.endpoints, ",")
+	if s.peers != nil {
+		var targets []string
+		for i := range n {
+			targets = append(targets, loopback(ports[2*i+1]))
+		}
+		s.peers.start(s.members, targets)
+	}
 	return s, nil
 }
 

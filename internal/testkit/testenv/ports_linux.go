@@ -2,9 +2,11 @@ package testenv
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -19,10 +21,20 @@ func listensOn(pid, port int) bool {
 	if !ok {
 		return true
 	}
+	holds, err := holdsAny(pid, inodes)
+	if err != nil {
+		return errors.Is(err, fs.ErrPermission)
+	}
+	return holds
+}
+
+// holdsAny reports whether the process pid has a descriptor on one of the
+// sockets whose inodes are given.
+func holdsAny(pid int, inodes map[string]bool) (bool, error) {
 	fds := fmt.Sprintf("/proc/%d/fd", pid)
 	entries, err := os.ReadDir(fds)
 	if err != nil {
-		return errors.Is(err, fs.ErrPermission)
+		return false, err
 	}
 	for _, e := range entries {
 		link, err := os.Readlink(fds + "/" + e.Name())
@@ -31,10 +43,50 @@ func listensOn(pid, port int) bool {
 		}
 		inode, found := strings.CutPrefix(link, "socket:[")
 		if found && inodes[strings.TrimSuffix(inode, "]")] {
-			return true
+			return true, nil
 		}
 	}
-	return false
+	return false, nil
+}
+
+// holdsSocket reports whether the process pid has a descriptor on the
+// socket inode.
+func holdsSocket(pid int, inode string) bool {
+	holds, _ := holdsAny(pid, map[string]bool{inode: true})
+	return holds
+}
+
+// socketInode returns the inode of the IPv4 TCP socket from local to
+// remote, from /proc/net/tcp, or "" when there is none.
+func socketInode(local, remote *net.TCPAddr) string {
+	l, r := procAddr(local), procAddr(remote)
+	if l == "" || r == "" {
+		return ""
+	}
+	f, err := os.Open("/proc/net/tcp")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Scan() // the header
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 10 && fields[1] == l && fields[2] == r {
+			return fields[9]
+		}
+	}
+	return ""
+}
+
+// procAddr is a as /proc/net/tcp writes it: the IPv4 address (in network
+// order) read as a number in the host's order, and the port, in hex.
+func procAddr(a *net.TCPAddr) string {
+	ip := a.IP.To4()
+	if ip == nil {
+		return ""
+	}
+	return fmt.Sprintf("%08X:%04X", binary.NativeEndian.Uint32(ip), a.Port)
 }
 
 // listeningInodes returns the inodes of the IPv4 sockets listening on

@@ -136,6 +136,16 @@ func (p *proc) watch(cmd *exec.Cmd, exited chan struct{}) {
 	close(exited)
 }
 
+// pid is the process's id while it runs and has not been reaped, else 0.
+func (p *proc) pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.reaping {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
 // running reports whether the process is started and has not exited.
 func (p *proc) running() bool {
 	p.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,6 +66,7 @@ type Server struct {
 	// server or cluster.
 	topo    topology
 	faultAt time.Time // when the last Failover's fault was injected
+	peers   *peerNet  // the members' peer proxies (etcd with PeerProxies), or nil
 
 	mu     sync.Mutex // serialises Start, Stop, Restart, Failover and close
 	closed bool
@@ -89,10 +91,11 @@ func (s *Server) Env() []string { return []string{s.kind.envVar + "=" + s.envVal
 type Option func(*config)
 
 type config struct {
-	members    int
-	replicas   int      // per primary (Redis), or 1: a standby (PostgreSQL)
-	sentinels  int      // Redis only
-	pgSettings []string // "name=value", NewPostgres only
+	members     int
+	replicas    int      // per primary (Redis), or 1: a standby (PostgreSQL)
+	sentinels   int      // Redis only
+	pgSettings  []string // "name=value", NewPostgres only
+	peerProxies bool     // NewEtcd only
 }
 
 // Members makes NewEtcd start a cluster of n members, and NewRedis a Redis
@@ -287,6 +290,9 @@ func (s *Server) close() error {
 	var errs []error
 	if s.members != nil {
 		errs = append(errs, s.stopMembers(s.all()))
+	}
+	if s.peers != nil {
+		s.peers.close()
 	}
 	if s.terminate != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -503,6 +509,12 @@ func dedicated(t testing.TB, k *kind, opts []Option) *Server {
 	}
 	if cfg.members < 1 || (cfg.members > 1 && k == postgresKind) {
 		t.Fatalf("testenv: New%s: Members(%d): only etcd and Redis take more than one member", k.short, cfg.members)
+	}
+	if cfg.peerProxies && k != etcdKind {
+		t.Fatalf("testenv: New%s: PeerProxies applies to NewEtcd only", k.short)
+	}
+	if cfg.peerProxies && runtime.GOOS != "linux" {
+		unavailable(t, "PeerProxies tells the members' connections apart from /proc: Linux only")
 	}
 	if err := cfg.checkReplication(k); err != nil {
 		t.Fatalf("testenv: New%s: %v", k.short, err)

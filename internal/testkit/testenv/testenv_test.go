@@ -342,3 +342,124 @@ func TestFailingChild(t *testing.T) {
 		}
 	})
 }
+
+// TestEtcdIsolateLeader isolates the leader of a cluster from its peers
+// (PeerProxies): the two others elect a new leader while the isolated
+// member's client port still answers; healed, the three agree on one
+// leader again and the member has caught up.
+func TestEtcdIsolateLeader(t *testing.T) {
+	t.Parallel()
+	s := testenv.NewEtcd(t, testenv.Members(3), testenv.PeerProxies())
+	eps := s.Endpoints()
+	ctx := ctxFor(t)
+	cli := etcdClient(t, eps...)
+	// leaders returns the leader each member sees (0: none; an error when
+	// its client port does not answer).
+	leaders := func() ([]uint64, []uint64, []error) {
+		ids, leads, errs := make([]uint64, len(eps)), make([]uint64, len(eps)), make([]error, len(eps))
+		for i, ep := range eps {
+			sctx, cancel := context.WithTimeout(ctx, time.Second)
+			st, err := cli.Status(sctx, ep)
+			cancel()
+			if errs[i] = err; err == nil {
+				ids[i], leads[i] = st.Header.MemberId, st.Leader
+			}
+		}
+		return ids, leads, errs
+	}
+	// agreed waits until the members in idx see one leader, not avoid,
+	// and returns its index.
+	agreed := func(idx []int, avoid uint64) int {
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			ids, leads, errs := leaders()
+			lead, ok := leads[idx[0]], true
+			for _, i := range idx {
+				ok = ok && errs[i] == nil && leads[i] == lead && lead != 0 && lead != avoid
+			}
+			if ok {
+				for i, id := range ids {
+					if id == lead {
+						return i
+					}
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("members %v do not agree on a leader (other than %x): leaders %x, errors %v", idx, avoid, leads, errs)
+			}
+			<-time.After(50 * time.Millisecond)
+		}
+	}
+	all := []int{0, 1, 2}
+	old := agreed(all, 0)
+	ids, _, _ := leaders()
+	if _, err := cli.Put(ctx, "k", "before"); err != nil {
+		t.Fatal(err)
+	}
+
+	s.IsolateMember(t, old)
+	cut := time.Now()
+	var others []int
+	for i := range eps {
+		if i != old {
+			others = append(others, i)
+		}
+	}
+	next := agreed(others, ids[old])
+	t.Logf("member %d, the leader, isolated; the others elected member %d in %v", old, next, time.Since(cut).Round(time.Millisecond))
+	// The isolated member's client port answers, but it has no quorum: a
+	// linearizable read through it fails.
+	alone := etcdClient(t, eps[old])
+	sctx, cancel := context.WithTimeout(ctx, time.Second)
+	st, err := alone.Status(sctx, eps[old])
+	cancel()
+	if err != nil {
+		t.Fatalf("the isolated member's client port: %v", err)
+	}
+	t.Logf("the isolated member sees leader %x", st.Leader)
+	gctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	_, err = alone.Get(gctx, "k")
+	cancel()
+	if err == nil {
+		t.Fatal("a linearizable read through the isolated member succeeded")
+	}
+	majority := etcdClient(t, eps[others[0]], eps[others[1]])
+	for try := 0; ; try++ { // a proposal made while leadership moves can time out
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err = majority.Put(pctx, "k", "during")
+		cancel()
+		if err == nil || try == 4 {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("Put through the majority: %v", err)
+	}
+
+	s.HealMember(t, old)
+	lead := agreed(all, 0)
+	resp, err := alone.Get(ctx, "k") // linearizable: the member caught up
+	if err != nil {
+		t.Fatalf("Get from the healed member: %v", err)
+	}
+	if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "during" {
+		t.Fatalf("the healed member has %v, want k=during", resp.Kvs)
+	}
+
+	// Both directions: an isolated follower loses its leader too, though
+	// it dials the leader's streams itself (from which it would hear the
+	// heartbeats were only the traffic to it cut).
+	follower := (lead + 1) % len(eps)
+	s.IsolateMember(t, follower)
+	for deadline := time.Now().Add(10 * time.Second); ; <-time.After(50 * time.Millisecond) {
+		_, leads, _ := leaders()
+		if leads[follower] == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("isolated follower %d still sees leader %x", follower, leads[follower])
+		}
+	}
+	s.HealMember(t, follower)
+	agreed(all, 0)
+}

@@ -1,0 +1,49 @@
+package chaos_test
+
+import "testing"
+
+// A group of the workers, a holder among them, is cut off from the server
+// (every one of its connections blackholed at once) while the others go
+// on; every fault of the run is such a cut. Grant safety holds, and each
+// holder on the cut-off side learns of its loss from its lease by its
+// ValidUntil (the checker's "loss told").
+func TestPartitionWorkerGroup(t *testing.T) {
+	for name, tg := range map[string]func(*testing.T) target{"redis": redisTarget, "postgres": postgresTarget, "etcd": etcdTarget} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			c, tg := chaosConfig(t), tg(t)
+			c.partitions = true
+			c.minHold, c.hold = tg.ttl, 5*tg.ttl/2 // a holder often outlives its ValidUntil in a cut
+			h := runNemesis(t, tg, c)
+			if len(h.Partitions) == 0 {
+				t.Fatal("no group was cut off")
+			}
+			if h.Told == 0 && !t.Failed() {
+				t.Errorf("no holder was cut off at its ValidUntil: the run did not exercise the partition (faults %v)", h.Faults)
+			}
+		})
+	}
+}
+
+// The leader member of a three-member etcd cluster is cut off from its
+// peers (both directions, through the peer proxies) for 1 to 3 s, again and
+// again, while every worker keeps talking to every member, the isolated one
+// among them. The isolated member cannot renew or grant (no quorum): grant
+// safety holds and holders whose renewals went to it are told by their
+// ValidUntil; the checker finds no overlap and no write outside a grant.
+func TestPartitionEtcdLeader(t *testing.T) {
+	for _, workload := range []string{"lock", "leader"} {
+		t.Run(workload, func(t *testing.T) {
+			t.Parallel()
+			c := chaosConfig(t)
+			c.isolations, c.leader = true, workload == "leader"
+			c.duration += c.duration / 2 // elections take time from the workers
+			tg := etcdIsolatingTarget(t)
+			h := runNemesis(t, tg, c)
+			if len(h.Isolations) < 2 {
+				t.Fatalf("the leader was isolated %d times, want at least 2 (faults %v)", len(h.Isolations), h.Faults)
+			}
+			t.Logf("%d isolations; %d holders told of a loss during one", len(h.Isolations), h.lostDuring(h.Isolations, tg.ttl))
+		})
+	}
+}
