@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
@@ -231,4 +232,50 @@ func handOver(t *testing.T, lease *lock.Lease, other *etcdlock.Lock, ttl time.Du
 		t.Fatalf("after the holder's Release: %v, %v (token must be > %d)", h2, err, h.Token())
 	}
 	_ = h2.Release(ctxFor(t, 10*time.Second))
+}
+
+// A member cut off from its peers has no leader; a call through it is
+// refused at once (ErrNoLeader, so lock.ErrUnavailable) rather than held
+// until the member's request timeout: the caller's next attempt can go to
+// another member while its grants are still valid. Without the
+// require-leader mark, the TryAcquire below ran into its 3 s deadline.
+func TestAMemberWithoutALeaderRefusesAtOnce(t *testing.T) {
+	srv := testenv.NewEtcd(t, testenv.Members(3), testenv.PeerProxies())
+	all, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer all.Close()
+	lead := leader(t, all, srv)
+	cut := (lead + 1) % 3 // a follower: it loses its leader
+	only, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints()[cut : cut+1], DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer only.Close()
+	l, err := etcdlock.New(only)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	srv.IsolateMember(t, cut)
+	defer srv.HealMember(t, cut)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		st, err := all.Status(ctx, srv.Endpoints()[cut])
+		cancel()
+		if err == nil && st.Leader == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the isolated member still has a leader after 10 s (%v)", err)
+		}
+		<-time.After(50 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_, err = l.TryAcquire(ctx, "isolated", time.Second)
+	if !errors.Is(err, lock.ErrUnavailable) || !errors.Is(err, rpctypes.ErrNoLeader) {
+		t.Fatalf("TryAcquire through a member without a leader: %v, want ErrUnavailable from ErrNoLeader", err)
+	}
 }

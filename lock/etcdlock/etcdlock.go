@@ -279,7 +279,7 @@ func (l *Lock) tryChunks(ctx context.Context, keys []string, ttl time.Duration, 
 		sent := time.Now()
 		value := l.value(sent)
 		cmps, then, els := l.txnFor(chunk, value, sp.id)
-		resp, err := l.client.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()
+		resp, err := l.client.Txn(requireLeader(ctx)).If(cmps...).Then(then...).Else(els...).Commit()
 		if errors.Is(err, rpctypes.ErrTooManyOps) && n > 1 {
 			// Refused whole, before anything was done: batches of at most
 			// half of this one, from now on.
@@ -406,7 +406,7 @@ func (l *Lock) Close() error {
 	defer cancel()
 	var errs []error
 	for _, id := range ids {
-		if _, err := l.client.Revoke(ctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		if _, err := l.client.Revoke(requireLeader(ctx), id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			errs = append(errs, err)
 		}
 	}
@@ -422,3 +422,10 @@ func (l *Lock) isClosed() bool {
 	defer l.poolMu.Unlock()
 	return l.closed
 }
+
+// requireLeader marks a call so that a member without a leader (cut off
+// from its peers, or in an election) refuses it at once with ErrNoLeader,
+// instead of holding it until its request timeout (seconds): the attempt
+// fails as unavailable and the next one goes to another member, well
+// within a holder's ValidUntil. Watches are marked so too (waiter.go).
+func requireLeader(ctx context.Context) context.Context { return clientv3.WithRequireLeader(ctx) }

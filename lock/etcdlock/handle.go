@@ -106,7 +106,7 @@ func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
 		return h.swap(ctx, sec, ttl)
 	}
 	sent := time.Now()
-	r, err := h.l.client.KeepAliveOnce(ctx, h.lease.id)
+	r, err := h.l.client.KeepAliveOnce(requireLeader(ctx), h.lease.id)
 	switch {
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		h.markLost()
@@ -129,7 +129,7 @@ func (h *handle) swap(ctx context.Context, sec int64, ttl time.Duration) error {
 		return err
 	}
 	sent := time.Now()
-	r, err := h.l.client.Txn(ctx).If(
+	r, err := h.l.client.Txn(requireLeader(ctx)).If(
 		clientv3.Compare(clientv3.CreateRevision(h.ekey), "=", int64(h.token)),
 		clientv3.Compare(clientv3.LeaseValue(h.ekey), "=", int64(h.lease.id)),
 	).Then(clientv3.OpPut(h.ekey, "", clientv3.WithLease(s.id), clientv3.WithIgnoreValue())).Commit()
@@ -161,7 +161,7 @@ func (h *handle) swap(ctx context.Context, sec int64, ttl time.Duration) error {
 // settle finds out which lease the key is on after a swap with an unknown
 // outcome, keeps that one and revokes the other (op held).
 func (h *handle) settle(ctx context.Context) error {
-	r, err := h.l.client.Get(ctx, h.ekey)
+	r, err := h.l.client.Get(requireLeader(ctx), h.ekey)
 	if err != nil {
 		return backendkit.Unavailable("etcdlock: extend (reading the key after an unknown outcome)", err)
 	}
@@ -208,7 +208,7 @@ func (h *handle) Release(ctx context.Context) error {
 	}
 	// The create revision alone names this grant: a later grant of the key
 	// has another.
-	r, err := h.l.client.Txn(ctx).If(
+	r, err := h.l.client.Txn(requireLeader(ctx)).If(
 		clientv3.Compare(clientv3.CreateRevision(h.ekey), "=", int64(h.token)),
 	).Then(clientv3.OpDelete(h.ekey)).Commit()
 	switch {

@@ -22,7 +22,7 @@ func (l *Lock) Inspect(ctx context.Context, key string) (lock.Grant, bool, error
 	if err := backendkit.ValidateKey(ctx, key); err != nil {
 		return lock.Grant{}, false, err
 	}
-	r, err := l.client.Get(ctx, l.etcdKey(key))
+	r, err := l.client.Get(requireLeader(ctx), l.etcdKey(key))
 	if err != nil {
 		return lock.Grant{}, false, backendkit.Unavailable("etcdlock: inspect", err)
 	}
@@ -43,7 +43,7 @@ func (l *Lock) List(ctx context.Context, prefix string) ([]lock.Grant, error) {
 	if err := backendkit.CheckContext(ctx); err != nil {
 		return nil, err
 	}
-	r, err := l.client.Get(ctx, l.etcdKey(prefix), clientv3.WithPrefix())
+	r, err := l.client.Get(requireLeader(ctx), l.etcdKey(prefix), clientv3.WithPrefix())
 	if err != nil {
 		return nil, backendkit.Unavailable("etcdlock: list", err)
 	}
@@ -130,7 +130,7 @@ func (l *Lock) ForceRelease(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	ekey := l.etcdKey(key)
-	r, err := l.client.Get(ctx, ekey)
+	r, err := l.client.Get(requireLeader(ctx), ekey)
 	if err != nil {
 		return false, backendkit.Unavailable("etcdlock: force release", err)
 	}
@@ -138,7 +138,7 @@ func (l *Lock) ForceRelease(ctx context.Context, key string) (bool, error) {
 		return false, nil
 	}
 	kv := r.Kvs[0]
-	t, err := l.client.Txn(ctx).If(
+	t, err := l.client.Txn(requireLeader(ctx)).If(
 		clientv3.Compare(clientv3.CreateRevision(ekey), "=", kv.CreateRevision),
 		clientv3.Compare(clientv3.LeaseValue(ekey), "=", kv.Lease),
 	).Then(clientv3.OpDelete(ekey)).Commit()
@@ -149,7 +149,7 @@ func (l *Lock) ForceRelease(ctx context.Context, key string) (bool, error) {
 		return false, nil // released or expired meanwhile
 	}
 	if kv.Lease != 0 {
-		if _, err := l.client.Revoke(ctx, clientv3.LeaseID(kv.Lease)); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		if _, err := l.client.Revoke(requireLeader(ctx), clientv3.LeaseID(kv.Lease)); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			// The key is gone already; the holder's Release or Lost still
 			// tells it, and the lease expires with its ttl.
 			l.log.Debug("leasehold: etcdlock revoke after force release failed", "key", key, "err", err)

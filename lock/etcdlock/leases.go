@@ -76,7 +76,7 @@ func (l *Lock) lease(ctx context.Context, sec int64, ttl time.Duration) (spare, 
 
 func (l *Lock) grant(ctx context.Context, sec int64) (spare, error) {
 	sent := time.Now()
-	r, err := l.client.Grant(ctx, sec)
+	r, err := l.client.Grant(requireLeader(ctx), sec)
 	if err != nil {
 		return spare{}, err
 	}
@@ -125,7 +125,7 @@ func (l *Lock) revokeLater(id clientv3.LeaseID) {
 	l.bg.Go(func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(l.ctx), bgTimeout)
 		defer cancel()
-		if _, err := l.client.Revoke(ctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		if _, err := l.client.Revoke(requireLeader(ctx), id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			l.log.Debug("leasehold: etcdlock lease revoke failed; it expires with its ttl", "lease", int64(id), "err", err)
 		}
 	})

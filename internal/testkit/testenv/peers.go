@@ -114,9 +114,10 @@ func (pn *peerNet) serve(to int, client net.Conn) {
 		return
 	}
 	l.silent = pn.cut(l)
+	silent := l.silent // read under pn.mu: isolate writes it
 	pn.links[l] = true
 	pn.mu.Unlock()
-	if l.silent { // dropped from the start: read and forget until healed
+	if silent { // dropped from the start: read and forget until healed
 		pn.pipe(l, client, nil)
 		return
 	}
