@@ -3,7 +3,7 @@ package redislock
 import "testing"
 
 func TestKeyEncoding(t *testing.T) {
-	l := &Lock{prefix: DefaultPrefix}
+	l := &Lock{prefix: DefaultPrefix, owner: "owner"}
 	seen := map[string]string{}
 	for _, k := range []string{"x", "{x}", "a{b}c", "{}x", "}x", "x}", "{", "}", "a}b{c", "sem/{pool}/slot/1", "über/κλειδί"} {
 		enc := encodeKey(k)
@@ -15,6 +15,11 @@ func TestKeyEncoding(t *testing.T) {
 		}
 		seen[enc] = k
 		lk, fk := l.lockKey(k), l.fenceKey(k)
+		// keysOf builds all four in one string, with the value's tail.
+		keys, tail := l.keysOf(k, []byte("id"))
+		if want := (redisKeys{lk, fk, l.queueKey(k), l.deadlinesKey(k)}); keys != want || tail != "id|"+l.owner {
+			t.Errorf("keysOf(%q) = %q, %q; want %q, %q", k, keys, tail, want, "id|"+l.owner)
+		}
 		if tag := hashTag(lk); tag == "" || tag != hashTag(fk) {
 			t.Errorf("%q: lock key %q (tag %q) and fence key %q (tag %q) must share a non-empty tag", k, lk, hashTag(lk), fk, hashTag(fk))
 		}
