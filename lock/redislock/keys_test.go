@@ -1,6 +1,9 @@
 package redislock
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestKeyEncoding(t *testing.T) {
 	l := &Lock{prefix: DefaultPrefix, owner: "owner"}
@@ -27,5 +30,17 @@ func TestKeyEncoding(t *testing.T) {
 	// Keys with a tag of their own keep it.
 	if hashTag(l.lockKey("sem/{pool}/slot/1")) != "pool" || hashTag(l.lockKey("sem/{pool}/slot/2")) != "pool" {
 		t.Errorf("a key's own hash tag is not kept")
+	}
+}
+
+func TestParseHanded(t *testing.T) {
+	to, waiter, g, ok := parseHanded("k\x00w\x0012\x00345\x006")
+	if !ok || to != "k\x00w" || waiter != "w" || g.token != 12 || g.since != "345" || g.waited != 6*time.Millisecond {
+		t.Errorf("parseHanded = %q, %q, %+v, %v", to, waiter, g, ok)
+	}
+	for _, bad := range []string{"k\x00w\x0012\x00345", "k\x00w\x0012\x00345\x006\x007", "k\x00w\x00x\x00345\x006", ""} {
+		if _, _, _, ok := parseHanded(bad); ok {
+			t.Errorf("parseHanded(%q) accepted", bad)
+		}
 	}
 }

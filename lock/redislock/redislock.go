@@ -213,8 +213,16 @@ func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration)
 	if err := backendkit.Validate(ctx, key, ttl, limits); err != nil {
 		return nil, err
 	}
-	waiter := attemptID()
-	sub := l.notifier.Subscribe(key + "\x00" + waiter)
+	// The waiter's id, and what its handoff message notifies: "<key>\x00<id>".
+	var id [16]byte
+	var b strings.Builder
+	b.Grow(len(key) + 1 + len(id))
+	b.WriteString(key)
+	b.WriteByte(0)
+	b.Write(strconv.AppendUint(id[:0], rand.Uint64(), 36))
+	to := b.String()
+	waiter := to[len(key)+1:]
+	sub := l.notifier.Subscribe(to)
 	defer func() {
 		l.handedMu.Lock()
 		sub.Close()
@@ -232,11 +240,12 @@ func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration)
 			_ = l.run(qctx, leaveScript, l.queueKeys(key), waiter, l.channel, key, ms(fenceLifetime)).Err()
 		}
 	}()
+	a := l.attempt(key, ttl, waiter) // for every attempt and the handoff
 	for {
 		sent := time.Now()
-		h, err := l.acquireOne(ctx, key, ttl, waiter)
+		granted, err := l.try(ctx, a)
 		if err == nil || !errors.Is(err, lock.ErrNotAcquired) {
-			return h, err
+			return granted, err
 		}
 		queued = true
 		wait := queuePlaceKept / 2
@@ -255,23 +264,21 @@ func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration)
 			// server, so at least that long after sent (less 1 ms: the
 			// server counts whole ms).
 			validFrom := sent.Add(max(0, g.waited-time.Millisecond))
-			h := &handle{l: l, key: key}
-			h.keys, h.tail = l.keysOf(key, []byte(waiter))
-			h.granted(g.token, []byte(g.since), backendkit.ValidUntil(validFrom, ttl))
+			a.granted(g.token, []byte(g.since), backendkit.ValidUntil(validFrom, ttl))
 			if l.acks.N > 0 {
 				// The releaser's WAIT may have fallen short after the
 				// handoff was published: an acknowledged extension of
 				// our own covers the handoff, which came before it.
-				if err := h.Extend(ctx, ttl); err != nil {
+				if err := a.Extend(ctx, ttl); err != nil {
 					if errors.Is(err, lock.ErrUnavailable) {
-						l.undo(ctx, h)
+						l.undo(ctx, a)
 					}
 					l.metrics.Attempt(ctx, sent, err)
 					return nil, err
 				}
 			}
 			l.metrics.Attempt(ctx, sent, nil)
-			return h, nil
+			return a, nil
 		}
 	}
 }
@@ -287,8 +294,14 @@ type handedGrant struct {
 // parseHanded reads a handoff message's "<key>\x00<waiter>\x00<token>\x00<since
 // µs>\x00<waited ms>" (after its "\x02").
 func parseHanded(payload string) (to string, waiter string, g handedGrant, ok bool) {
-	parts := strings.Split(payload, "\x00")
-	if len(parts) != 5 {
+	var parts [5]string // parts of payload: no copies
+	rest := payload
+	for i := range parts {
+		if parts[i], rest, ok = strings.Cut(rest, "\x00"); !ok && i < len(parts)-1 {
+			return "", "", g, false
+		}
+	}
+	if ok { // a sixth part
 		return "", "", g, false
 	}
 	tok, err1 := strconv.ParseUint(parts[2], 10, 64)
@@ -296,7 +309,8 @@ func parseHanded(payload string) (to string, waiter string, g handedGrant, ok bo
 	if err1 != nil || err2 != nil {
 		return "", "", g, false
 	}
-	return parts[0] + "\x00" + parts[1], parts[1], handedGrant{tok, parts[3], backendkit.RemainingMillis(waited)}, true
+	to = payload[:len(parts[0])+1+len(parts[1])]
+	return to, parts[1], handedGrant{tok, parts[3], backendkit.RemainingMillis(waited)}, true
 }
 
 // Waiting implements lock.Queue: the waiters in key's queue whose place
@@ -377,6 +391,13 @@ func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration, of
 // acquireOne is acquire for one key, with one allocation for the keys and
 // one for the grant, which also holds the script's call.
 func (l *Lock) acquireOne(ctx context.Context, key string, ttl time.Duration, waiter string) (lock.Handle, error) {
+	return l.try(ctx, l.attempt(key, ttl, waiter))
+}
+
+// attempt is the grant that acquireOne's attempts for a waiter (or a fresh
+// attempt id, for none) would make; its keys and value's tail are built once
+// for all of them.
+func (l *Lock) attempt(key string, ttl time.Duration, waiter string) *handle {
 	var id [16]byte
 	attempt := append(id[:0], waiter...)
 	if waiter == "" {
@@ -384,11 +405,19 @@ func (l *Lock) acquireOne(ctx context.Context, key string, ttl time.Duration, wa
 	}
 	h := &handle{l: l, key: key, ttl: ms(ttl)}
 	h.keys, h.tail = l.keysOf(key, attempt)
+	if waiter != "" {
+		h.waiter = h.tail[:len(attempt)]
+	}
+	return h
+}
+
+// try makes one attempt for h and returns h when it is granted. It may be
+// called again for h after a failed attempt, until then.
+func (l *Lock) try(ctx context.Context, h *handle) (lock.Handle, error) {
 	nkeys := 2
 	var waiterArg any = ""
-	if waiter != "" {
+	if h.waiter != "" {
 		nkeys = 4
-		h.waiter = h.tail[:len(attempt)]
 		waiterArg = &h.waiter
 	}
 	call := acquireScript.Start(h.call[:0], nkeys)
@@ -398,7 +427,7 @@ func (l *Lock) acquireOne(ctx context.Context, key string, ttl time.Duration, wa
 	call = append(call, &h.tail, &h.ttl, 0, fenceLifetimeArg, waiterArg, queuePlaceKeptArg, l.inboxArg)
 	sent := time.Now()
 	cmd, acked := l.write(ctx, acquireScript, call)
-	r, err := l.granted(ctx, []string{key}, ttl, sent, cmd)
+	r, err := l.granted(ctx, []string{h.key}, time.Duration(h.ttl)*time.Millisecond, sent, cmd)
 	if err != nil {
 		return nil, err
 	}
@@ -435,6 +464,8 @@ func (l *Lock) granted(ctx context.Context, keys []string, ttl time.Duration, se
 		err = fmt.Errorf("%w: on Redis Cluster the keys of one TryAcquireAny must share a hash tag ({…}): %w", lock.ErrInvalidKey, err)
 	case err != nil:
 		err = backendkit.Unavailable("redislock: acquire", err)
+	case n == 2 && r[0] == 0 && len(keys) == 1:
+		err = backendkit.NotAcquired(keys[0], backendkit.RemainingMillis(r[1]))
 	case n == 2 && r[0] == 0:
 		err = backendkit.NotAcquiredAny(keys, backendkit.RemainingMillis(r[1]))
 	case n == 5 && r[0] == 1 && r[2] >= 0 && int(r[2]) < len(keys):
