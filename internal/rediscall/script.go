@@ -65,14 +65,20 @@ func (b Bounds) Eval(ctx context.Context, client Processor, s *Script, args []an
 	if b.honoured || ctx.Done() == nil {
 		return s.run(ctx, client, args)
 	}
-	var cmd *redis.Cmd // written by the call; read only after it returned
-	if err := b.Within(ctx, func() error {
-		cmd = s.run(ctx, client, args)
-		return nil
-	}); err != nil {
-		return failed(ctx, err)
+	// As Within does, with a channel and a goroutine per call and nothing
+	// more (Keep renews under a deadline).
+	done := make(chan *redis.Cmd, 1)
+	go s.runTo(ctx, done, client, args)
+	select {
+	case cmd := <-done:
+		return cmd
+	case <-ctx.Done():
+		return failed(ctx, ctx.Err())
 	}
-	return cmd
+}
+
+func (s *Script) runTo(ctx context.Context, done chan<- *redis.Cmd, c Processor, args []any) {
+	done <- s.run(ctx, c, args)
 }
 
 // WriteEval is Write for a call built as for Eval.
