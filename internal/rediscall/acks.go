@@ -60,43 +60,46 @@ func (b Bounds) Write(ctx context.Context, client redis.UniversalClient, a Acks,
 	if a.N == 0 {
 		return b.Run(ctx, client, script, keys, args...), nil
 	}
+	return b.acked(ctx, client, a, keys[0],
+		func(p redis.Pipeliner) *redis.Cmd { return script.EvalSha(ctx, p, keys, args...) },
+		func(node *redis.Client) error { return script.Load(ctx, node).Err() })
+}
+
+// acked sends a write (send, on a pipeline) and its WAIT within ctx, on the
+// connection that runs it (on a Cluster, the master of key's slot); load
+// loads the script on the node when it answered NOSCRIPT.
+func (b Bounds) acked(ctx context.Context, client redis.UniversalClient, a Acks, key string, send func(redis.Pipeliner) *redis.Cmd, load func(*redis.Client) error) (cmd *redis.Cmd, acked error) {
 	err := b.Within(ctx, func() error {
-		cmd, acked = a.write(ctx, client, script, keys, args...)
+		cmd, acked = a.write(ctx, client, key, send, load)
 		return nil
 	})
 	if err != nil {
-		cmd = redis.NewCmd(ctx)
-		cmd.SetErr(err)
-		return cmd, nil
+		return failed(ctx, err), nil
 	}
 	return cmd, acked
 }
 
-func (a Acks) write(ctx context.Context, client redis.UniversalClient, script *redis.Script, keys []string, args ...any) (*redis.Cmd, error) {
+func (a Acks) write(ctx context.Context, client redis.UniversalClient, key string, send func(redis.Pipeliner) *redis.Cmd, load func(*redis.Client) error) (*redis.Cmd, error) {
 	var node *redis.Client
 	switch c := client.(type) {
 	case *redis.Client:
 		node = c
 	case *redis.ClusterClient:
 		var err error
-		if node, err = c.MasterForKey(ctx, keys[0]); err != nil {
-			cmd := redis.NewCmd(ctx)
-			cmd.SetErr(err)
-			return cmd, nil
+		if node, err = c.MasterForKey(ctx, key); err != nil {
+			return failed(ctx, err), nil
 		}
 	default:
-		cmd := redis.NewCmd(ctx)
-		cmd.SetErr(a.CheckClient(client))
-		return cmd, nil
+		return failed(ctx, a.CheckClient(client)), nil
 	}
 	for loaded := false; ; loaded = true {
 		pipe := node.Pipeline()
-		cmd := script.EvalSha(ctx, pipe, keys, args...)
+		cmd := send(pipe)
 		wait := pipe.Do(ctx, "WAIT", a.N, a.Timeout.Milliseconds())
 		_, _ = pipe.Exec(ctx)
 		if err := cmd.Err(); err != nil && !loaded && strings.HasPrefix(err.Error(), "NOSCRIPT") {
 			// Not run: load it and send both again.
-			if err := script.Load(ctx, node).Err(); err != nil {
+			if err := load(node); err != nil {
 				cmd.SetErr(err)
 				return cmd, nil
 			}

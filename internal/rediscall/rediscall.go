@@ -56,9 +56,7 @@ func (b Bounds) Run(ctx context.Context, client redis.Scripter, script *redis.Sc
 		cmd = script.Run(ctx, client, keys, args...)
 		return nil
 	}); err != nil {
-		failed := redis.NewCmd(ctx)
-		failed.SetErr(err)
-		return failed
+		return failed(ctx, err)
 	}
 	return cmd
 }

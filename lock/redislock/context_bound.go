@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold-go/leasehold/internal/rediscall"
 )
 
 // Every call ends when its context does, also on a client without
@@ -14,7 +16,17 @@ func (l *Lock) within(ctx context.Context, call func() error) error {
 	return l.bounds.Within(ctx, call)
 }
 
-// run runs script within ctx.
-func (l *Lock) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
-	return l.bounds.Run(ctx, l.client, script, keys, args...)
+// run runs script within ctx. The hot paths build their calls themselves
+// (see handle), boxing nothing per call.
+func (l *Lock) run(ctx context.Context, script *rediscall.Script, keys []string, args ...any) *redis.Cmd {
+	return l.bounds.Eval(ctx, l.client, script, callOf(script, keys, args))
+}
+
+// callOf is the call of script with keys and args (see rediscall.Script).
+func callOf(script *rediscall.Script, keys []string, args []any) []any {
+	call := script.Start(make([]any, 0, 3+len(keys)+len(args)), len(keys))
+	for _, k := range keys {
+		call = append(call, k)
+	}
+	return append(call, args...)
 }

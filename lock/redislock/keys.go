@@ -39,14 +39,39 @@ func hashTag(s string) string {
 }
 
 func encodeKey(k string) string {
+	var b strings.Builder
+	writeEncoded(&b, k)
+	return b.String()
+}
+
+// encodedLen is len(encodeKey(k)).
+func encodedLen(k string) int {
 	switch {
 	case hashTag(k) != "":
-		return "t:" + k
+		return len("t:") + len(k)
 	case !strings.ContainsAny(k, "{}"):
-		return "k:{" + k + "}"
+		return len("k:{}") + len(k)
+	}
+	return len("h:{}") + 16 + len(k)
+}
+
+func writeEncoded(b *strings.Builder, k string) {
+	switch encodedLen(k) - len(k) {
+	case len("t:"):
+		b.WriteString("t:")
+		b.WriteString(k)
+	case len("k:{}"):
+		b.WriteString("k:{")
+		b.WriteString(k)
+		b.WriteByte('}')
 	default:
 		sum := sha256.Sum256([]byte(k))
-		return "h:{" + hex.EncodeToString(sum[:8]) + "}" + k
+		var tag [16]byte
+		hex.Encode(tag[:], sum[:8])
+		b.WriteString("h:{")
+		b.Write(tag[:])
+		b.WriteByte('}')
+		b.WriteString(k)
 	}
 }
 
@@ -63,18 +88,57 @@ func decodeKey(enc string) (string, bool) {
 	return "", false
 }
 
-func (l *Lock) lockKey(k string) string  { return l.prefix + "l" + encodeKey(k) }
-func (l *Lock) fenceKey(k string) string { return l.prefix + "f" + encodeKey(k) }
+// redisKeys are the Redis keys of a user's key: its grant, fence counter,
+// wait queue and waiters' entries, in the order of the scripts' KEYS
+// (release.lua, force_release.lua, leave.lua; acquire.lua takes the first
+// two, or all four for a queued attempt).
+type redisKeys [4]string
 
-// queueKeys are the KEYS of release.lua, force_release.lua and leave.lua:
-// the lock key, its fence counter, its wait queue and the waiters' entries.
-func (l *Lock) queueKeys(k string) []string {
-	return []string{l.lockKey(k), l.fenceKey(k), l.queueKey(k), l.deadlinesKey(k)}
+// keysOf returns k's Redis keys and, for an id, the tail of a grant's
+// value "<id>|<owner>", all in one string (one allocation).
+func (l *Lock) keysOf(k string, id []byte) (keys redisKeys, tail string) {
+	var b strings.Builder
+	size := 4 * (len(l.prefix) + 1 + encodedLen(k))
+	if id != nil {
+		size += len(id) + 1 + len(l.owner)
+	}
+	b.Grow(size)
+	var ends [4]int
+	encStart := len(l.prefix) + 1
+	for i, kind := range "lfqd" {
+		b.WriteString(l.prefix)
+		b.WriteByte(byte(kind))
+		if i == 0 {
+			writeEncoded(&b, k)
+		} else {
+			// Copied within b, which was grown to hold it all.
+			b.WriteString(b.String()[encStart:ends[0]])
+		}
+		ends[i] = b.Len()
+	}
+	if id != nil {
+		b.Write(id)
+		b.WriteByte('|')
+		b.WriteString(l.owner)
+	}
+	all := b.String()
+	start := 0
+	for i, end := range ends {
+		keys[i] = all[start:end]
+		start = end
+	}
+	return keys, all[start:]
 }
 
-func (l *Lock) queueKey(k string) string { return l.prefix + "q" + encodeKey(k) }
-func (l *Lock) deadlinesKey(k string) string {
-	return l.prefix + "d" + encodeKey(k)
+func (l *Lock) lockKey(k string) string      { return l.prefix + "l" + encodeKey(k) }
+func (l *Lock) fenceKey(k string) string     { return l.prefix + "f" + encodeKey(k) }
+func (l *Lock) queueKey(k string) string     { return l.prefix + "q" + encodeKey(k) }
+func (l *Lock) deadlinesKey(k string) string { return l.prefix + "d" + encodeKey(k) }
+
+// queueKeys are redisKeys as a slice.
+func (l *Lock) queueKeys(k string) []string {
+	keys, _ := l.keysOf(k, nil)
+	return keys[:]
 }
 
 // globEscape escapes the characters SCAN's MATCH treats specially.

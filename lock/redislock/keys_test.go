@@ -1,9 +1,12 @@
 package redislock
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestKeyEncoding(t *testing.T) {
-	l := &Lock{prefix: DefaultPrefix}
+	l := &Lock{prefix: DefaultPrefix, owner: "owner"}
 	seen := map[string]string{}
 	for _, k := range []string{"x", "{x}", "a{b}c", "{}x", "}x", "x}", "{", "}", "a}b{c", "sem/{pool}/slot/1", "über/κλειδί"} {
 		enc := encodeKey(k)
@@ -15,6 +18,11 @@ func TestKeyEncoding(t *testing.T) {
 		}
 		seen[enc] = k
 		lk, fk := l.lockKey(k), l.fenceKey(k)
+		// keysOf builds all four in one string, with the value's tail.
+		keys, tail := l.keysOf(k, []byte("id"))
+		if want := (redisKeys{lk, fk, l.queueKey(k), l.deadlinesKey(k)}); keys != want || tail != "id|"+l.owner {
+			t.Errorf("keysOf(%q) = %q, %q; want %q, %q", k, keys, tail, want, "id|"+l.owner)
+		}
 		if tag := hashTag(lk); tag == "" || tag != hashTag(fk) {
 			t.Errorf("%q: lock key %q (tag %q) and fence key %q (tag %q) must share a non-empty tag", k, lk, hashTag(lk), fk, hashTag(fk))
 		}
@@ -22,5 +30,17 @@ func TestKeyEncoding(t *testing.T) {
 	// Keys with a tag of their own keep it.
 	if hashTag(l.lockKey("sem/{pool}/slot/1")) != "pool" || hashTag(l.lockKey("sem/{pool}/slot/2")) != "pool" {
 		t.Errorf("a key's own hash tag is not kept")
+	}
+}
+
+func TestParseHanded(t *testing.T) {
+	to, waiter, g, ok := parseHanded("k\x00w\x0012\x00345\x006")
+	if !ok || to != "k\x00w" || waiter != "w" || g.token != 12 || g.since != "345" || g.waited != 6*time.Millisecond {
+		t.Errorf("parseHanded = %q, %q, %+v, %v", to, waiter, g, ok)
+	}
+	for _, bad := range []string{"k\x00w\x0012\x00345", "k\x00w\x0012\x00345\x006\x007", "k\x00w\x00x\x00345\x006", ""} {
+		if _, _, _, ok := parseHanded(bad); ok {
+			t.Errorf("parseHanded(%q) accepted", bad)
+		}
 	}
 }

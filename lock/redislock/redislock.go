@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -37,13 +38,17 @@ var (
 	//go:embed waiting.lua
 	waitingSrc string
 
-	acquireScript      = redis.NewScript(acquireSrc)
-	extendScript       = redis.NewScript(extendSrc)
-	releaseScript      = redis.NewScript(handoffSrc + releaseSrc)
-	inspectScript      = redis.NewScript(inspectSrc)
-	forceReleaseScript = redis.NewScript(handoffSrc + forceReleaseSrc)
-	leaveScript        = redis.NewScript(handoffSrc + leaveSrc)
-	waitingScript      = redis.NewScript(waitingSrc)
+	acquireScript      = rediscall.NewScript(acquireSrc)
+	extendScript       = rediscall.NewScript(extendSrc)
+	releaseScript      = rediscall.NewScript(handoffSrc + releaseSrc)
+	inspectScript      = rediscall.NewScript(inspectSrc)
+	forceReleaseScript = rediscall.NewScript(handoffSrc + forceReleaseSrc)
+	leaveScript        = rediscall.NewScript(handoffSrc + leaveSrc)
+	waitingScript      = rediscall.NewScript(waitingSrc)
+
+	// The scripts' constant arguments, boxed once.
+	fenceLifetimeArg  any = ms(fenceLifetime)
+	queuePlaceKeptArg any = ms(queuePlaceKept)
 )
 
 const (
@@ -73,10 +78,12 @@ type Lock struct {
 	prefix  string
 	channel string
 	inbox   string // this Lock's own channel: handoffs to its waiters
-	owner   string
-	log     *slog.Logger
-	metrics *backendkit.BackendMetrics
-	acks    rediscall.Acks // WithReplicaAcks
+	// channel and inbox boxed once, as script arguments
+	channelArg, inboxArg any
+	owner                string
+	log                  *slog.Logger
+	metrics              *backendkit.BackendMetrics
+	acks                 rediscall.Acks // WithReplicaAcks
 
 	notifier backendkit.Notifier
 	// handed: the grants handed to this Lock's queued waiters (waiter id →
@@ -145,7 +152,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Lock, error) {
 	if err := cfg.acks.CheckClient(client); err != nil {
 		return nil, backendkit.Invalid("redislock", "%w", err)
 	}
-	return &Lock{
+	l := &Lock{
 		acks:    cfg.acks,
 		client:  client,
 		bounds:  rediscall.For(client),
@@ -155,7 +162,9 @@ func New(client redis.UniversalClient, opts ...Option) (*Lock, error) {
 		owner:   c.Owner,
 		log:     c.Logger,
 		metrics: backendkit.NewTelemetry(c).Backend("redislock"),
-	}, nil
+	}
+	l.channelArg, l.inboxArg = l.channel, l.inbox
+	return l, nil
 }
 
 // Owner is this instance's owner identity, stored with every grant.
@@ -177,7 +186,7 @@ func (l *Lock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (l
 	if err := backendkit.Validate(ctx, key, ttl, limits); err != nil {
 		return nil, err
 	}
-	return l.acquire(ctx, []string{key}, ttl, 0, "")
+	return l.acquireOne(ctx, key, ttl, "")
 }
 
 // queuePlaceKept is how long a queued waiter keeps its place without
@@ -204,8 +213,16 @@ func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration)
 	if err := backendkit.Validate(ctx, key, ttl, limits); err != nil {
 		return nil, err
 	}
-	waiter := attemptID()
-	sub := l.notifier.Subscribe(key + "\x00" + waiter)
+	// The waiter's id, and what its handoff message notifies: "<key>\x00<id>".
+	var id [16]byte
+	var b strings.Builder
+	b.Grow(len(key) + 1 + len(id))
+	b.WriteString(key)
+	b.WriteByte(0)
+	b.Write(strconv.AppendUint(id[:0], rand.Uint64(), 36))
+	to := b.String()
+	waiter := to[len(key)+1:]
+	sub := l.notifier.Subscribe(to)
 	defer func() {
 		l.handedMu.Lock()
 		sub.Close()
@@ -223,12 +240,12 @@ func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration)
 			_ = l.run(qctx, leaveScript, l.queueKeys(key), waiter, l.channel, key, ms(fenceLifetime)).Err()
 		}
 	}()
-	tail := waiter + "|" + l.owner
+	a := l.attempt(key, ttl, waiter) // for every attempt and the handoff
 	for {
 		sent := time.Now()
-		h, err := l.acquire(ctx, []string{key}, ttl, 0, waiter)
+		granted, err := l.try(ctx, a)
 		if err == nil || !errors.Is(err, lock.ErrNotAcquired) {
-			return h, err
+			return granted, err
 		}
 		queued = true
 		wait := queuePlaceKept / 2
@@ -247,23 +264,21 @@ func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration)
 			// server, so at least that long after sent (less 1 ms: the
 			// server counts whole ms).
 			validFrom := sent.Add(max(0, g.waited-time.Millisecond))
-			h := &handle{l: l, key: key, rkey: l.lockKey(key), token: g.token,
-				value:      strconv.FormatUint(g.token, 10) + "|" + g.since + "|" + tail,
-				validUntil: backendkit.ValidUntil(validFrom, ttl)}
+			a.granted(g.token, []byte(g.since), backendkit.ValidUntil(validFrom, ttl))
 			if l.acks.N > 0 {
 				// The releaser's WAIT may have fallen short after the
 				// handoff was published: an acknowledged extension of
 				// our own covers the handoff, which came before it.
-				if err := h.Extend(ctx, ttl); err != nil {
+				if err := a.Extend(ctx, ttl); err != nil {
 					if errors.Is(err, lock.ErrUnavailable) {
-						l.undo(ctx, h)
+						l.undo(ctx, a)
 					}
 					l.metrics.Attempt(ctx, sent, err)
 					return nil, err
 				}
 			}
 			l.metrics.Attempt(ctx, sent, nil)
-			return h, nil
+			return a, nil
 		}
 	}
 }
@@ -279,8 +294,14 @@ type handedGrant struct {
 // parseHanded reads a handoff message's "<key>\x00<waiter>\x00<token>\x00<since
 // µs>\x00<waited ms>" (after its "\x02").
 func parseHanded(payload string) (to string, waiter string, g handedGrant, ok bool) {
-	parts := strings.Split(payload, "\x00")
-	if len(parts) != 5 {
+	var parts [5]string // parts of payload: no copies
+	rest := payload
+	for i := range parts {
+		if parts[i], rest, ok = strings.Cut(rest, "\x00"); !ok && i < len(parts)-1 {
+			return "", "", g, false
+		}
+	}
+	if ok { // a sixth part
 		return "", "", g, false
 	}
 	tok, err1 := strconv.ParseUint(parts[2], 10, 64)
@@ -288,7 +309,8 @@ func parseHanded(payload string) (to string, waiter string, g handedGrant, ok bo
 	if err1 != nil || err2 != nil {
 		return "", "", g, false
 	}
-	return parts[0] + "\x00" + parts[1], parts[1], handedGrant{tok, parts[3], backendkit.RemainingMillis(waited)}, true
+	to = payload[:len(parts[0])+1+len(parts[1])]
+	return to, parts[1], handedGrant{tok, parts[3], backendkit.RemainingMillis(waited)}, true
 }
 
 // Waiting implements lock.Queue: the waiters in key's queue whose place
@@ -344,64 +366,192 @@ func attemptID() string { return strconv.FormatUint(rand.Uint64(), 36) }
 // acquire makes one attempt; waiter, for one key, names the queued waiter
 // the attempt is made for (see AcquireQueued).
 func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration, offset int, waiter string) (lock.Handle, error) {
-	rkeys := make([]string, 0, 2*len(keys)+2)
-	for _, k := range keys {
-		rkeys = append(rkeys, l.lockKey(k), l.fenceKey(k))
+	if len(keys) == 1 {
+		return l.acquireOne(ctx, keys[0], ttl, waiter)
 	}
-	tail := attemptID() + "|" + l.owner
-	if waiter != "" {
-		rkeys = append(rkeys, l.queueKey(keys[0]), l.deadlinesKey(keys[0]))
-		tail = waiter + "|" + l.owner
+	var id [16]byte
+	tail := string(strconv.AppendUint(id[:0], rand.Uint64(), 36)) + "|" + l.owner
+	all := make([]redisKeys, len(keys))
+	rkeys := make([]string, 0, 2*len(keys))
+	for i, k := range keys {
+		all[i], _ = l.keysOf(k, nil)
+		rkeys = append(rkeys, all[i][0], all[i][1])
 	}
 	sent := time.Now()
-	cmd, acked := l.write(ctx, acquireScript, rkeys, tail, ms(ttl), offset, ms(fenceLifetime),
-		waiter, ms(queuePlaceKept), l.inbox)
-	res, err := cmd.Int64Slice()
-	h, err := l.grant(keys, ttl, sent, tail, res, err)
-	if err == nil && acked != nil {
-		l.undo(ctx, h)
-		h, err = nil, backendkit.Unavailable("redislock: acquire", acked)
+	cmd, acked := l.write(ctx, acquireScript, callOf(acquireScript, rkeys, []any{tail, ms(ttl), offset,
+		fenceLifetimeArg, "", queuePlaceKeptArg, l.inboxArg}))
+	r, err := l.granted(ctx, keys, ttl, sent, cmd)
+	if err != nil {
+		return nil, err
 	}
-	l.metrics.Attempt(ctx, sent, err)
-	return h, err
+	h := &handle{l: l, key: keys[r.index], keys: all[r.index], tail: tail}
+	return l.finish(ctx, h, r, sent, acked)
 }
 
-func (l *Lock) grant(keys []string, ttl time.Duration, sent time.Time, tail string, res []int64, err error) (lock.Handle, error) {
+// acquireOne is acquire for one key, with one allocation for the keys and
+// one for the grant, which also holds the script's call.
+func (l *Lock) acquireOne(ctx context.Context, key string, ttl time.Duration, waiter string) (lock.Handle, error) {
+	return l.try(ctx, l.attempt(key, ttl, waiter))
+}
+
+// attempt is the grant that acquireOne's attempts for a waiter (or a fresh
+// attempt id, for none) would make; its keys and value's tail are built once
+// for all of them.
+func (l *Lock) attempt(key string, ttl time.Duration, waiter string) *handle {
+	var id [16]byte
+	attempt := append(id[:0], waiter...)
+	if waiter == "" {
+		attempt = strconv.AppendUint(attempt, rand.Uint64(), 36)
+	}
+	h := &handle{l: l, key: key, ttl: ms(ttl)}
+	h.keys, h.tail = l.keysOf(key, attempt)
+	if waiter != "" {
+		h.waiter = h.tail[:len(attempt)]
+	}
+	return h
+}
+
+// try makes one attempt for h and returns h when it is granted. It may be
+// called again for h after a failed attempt, until then.
+func (l *Lock) try(ctx context.Context, h *handle) (lock.Handle, error) {
+	nkeys := 2
+	var waiterArg any = ""
+	if h.waiter != "" {
+		nkeys = 4
+		waiterArg = &h.waiter
+	}
+	call := acquireScript.Start(h.call[:0], nkeys)
+	for i := range nkeys {
+		call = append(call, &h.keys[i])
+	}
+	call = append(call, &h.tail, &h.ttl, 0, fenceLifetimeArg, waiterArg, queuePlaceKeptArg, l.inboxArg)
+	sent := time.Now()
+	cmd, acked := l.write(ctx, acquireScript, call)
+	r, err := l.granted(ctx, []string{h.key}, time.Duration(h.ttl)*time.Millisecond, sent, cmd)
+	if err != nil {
+		return nil, err
+	}
+	return l.finish(ctx, h, r, sent, acked)
+}
+
+// acquired is a grant as acquire.lua reports it.
+type acquired struct {
+	index int
+	token uint64
+	since int64         // server time of the grant, µs
+	left  time.Duration // of its ttl, when the script ran
+}
+
+// granted reads acquire.lua's reply to an attempt on keys: {1, token,
+// index, granted at µs, remaining ttl ms} or {0, shortest remaining ttl
+// ms}. It records a failed attempt.
+func (l *Lock) granted(ctx context.Context, keys []string, ttl time.Duration, sent time.Time, cmd *redis.Cmd) (acquired, error) {
+	var r [5]int64
+	res, err := cmd.Slice()
+	n := len(res)
+	for i := range min(n, len(r)) {
+		switch v := res[i].(type) {
+		case int64:
+			r[i] = v
+		case string: // the token and time: numbers beyond Lua's integers
+			r[i], err = strconv.ParseInt(v, 10, 64)
+		default:
+			n = -1
+		}
+	}
 	switch {
 	case err != nil && strings.HasPrefix(err.Error(), "CROSSSLOT"):
-		return nil, fmt.Errorf("%w: on Redis Cluster the keys of one TryAcquireAny must share a hash tag ({…}): %w", lock.ErrInvalidKey, err)
+		err = fmt.Errorf("%w: on Redis Cluster the keys of one TryAcquireAny must share a hash tag ({…}): %w", lock.ErrInvalidKey, err)
 	case err != nil:
-		return nil, backendkit.Unavailable("redislock: acquire", err)
-	case len(res) == 2 && res[0] == 0:
-		return nil, backendkit.NotAcquiredAny(keys, backendkit.RemainingMillis(res[1]))
-	case len(res) == 5 && res[0] == 1 && res[2] >= 0 && int(res[2]) < len(keys):
-		k := keys[res[2]]
-		tok := uint64(res[1])
-		// res[4] is the ttl, or what is left of it for a grant this attempt
+		err = backendkit.Unavailable("redislock: acquire", err)
+	case n == 2 && r[0] == 0 && len(keys) == 1:
+		err = backendkit.NotAcquired(keys[0], backendkit.RemainingMillis(r[1]))
+	case n == 2 && r[0] == 0:
+		err = backendkit.NotAcquiredAny(keys, backendkit.RemainingMillis(r[1]))
+	case n == 5 && r[0] == 1 && r[2] >= 0 && int(r[2]) < len(keys):
+		// r[4] is the ttl, or what is left of it for a grant this attempt
 		// found already made (a retried command, or a handoff whose message
 		// was missed): the script ran after sent, so expiry comes after
 		// sent plus that.
-		left := min(ttl, backendkit.RemainingMillis(res[4]))
-		return &handle{
-			l: l, key: k, rkey: l.lockKey(k), token: tok,
-			value:      strconv.FormatUint(tok, 10) + "|" + strconv.FormatInt(res[3], 10) + "|" + tail,
-			validUntil: backendkit.ValidUntil(sent, left),
-		}, nil
+		return acquired{int(r[2]), uint64(r[1]), r[3], min(ttl, backendkit.RemainingMillis(r[4]))}, nil
+	default:
+		err = backendkit.Unavailable("redislock: acquire", fmt.Errorf("unexpected reply %v", res))
 	}
-	return nil, backendkit.Unavailable("redislock: acquire", fmt.Errorf("unexpected reply %v", res))
+	l.metrics.Attempt(ctx, sent, err)
+	return acquired{}, err
+}
+
+// finish completes h, the grant r; under WithReplicaAcks, a grant whose
+// write was not acknowledged (acked) is released again.
+func (l *Lock) finish(ctx context.Context, h *handle, r acquired, sent time.Time, acked error) (lock.Handle, error) {
+	var since [20]byte
+	h.granted(r.token, strconv.AppendInt(since[:0], r.since, 10), backendkit.ValidUntil(sent, r.left))
+	if acked != nil {
+		l.undo(ctx, h)
+		err := backendkit.Unavailable("redislock: acquire", acked)
+		l.metrics.Attempt(ctx, sent, err)
+		return nil, err
+	}
+	l.metrics.Attempt(ctx, sent, nil)
+	return h, nil
 }
 
 // handle is one grant.
 type handle struct {
-	l     *Lock
-	key   string
-	rkey  string
-	token uint64
-	value string
+	l      *Lock
+	key    string
+	keys   redisKeys // keys[0] holds the grant
+	tail   string    // of the grant's value: "<attempt>|<owner>"
+	waiter string    // of a queued attempt: the waiter's id
+	ttl    int64     // the acquire call's ttl, ms
+	token  uint64
+	value  string // the grant's value, "<token>|<since µs>|<tail>"
+	digits string // of value: the token
+	// call holds the acquire script's call (pointers to the fields above),
+	// then, once granted, Release's: built once, as nothing in it changes.
+	call [3 + 4 + 7]any
+	// ext is Extend's call for the last ttl asked for (Keep asks the same
+	// every time), shared by the calls with that ttl.
+	ext atomic.Pointer[extendCall]
 
 	mu         sync.Mutex
 	validUntil time.Time
 	released   bool
+}
+
+type extendCall struct {
+	ttl  int64
+	args [3 + 1 + 2]any
+}
+
+// granted records the grant of token at since (µs, in digits) and builds
+// Release's call.
+func (h *handle) granted(token uint64, since []byte, validUntil time.Time) {
+	var buf [128]byte
+	v := strconv.AppendUint(buf[:0], token, 10)
+	n := len(v)
+	v = append(v, '|')
+	v = append(v, since...)
+	v = append(v, '|')
+	v = append(v, h.tail...)
+	h.token, h.value, h.validUntil = token, string(v), validUntil
+	h.digits = h.value[:n]
+	call := releaseScript.Start(h.call[:0], len(h.keys))
+	for i := range h.keys {
+		call = append(call, &h.keys[i])
+	}
+	_ = append(call, &h.value, h.l.channelArg, &h.key, &h.digits, fenceLifetimeArg)
+}
+
+// extendCall returns Extend's call with a ttl of ttl ms.
+func (h *handle) extendCall(ttl int64) []any {
+	if c := h.ext.Load(); c != nil && c.ttl == ttl {
+		return c.args[:]
+	}
+	c := &extendCall{ttl: ttl}
+	_ = append(extendScript.Start(c.args[:0], 1), &h.keys[0], &h.value, &c.ttl)
+	h.ext.Store(c)
+	return c.args[:]
 }
 
 func (h *handle) Key() string   { return h.key }
@@ -432,7 +582,7 @@ func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
 		return h.lost("extend after release")
 	}
 	sent := time.Now()
-	cmd, acked := h.l.write(ctx, extendScript, []string{h.rkey}, h.value, ms(ttl))
+	cmd, acked := h.l.write(ctx, extendScript, h.extendCall(ms(ttl)))
 	n, err := cmd.Int64()
 	switch {
 	case err != nil:
@@ -464,8 +614,7 @@ func (h *handle) Release(ctx context.Context) error {
 	// Not acknowledged under WithReplicaAcks: a release that a failover
 	// loses leaves the grant to expire at its ttl (a delay, never a second
 	// holder), and a handoff it makes is confirmed by its waiter.
-	n, err := h.l.run(ctx, releaseScript, h.l.queueKeys(h.key),
-		h.value, h.l.channel, h.key, strconv.FormatUint(h.token, 10), ms(fenceLifetime)).Int64()
+	n, err := h.l.bounds.Eval(ctx, h.l.client, releaseScript, h.call[:3+4+5]).Int64()
 	switch {
 	case err != nil:
 		// Unknown outcome: the grant may still be there; it expires with its ttl.

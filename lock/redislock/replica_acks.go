@@ -58,12 +58,12 @@ func WithReplicaAcks(n int, timeout time.Duration) Option {
 	}
 }
 
-// write runs a script that writes, under WithReplicaAcks waiting for its
+// write runs a script's call (see rediscall.Script) that writes, under WithReplicaAcks waiting for its
 // replication in the same round trip; acked matches
 // rediscall.ErrNotReplicated when the script ran but its write was not
 // acknowledged in time.
-func (l *Lock) write(ctx context.Context, script *redis.Script, keys []string, args ...any) (cmd *redis.Cmd, acked error) {
-	return l.bounds.Write(ctx, l.client, l.acks, script, keys, args...)
+func (l *Lock) write(ctx context.Context, script *rediscall.Script, call []any) (cmd *redis.Cmd, acked error) {
+	return l.bounds.WriteEval(ctx, l.client, l.acks, script, call)
 }
 
 // undo releases a grant whose write was not acknowledged, so that it does
