@@ -81,8 +81,9 @@ type history struct {
 	// Release), as across a restart. Claims, tokens and jobs are not
 	// forgotten.
 	Quarantines bool
-	// TTL is the workloads' ttl, the longest they grant: where the server
-	// Quarantines, how long after a failover it grants nothing.
+	// TTL is the workloads' ttl, the longest they grant: how long after a
+	// failover a lost release can keep a slot taken, and where the server
+	// Quarantines, how long it grants nothing.
 	TTL time.Duration
 	// Partitions are the group cuts: each cut a group of workers (a cut
 	// each in Cuts, Kind partition) off from the server at once.
@@ -382,13 +383,14 @@ func (h *history) failoverWithin(g grant) (cut, bool) {
 }
 
 // duringFailover reports whether at fell during a failover or the second
-// after it, when the clients find the new primary, or, where the server
-// Quarantines, in its quarantine after that.
+// after it, when the clients find the new primary, or within a ttl after
+// that.
 func (h *history) duringFailover(at time.Time) bool {
-	grace := time.Second
-	if h.Quarantines {
-		grace += h.TTL // the new primary's quarantine
-	}
+	// A release that the failover lost (releases are not acknowledged) or
+	// an unacknowledged grant that could not be undone leaves its slot
+	// taken for up to a ttl; a quarantining server grants nothing for as
+	// long.
+	grace := time.Second + h.TTL
 	for _, f := range h.Failovers {
 		if !at.Before(f.From) && !at.After(f.To.Add(grace)) {
 			return true

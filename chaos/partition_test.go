@@ -38,6 +38,13 @@ func TestPartitionEtcdLeader(t *testing.T) {
 			c := chaosConfig(t)
 			c.isolations, c.leader = true, workload == "leader"
 			c.duration += c.duration / 2 // elections take time from the workers
+			if c.leader {
+				// Each isolation costs the leader workload a term and more:
+				// the new etcd leader renews every lease to its full ttl, so
+				// a lost term's key outlives it by a ttl. In 12 s some runs
+				// (seed 837691) had 2 terms; twice as long, 6 to 16.
+				c.duration *= 2
+			}
 			tg := etcdIsolatingTarget(t)
 			h := runNemesis(t, tg, c)
 			if len(h.Isolations) < 2 {
