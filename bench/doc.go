@@ -13,13 +13,17 @@
 //
 //	BenchmarkUncontended   one TryAcquire + Release, nobody else on the key
 //	BenchmarkContended     16 workers (one client each) on one key for 10 s:
-//	                       ops/s and the least productive worker's share
+//	                       ops/s, the least productive worker's share, and
+//	                       the bytes and allocations per grant
 //	BenchmarkHandoff       release → a waiter blocked the library's own way
 //	                       holds the key: p50-µs and p99-µs
 //	BenchmarkOncePerTick   three schedulers started 1/3 s apart run an
 //	                       every-second job: duplicate and missed ticks
 //	BenchmarkRecovery      a worker process with jobs in flight is SIGKILLed:
 //	                       time until its jobs are requeued
+//	BenchmarkMemory        leasehold alone, per backend (memlock too): heap
+//	                       and goroutines per lease held under lock.Keep
+//	                       and per caller blocked in lock.Acquire
 //
 // The semaphore (one round trip against the slot-0-first loop) and the
 // recovery scan are measured by the benchmarks of the main module
@@ -27,6 +31,11 @@
 // runs those too, so that docs/benchmarks.md has every figure:
 //
 //	go -C bench run ./cmd/report
+//
+// Each benchmark runs by itself too, for example
+//
+//	go -C bench test -run '^$' -bench '^BenchmarkContended$/redis/' -benchtime 1x
+//	go -C bench test -run '^$' -bench '^BenchmarkMemory$' -benchtime 1x
 //
 // With -short the long workloads shrink (1 s of contention, 3 ticks, one
 // kill): that is the smoke run scripts/test does.

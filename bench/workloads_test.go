@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -61,9 +62,11 @@ func BenchmarkUncontended(b *testing.B) {
 
 // BenchmarkContended: 16 workers, each with its own instance (client,
 // session, connection), take and release one key in a loop for 10 s
-// (1 s under -short), waiting the library's way. Reports ops/s and
+// (1 s under -short), waiting the library's way. Reports ops/s,
 // min-share: the least productive worker's count over a fair share
-// (total/16). Run with -benchtime 1x; ns/op is the whole run.
+// (total/16), and B/grant and allocs/grant: what the process allocated
+// during the run (runtime.MemStats) over the grants. Run with -benchtime
+// 1x; ns/op, B/op and allocs/op are the whole run.
 func BenchmarkContended(b *testing.B) {
 	const workers = 16
 	d := workload(10*time.Second, time.Second)
@@ -74,7 +77,9 @@ func BenchmarkContended(b *testing.B) {
 		}
 		key := uniqueKey("bench/contended")
 		var total, least int64
+		var before, after runtime.MemStats
 		for b.Loop() {
+			runtime.ReadMemStats(&before)
 			ctx, cancel := context.WithTimeout(context.Background(), d)
 			counts := make([]int64, workers)
 			var wg sync.WaitGroup
@@ -101,6 +106,7 @@ func BenchmarkContended(b *testing.B) {
 				})
 			}
 			wg.Wait()
+			runtime.ReadMemStats(&after)
 			cancel()
 			total, least = 0, counts[0]
 			for _, n := range counts {
@@ -110,6 +116,11 @@ func BenchmarkContended(b *testing.B) {
 		}
 		b.ReportMetric(float64(total)/d.Seconds(), "ops/s")
 		b.ReportMetric(float64(least)/(float64(total)/workers), "min-share")
+		// The client-side cost of a grant: everything the process allocated
+		// during the run (all 16 workers, their waiting and their clients'
+		// background work) over the grants.
+		b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/float64(total), "B/grant")
+		b.ReportMetric(float64(after.Mallocs-before.Mallocs)/float64(total), "allocs/grant")
 	})
 }
 
