@@ -22,7 +22,7 @@ func barChart(title, unit string, series []string, bars []bar) string {
 		width            = 820.0
 		barH, gap        = 16.0, 10.0
 	)
-	colours := []string{"#2b6cb0", "#dd6b20", "#38a169"}
+	colours := []string{"#2b6cb0", "#dd6b20", "#38a169", "#805ad5"}
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, b := range bars {
 		for _, v := range b.values {
@@ -46,9 +46,10 @@ func barChart(title, unit string, series []string, bars []bar) string {
 	fmt.Fprintf(&s, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
 	fmt.Fprintf(&s, `<text x="%.0f" y="22" font-size="15" font-weight="bold">%s</text>`+"\n", left, html.EscapeString(title))
 	// Legend.
+	lx := left
 	for i, name := range series {
-		lx := left + float64(i)*140
 		fmt.Fprintf(&s, `<rect x="%.0f" y="30" width="10" height="10" fill="%s"/><text x="%.0f" y="39">%s</text>`+"\n", lx, colours[i%len(colours)], lx+14, html.EscapeString(name))
+		lx += 34 + 6.5*float64(len([]rune(name)))
 	}
 	// Decades of the log axis.
 	axisY := top + float64(len(bars))*groupH
