@@ -11,11 +11,11 @@
 // a copy of itself that keeps one core busy from the start of the pass to
 // its end; it is killed then, on an error or an interrupt, and it exits
 // by itself when the report dies). The rest runs once, in neither's
-// company. Times on the 2-core machine, nothing else running:
+// company. Times on the project's 2-core machine:
 //
-//	go -C bench run ./cmd/report                           # both settings: about 19 minutes
+//	go -C bench run ./cmd/report                           # both settings: about 20 minutes
 //	go -C bench run ./cmd/report -settings plain           # about 11 minutes
-//	go -C bench run ./cmd/report -rounds 1 -contended 1 -ticks-short -scan=false   # a quick look: about 4 minutes
+//	go -C bench run ./cmd/report -rounds 1 -contended 1 -ticks-short -scan=false   # a quick look, both settings: about 6 minutes
 //
 // Latency benchmarks run in rounds: each round runs every library once, so
 // that a burst of load from elsewhere on the machine hits all of them
