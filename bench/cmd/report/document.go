@@ -235,6 +235,8 @@ var issueTargets = []target{
 
 // designTargets are DESIGN.md's other targets.
 var designTargets = []target{
+	clientCostTarget("Uncontended", "redis", "B/op", "allocs/op"), clientCostTarget("Uncontended", "etcd", "B/op", "allocs/op"),
+	clientCostTarget("Contended", "redis", "B/grant", "allocs/grant"), clientCostTarget("Contended", "etcd", "B/grant", "allocs/grant"),
 	handoffTarget("redis", 1000), handoffTarget("postgres", 1000), handoffTarget("etcd", 5000),
 	semaphoreTarget("redis"), semaphoreTarget("postgres"), semaphoreTarget("etcd"),
 	scanTarget("redis"), scanTarget("postgres"),
@@ -246,6 +248,29 @@ var designTargets = []target{
 		extra, rtt := d.ackCost()
 		return "+" + dur(extra), "a PING " + dur(rtt), extra < rtt
 	}},
+}
+
+// peersOf are the libraries a backend's leasehold is compared with (the
+// floors are not libraries).
+var peersOf = map[string][]lib{
+	"redis": redisWaitingPeers,
+	"etcd":  {{"etcd", "concurrency-mutex"}},
+}
+
+// clientCostTarget: DESIGN.md's "allocations and bytes per operation no
+// more than the leanest peer's", in benchmark Benchmark<bench>, whose
+// units are bytes and allocs.
+func clientCostTarget(bench, backend, bytes, allocs string) target {
+	what := map[string]string{"Uncontended": "uncontended acquire+release", "Contended": "16 workers, per grant"}[bench]
+	return target{what: fmt.Sprintf("client cost, %s: bytes and allocations no more than the leanest peer's (%s)", what, backend), eval: func(d *doc) (string, string, bool) {
+		stat := func(l lib, unit string) float64 { return d.get("Benchmark"+bench+"/"+l.backend+"/"+l.name, unit) }
+		cell := func(b, a float64) string { return num(b, "%.0f B") + ", " + num(a, "%.0f allocs") }
+		lh := lib{backend, "leasehold"}
+		bName, b := d.best(peersOf[backend], func(l lib) float64 { return -stat(l, bytes) })
+		aName, a := d.best(peersOf[backend], func(l lib) float64 { return -stat(l, allocs) })
+		lb, la := stat(lh, bytes), stat(lh, allocs)
+		return cell(lb, la), fmt.Sprintf("%s %s; %s %s", bName, num(-b, "%.0f B"), aName, num(-a, "%.0f allocs")), lb <= -b && la <= -a
+	}}
 }
 
 func handoffTarget(backend string, limitUS float64) target {
@@ -316,6 +341,22 @@ func (d *doc) targets() {
 		}
 	}
 	d.use(plain)
+	d.p("")
+	d.p("Each target's benchmark runs by itself, the bench module's from anywhere and the main module's from the repository's root (add `-count 3` and compare with benchstat; for the neighbour setting, run a CPU-bound process beside it, such as `sh -c 'while :; do :; done'`):")
+	d.p("")
+	d.p("```sh")
+	for _, c := range []string{
+		"go -C bench test -run '^$' -bench '^BenchmarkUncontended$' -benchtime 1s      # uncontended, client cost",
+		"go -C bench test -run '^$' -bench '^BenchmarkContended$' -benchtime 1x        # 16 workers: grants/s, min-share, B/grant",
+		"go -C bench test -run '^$' -bench '^BenchmarkMemory$' -benchtime 1x           # memory per lease and per waiter",
+		"go -C bench test -run '^$' -bench '^BenchmarkHandoff$' -benchtime 50x         # handoff",
+		"go test ./semaphore -run '^$' -bench '^BenchmarkSemaphore$/.*/held=15'        # semaphore",
+		"go test ./jobs -run '^$' -bench '^BenchmarkScan$|^BenchmarkHeartbeat10k$' -benchtime 3x   # recovery scan, heartbeat",
+		"go test ./lock/redislock -run '^$' -bench '^BenchmarkReplicaAcks$' -benchtime 3000x     # replica acks",
+	} {
+		d.p("%s", c)
+	}
+	d.p("```")
 	d.p("")
 }
 
