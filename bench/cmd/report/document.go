@@ -592,6 +592,15 @@ func (d *doc) readme() {
 			dur(d.get("BenchmarkHandoff/redis/bsm-redislock", "p50-µs")), dur(d.get("BenchmarkHandoff/redis/redsync", "p50-µs")), dur(d.get("BenchmarkHandoff/etcd/concurrency-mutex", "p50-µs")))
 		d.p("")
 	})
+	mem := func(be string) string {
+		cell := func(item string) string {
+			n := "BenchmarkMemory/" + be + "/" + item
+			return num(d.get(n, "heap-B/"+item)/1024, "%.1f KB") + " + " + num(d.get(n, "goroutines/"+item), "%.2f goroutines")
+		}
+		return cell("lease") + " / " + cell("waiter")
+	}
+	d.p("Memory per held lease (`lock.Keep`) / per blocked waiter, a row for README's \"Numbers\" table (Redis, PostgreSQL, etcd, memory): | %s | %s | %s | %s |", mem("redis"), mem("postgres"), mem("etcd"), mem("memlock"))
+	d.p("")
 	tick := func(name, unit string) string { return num(d.get("BenchmarkOncePerTick/redis/"+name, unit), "%.0f") }
 	d.p("Once per tick: leasehold %s duplicate runs in %s ticks, gocron v2 without aligned starts %s. A SIGKILLed worker's job requeued in %s (Redis, p50).",
 		tick("leasehold", "dup-runs"), tick("leasehold", "ticks"), tick("gocron", "dup-runs"), dur(d.get("BenchmarkRecovery/redis/leasehold", "p50-ms")*1e3))

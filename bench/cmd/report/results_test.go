@@ -239,6 +239,9 @@ func TestReadmeFigures(t *testing.T) {
 			t.Errorf("the README figures lack %q", want)
 		}
 	}
+	if want := "| 2.1 KB + 1.00 goroutines / 15.7 KB + 1.01 goroutines | — + — / — + — |"; !strings.Contains(rest, want) {
+		t.Errorf("the README figures lack the memory row %q", want)
+	}
 	for v, want := range map[float64]string{0: "0", 999: "999", 1000: "1,000", 8383.4: "8,383", 1234567: "1,234,567", -4500: "-4,500"} {
 		if got := grouped(v); got != want {
 			t.Errorf("grouped(%v) = %q, want %q", v, got, want)
