@@ -37,13 +37,15 @@ var (
 	leaveSrc string
 	//go:embed waiting.lua
 	waitingSrc string
+	//go:embed clock.lua
+	clockSrc string
 
-	acquireScript      = rediscall.NewScript(acquireSrc)
+	acquireScript      = rediscall.NewScript(clockSrc + acquireSrc)
 	extendScript       = rediscall.NewScript(extendSrc)
-	releaseScript      = rediscall.NewScript(handoffSrc + releaseSrc)
+	releaseScript      = rediscall.NewScript(clockSrc + handoffSrc + releaseSrc)
 	inspectScript      = rediscall.NewScript(inspectSrc)
-	forceReleaseScript = rediscall.NewScript(handoffSrc + forceReleaseSrc)
-	leaveScript        = rediscall.NewScript(handoffSrc + leaveSrc)
+	forceReleaseScript = rediscall.NewScript(clockSrc + handoffSrc + forceReleaseSrc)
+	leaveScript        = rediscall.NewScript(clockSrc + handoffSrc + leaveSrc)
 	waitingScript      = rediscall.NewScript(waitingSrc)
 
 	// The scripts' constant arguments, boxed once.
