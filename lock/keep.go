@@ -201,7 +201,7 @@ func (l *Lease) renew() {
 			// Unknown: the grant may still be ours until ValidUntil. Try
 			// again soon; the deadline timer ends it if nothing succeeds.
 			l.tel.Renewal("unknown")
-			l.cfg.common.Logger.Debug("leasehold: renewal failed, retrying", "key", l.h.Key(), "valid_until", until, "err", err)
+			l.cfg.logger().Debug("leasehold: renewal failed, retrying", "key", l.h.Key(), "valid_until", until, "err", err)
 			next.Reset(max(l.every/4, 10*time.Millisecond))
 		}
 	}
@@ -209,6 +209,6 @@ func (l *Lease) renew() {
 
 func (l *Lease) lose(reason string, cause error) {
 	l.tel.Loss(reason)
-	l.cfg.common.Logger.Warn("leasehold: lease lost", "key", l.h.Key(), "token", l.h.Token(), "reason", cause)
+	l.cfg.logger().Warn("leasehold: lease lost", "key", l.h.Key(), "token", l.h.Token(), "reason", cause)
 	l.cancel(cause)
 }
