@@ -3,9 +3,10 @@
 -- attempt (one key) then the key's wait queue and its deadlines.
 -- ARGV[1]: "<attempt>|<owner>", unique to this acquire attempt, ARGV[2]: ttl
 -- in ms, ARGV[3]: start offset (0-based), ARGV[4]: fence counter lifetime
--- in ms, ARGV[5]: for a queued attempt, the waiter's id (else empty),
--- ARGV[6]: how long its place is kept without another attempt, in ms,
--- ARGV[7]: the waiter's inbox channel (see handoff.lua).
+-- in ms; for a queued attempt only (an attempt without sends four):
+-- ARGV[5]: the waiter's id, ARGV[6]: how long its place is kept without
+-- another attempt, in ms, ARGV[7]: the waiter's inbox channel (see
+-- handoff.lua).
 --
 -- A queued attempt that fails puts the waiter in the key's queue (keeping
 -- its place if it is there already) with its entry "<deadline ms>|<ttl
@@ -27,7 +28,7 @@
 -- One key (TryAcquire, a queued attempt) costs four calls when it is free:
 -- TIME, the fence counter, SET NX GET (which reads the key as it writes
 -- it) and the counter's update; a held key one more (PTTL), and queueing.
-local waiter = ARGV[5]
+local waiter = ARGV[5] or ''
 local n = #KEYS / 2
 if waiter ~= '' then n = 1 end
 local function dequeue()
