@@ -79,24 +79,30 @@ type lockOnly struct{ Lock }
 func acquireWith(ctx context.Context, cfg *options, l Lock, keys []string, try func(context.Context) (Handle, error)) (h Handle, err error) {
 	tel := cfg.tel
 	start := time.Now()
-	ctx, span := tel.Tracer.Start(ctx, "leasehold.lock.Acquire",
-		trace.WithAttributes(attribute.StringSlice("leasehold.keys", keys)))
+	// A span only when it can be recorded: the global provider without an
+	// SDK would make a non-recording one, for nothing.
+	var span trace.Span
+	if tel.Tracing() {
+		ctx, span = tel.Tracer.Start(ctx, "leasehold.lock.Acquire",
+			trace.WithAttributes(attribute.StringSlice("leasehold.keys", keys)))
+	}
 	defer func() {
 		outcome := "acquired"
 		switch {
 		case err == nil:
-			span.SetAttributes(attribute.Int64("leasehold.token", int64(h.Token())))
 		case ctx.Err() != nil:
 			outcome = "cancelled"
 		default:
 			outcome = "error"
 		}
-		if err != nil {
-			span.RecordError(err)
-			span.SetStatus(codes.Error, outcome)
+		if span != nil {
+			endSpan(span, h, err, outcome)
 		}
-		span.End()
-		tel.Wait(context.WithoutCancel(ctx), start, outcome)
+		rctx := ctx
+		if ctx.Err() != nil { // recorded all the same
+			rctx = context.WithoutCancel(ctx)
+		}
+		tel.Wait(rctx, start, outcome)
 	}()
 
 	var sub Subscription
@@ -107,7 +113,7 @@ func acquireWith(ctx context.Context, cfg *options, l Lock, keys []string, try f
 				return nil, err
 			}
 			// No notifications: fall back to backoff, which is still correct.
-			cfg.common.Logger.Debug("leasehold: release notifications unavailable, polling", "keys", keys, "err", err)
+			cfg.logger().Debug("leasehold: release notifications unavailable, polling", "keys", keys, "err", err)
 			sub = nil
 		} else {
 			defer sub.Close()
@@ -140,7 +146,7 @@ func acquireWith(ctx context.Context, cfg *options, l Lock, keys []string, try f
 			werr = sub.Wait(ctx, wait)
 		default:
 			if !notAcquired {
-				cfg.common.Logger.Debug("leasehold: acquire attempt failed, retrying", "keys", keys, "err", err)
+				cfg.logger().Debug("leasehold: acquire attempt failed, retrying", "keys", keys, "err", err)
 			}
 			d := b.next()
 			if notAcquired && hint > 0 && hint < d {
@@ -155,6 +161,17 @@ func acquireWith(ctx context.Context, cfg *options, l Lock, keys []string, try f
 			return nil, werr
 		}
 	}
+}
+
+// endSpan ends an Acquire's span with its outcome.
+func endSpan(span trace.Span, h Handle, err error, outcome string) {
+	if err == nil {
+		span.SetAttributes(attribute.Int64("leasehold.token", int64(h.Token())))
+	} else {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, outcome)
+	}
+	span.End()
 }
 
 // jitter spreads the wake-ups of waiters that got the same hint: up to a

@@ -72,8 +72,7 @@ func (e *NotAcquiredError) Is(target error) bool { return target == ErrNotAcquir
 
 // RemainingTTL reports the remaining ttl carried by a not-acquired error, or 0.
 func RemainingTTL(err error) time.Duration {
-	var na *NotAcquiredError
-	if errors.As(err, &na) {
+	if na, ok := errors.AsType[*NotAcquiredError](err); ok {
 		return na.Remaining
 	}
 	return 0

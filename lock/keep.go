@@ -26,8 +26,15 @@ type Lease struct {
 	done     chan struct{} // closed when the renewal loop has returned
 	stopOnce sync.Once
 
+	// expiry runs expire at ValidUntil less the margin; each renewal moves
+	// it. expired is closed by expire.
+	expiry  *time.Timer
+	expired chan struct{}
+
 	mu         sync.Mutex
 	validUntil time.Time
+	renewing   bool // an Extend is in flight
+	lost       bool // the loss was reported
 }
 
 // Keep renews h every ttl/3 (WithRenewInterval) until Release, and returns
@@ -84,6 +91,8 @@ func keep(ctx context.Context, cfg *options, h Handle, ttl time.Duration) (*Leas
 	}
 	l.ctx, l.cancel = context.WithCancelCause(kit.WithToken(ctx, h.Token()))
 	l.tel.Active(1)
+	l.expired = make(chan struct{})
+	l.expiry = time.AfterFunc(time.Until(l.validUntil.Add(-cfg.margin)), l.expire)
 	go l.renew()
 	return l, nil
 }
@@ -130,14 +139,13 @@ func (l *Lease) Release(ctx context.Context) error {
 
 func (l *Lease) renew() {
 	defer close(l.done)
+	defer l.stopExpiry()
 	var gone <-chan struct{}
 	if n, ok := l.h.(LossNotifier); ok {
 		gone = n.Lost()
 	}
 	next := time.NewTimer(l.every)
 	defer next.Stop()
-	deadline := time.NewTimer(time.Until(l.ValidUntil().Add(-l.cfg.margin)))
-	defer deadline.Stop()
 	for {
 		select {
 		case <-l.stop:
@@ -145,47 +153,30 @@ func (l *Lease) renew() {
 		case <-gone:
 			l.lose("backend", lost("the backend reported the grant gone"))
 			return
-		case <-deadline.C:
-			if l.cfg.margin > 0 {
-				l.lose("deadline", lost(fmt.Sprintf("no successful renewal with %v of validity left", l.cfg.margin)))
-			} else {
-				l.lose("deadline", lost("validity ended without a successful renewal"))
-			}
+		case <-l.expired: // expire lost the lease
 			return
 		case <-next.C:
 		}
 		until := l.ValidUntil()
 		ectx, cancel := context.WithDeadline(context.Background(), until.Add(-l.cfg.margin))
-		// Extend runs on its own goroutine so that the deadline ends the
-		// lease on time even if the backend holds the call past ectx (a
-		// driver that ignores contexts on a stalled connection); the loop
-		// still waits for the call to return before it ends, so renewal
-		// has stopped before Release goes on.
-		extended := make(chan error, 1)
-		go func() { extended <- l.h.Extend(ectx, l.ttl) }()
-		var err error
-		select {
-		case err = <-extended:
-		case <-deadline.C:
-			l.lose("deadline", lost("validity ended during a renewal that did not answer"))
-			<-extended
-			cancel()
-			return
-		case <-gone:
-			l.lose("backend", lost("the backend reported the grant gone"))
-			<-extended
-			cancel()
+		err, ok := l.extend(ectx, gone)
+		cancel()
+		if !ok {
 			return
 		}
-		cancel()
 		switch {
 		case err == nil:
 			until = l.h.ValidUntil()
+			// The new deadline, unless expire has started: then the lease
+			// is lost, whatever this renewal did.
+			if !l.expiry.Stop() {
+				return
+			}
 			l.mu.Lock()
 			l.validUntil = until
 			l.mu.Unlock()
+			l.expiry.Reset(time.Until(until.Add(-l.cfg.margin)))
 			l.tel.Renewal("renewed")
-			deadline.Reset(time.Until(until.Add(-l.cfg.margin)))
 			next.Reset(l.every)
 		case errors.Is(err, ErrInvalidArgument):
 			// Refused input is refused again: retrying it until ValidUntil
@@ -199,16 +190,90 @@ func (l *Lease) renew() {
 			return
 		default:
 			// Unknown: the grant may still be ours until ValidUntil. Try
-			// again soon; the deadline timer ends it if nothing succeeds.
+			// again soon; expire ends it if nothing succeeds.
 			l.tel.Renewal("unknown")
-			l.cfg.common.Logger.Debug("leasehold: renewal failed, retrying", "key", l.h.Key(), "valid_until", until, "err", err)
+			l.cfg.logger().Debug("leasehold: renewal failed, retrying", "key", l.h.Key(), "valid_until", until, "err", err)
 			next.Reset(max(l.every/4, 10*time.Millisecond))
 		}
 	}
 }
 
+// extend makes one renewal under ctx; ok is false when the lease was lost
+// meanwhile (expire, or the backend reported the loss). The loop waits for
+// the call to return in every case, so that renewal has stopped before
+// Release goes on. Without a LossNotifier the call runs on the loop's own
+// goroutine: expire, a timer's function, ends the lease on time even if
+// the backend holds the call past ctx (a driver that ignores contexts on a
+// stalled connection). With one, it runs on a goroutine of its own, so
+// that a loss the backend reports during a call that does not answer ends
+// the lease at once.
+func (l *Lease) extend(ctx context.Context, gone <-chan struct{}) (err error, ok bool) {
+	l.mu.Lock()
+	if l.lost {
+		l.mu.Unlock()
+		return nil, false
+	}
+	l.renewing = true
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.renewing = false
+		ok = ok && !l.lost
+		l.mu.Unlock()
+	}()
+	if gone == nil {
+		return l.h.Extend(ctx, l.ttl), true
+	}
+	extended := make(chan error, 1)
+	go func() { extended <- l.h.Extend(ctx, l.ttl) }()
+	select {
+	case err = <-extended:
+		return err, true
+	case <-l.expired:
+	case <-gone:
+		l.lose("backend", lost("the backend reported the grant gone"))
+	}
+	<-extended
+	return nil, false
+}
+
+// expire ends the lease when its validity (less the margin) has passed
+// without a successful renewal: the function of the lease's expiry timer,
+// which each renewal moves. It closes expired, the loop's signal, last.
+func (l *Lease) expire() {
+	l.mu.Lock()
+	renewing := l.renewing
+	l.mu.Unlock()
+	switch {
+	case renewing:
+		l.lose("deadline", lost("validity ended during a renewal that did not answer"))
+	case l.cfg.margin > 0:
+		l.lose("deadline", lost(fmt.Sprintf("no successful renewal with %v of validity left", l.cfg.margin)))
+	default:
+		l.lose("deadline", lost("validity ended without a successful renewal"))
+	}
+	close(l.expired)
+}
+
+// stopExpiry stops the expiry timer as the loop ends; when expire has
+// started already, it waits until expire is done, so that no loss is
+// reported after Release.
+func (l *Lease) stopExpiry() {
+	if !l.expiry.Stop() {
+		<-l.expired
+	}
+}
+
+// lose reports the loss of the lease, once.
 func (l *Lease) lose(reason string, cause error) {
+	l.mu.Lock()
+	first := !l.lost
+	l.lost = true
+	l.mu.Unlock()
+	if !first {
+		return
+	}
 	l.tel.Loss(reason)
-	l.cfg.common.Logger.Warn("leasehold: lease lost", "key", l.h.Key(), "token", l.h.Token(), "reason", cause)
+	l.cfg.logger().Warn("leasehold: lease lost", "key", l.h.Key(), "token", l.h.Token(), "reason", cause)
 	l.cancel(cause)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"github.com/leasehold-go/leasehold/internal/testkit"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -302,6 +303,53 @@ func TestHold(t *testing.T) {
 		var nilCtx context.Context
 		if err := lock.Hold(nilCtx, h, time.Second, func(context.Context) error { return nil }); !errors.Is(err, lock.ErrInvalidArgument) {
 			t.Fatalf("Hold(nil ctx): %v", err)
+		}
+	})
+}
+
+// TestKeepRenewalAllocations bounds what one renewal allocates (the loop,
+// the renewal's context and Extend on memlock, which allocates nothing
+// itself; scripted hides memlock's LossNotifier, as redislock's handles
+// have none) and counts the goroutines a lease runs between renewals.
+// Before the loop ran Extend itself and the validity deadline became one
+// timer function per lease (expire), a renewal took 7 allocations (a
+// goroutine, its closure and a channel for Extend, and the context) and
+// ran 2 goroutines; now 4, all of them the context.WithDeadline that the
+// call needs (drivers that honour contexts read its deadline), on 1.
+func TestKeepRenewalAllocations(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := testkit.Must(memlock.New())
+		h, err := l.TryAcquire(t.Context(), "k", 3*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &scripted{Handle: h}
+		before := runtime.NumGoroutine()
+		lease, err := lock.Keep(t.Context(), s, 3*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if n := runtime.NumGoroutine() - before; n != 1 {
+			t.Errorf("a lease runs %d goroutines, want 1", n)
+		}
+		const renewals = 1000
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		time.Sleep(renewals * time.Second)
+		synctest.Wait()
+		runtime.ReadMemStats(&m1)
+		if n := s.extends.Load(); n != renewals {
+			t.Fatalf("%d renewals, want %d", n, renewals)
+		}
+		per := float64(m1.Mallocs-m0.Mallocs) / renewals
+		const limit = 4.05 // 4, and a few allocations of the run's own
+		t.Logf("%.2f allocations per renewal (bound %.2f)", per, limit)
+		if per > limit {
+			t.Errorf("%.2f allocations per renewal, want at most %.2f", per, limit)
+		}
+		if err := lease.Release(t.Context()); err != nil {
+			t.Fatal(err)
 		}
 	})
 }

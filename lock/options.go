@@ -78,8 +78,17 @@ type options struct {
 	tel        *kit.Telemetry
 }
 
-// newOptions applies opts over the defaults.
+// defaults are the options of a call without any, built once: the
+// helpers only read their options.
+var defaults = &options{ttl: DefaultTTL, minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff,
+	tel: kit.TelemetryFor(nil, nil)}
+
+// newOptions applies opts over the defaults. Without opts it returns the
+// shared defaults, allocating nothing.
 func newOptions(opts []Option) (*options, error) {
+	if len(opts) == 0 {
+		return defaults, nil
+	}
 	o := &options{ttl: DefaultTTL, minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff}
 	for _, opt := range opts {
 		if opt == nil {
@@ -92,13 +101,18 @@ func newOptions(opts []Option) (*options, error) {
 	if o.maxBackoff < o.minBackoff {
 		return nil, fmt.Errorf("%w: max backoff %v is below min backoff %v", ErrInvalidArgument, o.maxBackoff, o.minBackoff)
 	}
-	if o.common.Logger == nil {
-		o.common.Logger = slog.Default()
-	}
 	if o.tel == nil {
 		o.tel = kit.TelemetryFor(o.common.MeterProvider, o.common.TracerProvider)
 	}
 	return o, nil
+}
+
+// logger is the logger of common, slog.Default (as it is now) when unset.
+func (o *options) logger() *slog.Logger {
+	if o.common.Logger != nil {
+		return o.common.Logger
+	}
+	return slog.Default()
 }
 
 // withTelemetry is WithCommon with the instruments built already: the

@@ -31,7 +31,9 @@ const ScopeName = "github.com/leasehold-go/leasehold"
 // Backend metrics carry leasehold.backend (memlock, redislock, ...).
 type Telemetry struct {
 	// Tracer makes the spans of the lock layer under ScopeName: one per
-	// blocking Acquire, named leasehold.lock.Acquire.
+	// blocking Acquire, named leasehold.lock.Acquire, when a span can be
+	// recorded (not with trace/noop's provider, nor with the global one
+	// before the application installs an SDK).
 	Tracer trace.Tracer
 	// Meter made the instruments above, under ScopeName; packages built
 	// on lock (semaphore, leader, timers, jobs) make their own from it.

@@ -2,14 +2,18 @@ package redislock_test
 
 import (
 	"context"
+	"runtime"
 	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
+	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/locktest"
 	"github.com/leasehold-go/leasehold/lock/redislock"
 )
@@ -106,3 +110,66 @@ func BenchmarkReplicaAcks(b *testing.B) {
 type quiet struct{}
 
 func (quiet) Printf(context.Context, string, ...any) {}
+
+// contendedGrants runs workers goroutines, each on a Lock of its own (its
+// own client and subscription), that take key with lock.Acquire and
+// release it, until grants grants were made in all, and returns the heap
+// bytes and allocations of the whole process (servers' listeners
+// included) per grant.
+func contendedGrants(tb testing.TB, addr string, workers, grants int) (bytes, allocs float64) {
+	ctx := context.Background()
+	key := "bench:contended:" + lock.NewOwner()
+	locks := make([]*redislock.Lock, workers)
+	for i := range locks {
+		locks[i] = newLock(tb, newClient(tb, addr))
+		// Open the subscription and the pool's connection first.
+		h, err := lock.Acquire(ctx, locks[i], key, time.Minute)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if err := h.Release(ctx); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	var left atomic.Int64
+	left.Store(int64(grants))
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for _, l := range locks {
+		wg.Go(func() {
+			for left.Add(-1) >= 0 {
+				h, err := lock.Acquire(ctx, l, key, time.Minute)
+				if err == nil {
+					err = h.Release(ctx)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	runtime.ReadMemStats(&after)
+	close(errs)
+	for err := range errs {
+		tb.Fatal(err)
+	}
+	n := float64(grants)
+	return float64(after.TotalAlloc-before.TotalAlloc) / n, float64(after.Mallocs-before.Mallocs) / n
+}
+
+// BenchmarkRedisContended: 16 workers, each with a Lock of its own, take
+// one key in turn with lock.Acquire (waiting in the key's queue) and
+// release it; b.N grants in all. Reports the client's heap bytes and
+// allocations per grant (B/grant, allocs/grant), as bench's
+// BenchmarkContended/redis does per library.
+func BenchmarkRedisContended(b *testing.B) {
+	addr := testenv.Redis(b).Addr()
+	b.ReportAllocs()
+	bytes, allocs := contendedGrants(b, addr, 16, b.N)
+	b.ReportMetric(bytes, "B/grant")
+	b.ReportMetric(allocs, "allocs/grant")
+}

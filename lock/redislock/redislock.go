@@ -37,13 +37,15 @@ var (
 	leaveSrc string
 	//go:embed waiting.lua
 	waitingSrc string
+	//go:embed clock.lua
+	clockSrc string
 
-	acquireScript      = rediscall.NewScript(acquireSrc)
+	acquireScript      = rediscall.NewScript(clockSrc + acquireSrc)
 	extendScript       = rediscall.NewScript(extendSrc)
-	releaseScript      = rediscall.NewScript(handoffSrc + releaseSrc)
+	releaseScript      = rediscall.NewScript(clockSrc + handoffSrc + releaseSrc)
 	inspectScript      = rediscall.NewScript(inspectSrc)
-	forceReleaseScript = rediscall.NewScript(handoffSrc + forceReleaseSrc)
-	leaveScript        = rediscall.NewScript(handoffSrc + leaveSrc)
+	forceReleaseScript = rediscall.NewScript(clockSrc + handoffSrc + forceReleaseSrc)
+	leaveScript        = rediscall.NewScript(clockSrc + handoffSrc + leaveSrc)
 	waitingScript      = rediscall.NewScript(waitingSrc)
 
 	// The scripts' constant arguments, boxed once.
@@ -378,8 +380,7 @@ func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration, of
 		rkeys = append(rkeys, all[i][0], all[i][1])
 	}
 	sent := time.Now()
-	cmd, acked := l.write(ctx, acquireScript, callOf(acquireScript, rkeys, []any{tail, ms(ttl), offset,
-		fenceLifetimeArg, "", queuePlaceKeptArg, l.inboxArg}))
+	cmd, acked := l.write(ctx, acquireScript, callOf(acquireScript, rkeys, []any{tail, ms(ttl), offset, fenceLifetimeArg}))
 	r, err := l.granted(ctx, keys, ttl, sent, cmd)
 	if err != nil {
 		return nil, err
@@ -415,16 +416,19 @@ func (l *Lock) attempt(key string, ttl time.Duration, waiter string) *handle {
 // called again for h after a failed attempt, until then.
 func (l *Lock) try(ctx context.Context, h *handle) (lock.Handle, error) {
 	nkeys := 2
-	var waiterArg any = ""
 	if h.waiter != "" {
 		nkeys = 4
-		waiterArg = &h.waiter
 	}
 	call := acquireScript.Start(h.call[:0], nkeys)
 	for i := range nkeys {
 		call = append(call, &h.keys[i])
 	}
-	call = append(call, &h.tail, &h.ttl, 0, fenceLifetimeArg, waiterArg, queuePlaceKeptArg, l.inboxArg)
+	// Each argument costs the client and the server: an attempt without a
+	// waiter sends only the four it uses.
+	call = append(call, &h.tail, &h.ttl, 0, fenceLifetimeArg)
+	if h.waiter != "" {
+		call = append(call, &h.waiter, queuePlaceKeptArg, l.inboxArg)
+	}
 	sent := time.Now()
 	cmd, acked := l.write(ctx, acquireScript, call)
 	r, err := l.granted(ctx, []string{h.key}, time.Duration(h.ttl)*time.Millisecond, sent, cmd)

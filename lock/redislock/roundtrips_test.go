@@ -2,6 +2,9 @@ package redislock_test
 
 import (
 	"context"
+	"errors"
+	"maps"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +14,7 @@ import (
 
 	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/redislock"
 )
 
 // commands records the name of every command a client sends.
@@ -107,4 +111,76 @@ func TestOneRoundTripEach(t *testing.T) {
 	rec.take()
 	t.Run("scripts unknown to the server", func(t *testing.T) { ops(t, []string{"EVALSHA", "EVAL"}) })
 	t.Run("scripts loaded", func(t *testing.T) { ops(t, one) })
+}
+
+// TestServerCallsPerOp counts the commands that TryAcquire's and
+// Release's scripts run on the server (INFO commandstats of a server of
+// its own), as each costs about as much as the script's own overhead:
+// TIME, the fence counter's GET and SET, and SET NX GET for the grant;
+// GET and DEL for the release, EXISTS for the queue (empty) and PUBLISH
+// for the waiters that subscribed. Before acquire.lua read the key with
+// SET NX GET and handoff.lua looked at the clock and the queue only when
+// someone waited, there were 10: MGET and a second TIME, and ZRANGE for
+// EXISTS.
+func TestServerCallsPerOp(t *testing.T) {
+	srv := testenv.NewRedis(t)
+	c := newClient(t, srv.Addr())
+	l := newLock(t, c)
+	ctx := context.Background()
+	const n = 50
+	for i := range n + 1 {
+		if i == 1 { // the first loads the scripts
+			if err := c.ConfigResetStat(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h, err := l.TryAcquire(ctx, "calls", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, line := range strings.Split(info, "\r\n") {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":calls=")
+		if !ok || name == "evalsha" || name == "info" || strings.HasPrefix(name, "config") {
+			continue
+		}
+		calls, _, _ := strings.Cut(rest, ",")
+		k, err := strconv.Atoi(calls)
+		if err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		got[name] = k / n
+		if k%n != 0 {
+			t.Errorf("%s: %d calls in %d runs", name, k, n)
+		}
+	}
+	want := map[string]int{"time": 1, "get": 2, "set": 2, "del": 1, "exists": 1, "publish": 1}
+	if !maps.Equal(got, want) {
+		t.Errorf("calls per TryAcquire+Release: %v, want %v", got, want)
+	}
+}
+
+// TestKeyOfAnotherType: a lock key that another client made a list is
+// held as far as redislock is concerned (not replaced, not an error), as
+// acquire.lua's SET NX GET fails on it where SET NX did not.
+func TestKeyOfAnotherType(t *testing.T) {
+	c := newClient(t, testenv.Redis(t).Addr())
+	l := newLock(t, c)
+	ctx := context.Background()
+	key := "wrongtype/" + lock.NewOwner()
+	if err := c.RPush(ctx, redislock.DefaultPrefix+"lk:{"+key+"}", "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Del(context.Background(), redislock.DefaultPrefix+"lk:{"+key+"}") })
+	if _, err := l.TryAcquire(ctx, key, time.Minute); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("got %v, want lock.ErrNotAcquired", err)
+	}
 }

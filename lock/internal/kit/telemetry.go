@@ -2,13 +2,16 @@ package kit
 
 import (
 	"context"
+	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // ScopeName is the OpenTelemetry instrumentation scope of every leasehold
@@ -22,6 +25,9 @@ type Telemetry struct {
 	Tracer trace.Tracer
 	Meter  metric.Meter
 
+	// tracing: whether Tracer's spans are recorded (see Tracing).
+	tracing tracing
+
 	attempt  metric.Float64Histogram
 	releases metric.Int64Counter
 	wait     metric.Float64Histogram
@@ -30,8 +36,8 @@ type Telemetry struct {
 	active   metric.Int64UpDownCounter
 
 	waitOutcome  outcomeSet
-	renewOutcome outcomeSet
-	lossReason   outcomeSet
+	renewOutcome addSet
+	lossReason   addSet
 
 	mu       sync.Mutex
 	backends map[string]*Backend
@@ -63,6 +69,12 @@ func TelemetryFor(mp metric.MeterProvider, tp trace.TracerProvider) *Telemetry {
 func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider) *Telemetry {
 	m := mp.Meter(ScopeName)
 	t := &Telemetry{Tracer: tp.Tracer(ScopeName), Meter: m, backends: map[string]*Backend{}}
+	switch {
+	case isNoop(tp):
+		t.tracing = never
+	case isDefaultGlobal(tp):
+		t.tracing = onceInstalled
+	}
 	// Instrument creation only fails on an invalid name; ours are constant
 	// and valid, and the API returns usable no-op instruments regardless.
 	t.attempt, _ = m.Float64Histogram("leasehold.lock.attempt.duration", metric.WithUnit("s"),
@@ -78,9 +90,73 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider) *Telemetry {
 	t.active, _ = m.Int64UpDownCounter("leasehold.lock.leases.active",
 		metric.WithDescription("Leases currently held under Keep."))
 	t.waitOutcome = newOutcomeSet("leasehold.outcome", nil, "acquired", "cancelled", "error")
-	t.renewOutcome = newOutcomeSet("leasehold.outcome", nil, "renewed", "lost", "refused", "unknown")
-	t.lossReason = newOutcomeSet("leasehold.reason", nil, "renewal", "deadline", "backend")
+	t.renewOutcome = newOutcomeSet("leasehold.outcome", nil, "renewed", "lost", "refused", "unknown").adds()
+	t.lossReason = newOutcomeSet("leasehold.reason", nil, "renewal", "deadline", "backend").adds()
 	return t
+}
+
+// tracing is when a Telemetry's spans are recorded.
+type tracing int
+
+const (
+	always        tracing = iota // a provider of the application's
+	never                        // the no-op provider (trace/noop)
+	onceInstalled                // the global default: once an SDK is installed
+)
+
+// Tracing reports whether a span made with t.Tracer may be recorded, so
+// that a hot path makes none for nothing: never with the no-op provider,
+// and with the global provider only once the application has installed
+// one of its own (otel.SetTracerProvider; until then the global provider
+// makes non-recording spans, which cost about 250 bytes each).
+func (t *Telemetry) Tracing() bool {
+	switch t.tracing {
+	case never:
+		return false
+	case onceInstalled:
+		return !isDefaultGlobal(otel.GetTracerProvider())
+	}
+	return true
+}
+
+func isNoop(tp trace.TracerProvider) bool {
+	switch tp.(type) {
+	case noop.TracerProvider, *noop.TracerProvider:
+		return true
+	}
+	return false
+}
+
+// lastProvider is the last provider isDefaultGlobal was asked about, with
+// its answer.
+var lastProvider atomic.Pointer[providerKind]
+
+type providerKind struct {
+	tp  trace.TracerProvider
+	def bool
+}
+
+// isDefaultGlobal reports whether tp is OpenTelemetry's default global
+// provider (a type internal to it), which otel.GetTracerProvider returns
+// until the application sets its own. The answer for the last provider asked about is kept, so that
+// Tracing costs an atomic load and a comparison.
+func isDefaultGlobal(tp trace.TracerProvider) bool {
+	rt := reflect.TypeOf(tp)
+	if rt == nil {
+		return false
+	}
+	comparable := rt.Comparable()
+	if comparable {
+		if k := lastProvider.Load(); k != nil && k.tp == tp {
+			return k.def
+		}
+	}
+	def := rt.Kind() == reflect.Pointer && rt.Elem().Name() == "tracerProvider" &&
+		rt.Elem().PkgPath() == "go.opentelemetry.io/otel/internal/global"
+	if comparable {
+		lastProvider.Store(&providerKind{tp, def})
+	}
+	return def
 }
 
 // Wait records how long a blocking Acquire waited and how it ended
@@ -92,12 +168,12 @@ func (t *Telemetry) Wait(ctx context.Context, start time.Time, outcome string) {
 // Renewal counts one of Keep's Extend calls by outcome (renewed, lost,
 // refused, unknown).
 func (t *Telemetry) Renewal(outcome string) {
-	t.renewals.Add(context.Background(), 1, t.renewOutcome.add(outcome)...)
+	t.renewals.Add(context.Background(), 1, t.renewOutcome[outcome]...)
 }
 
 // Loss counts a lease lost, by reason (renewal, deadline, backend).
 func (t *Telemetry) Loss(reason string) {
-	t.losses.Add(context.Background(), 1, t.lossReason.add(reason)...)
+	t.losses.Add(context.Background(), 1, t.lossReason[reason]...)
 }
 
 // Active adds delta to the leases held under Keep.
@@ -116,16 +192,23 @@ func newOutcomeSet(attr string, base []attribute.KeyValue, outcomes ...string) o
 	return s
 }
 
-func (s outcomeSet) add(o string) []metric.AddOption {
-	r := s[o]
-	return []metric.AddOption{r[0].(metric.AddOption)}
+// addSet is an outcomeSet for counters.
+type addSet map[string][]metric.AddOption
+
+// adds is s for counters, built once.
+func (s outcomeSet) adds() addSet {
+	a := addSet{}
+	for o, r := range s {
+		a[o] = []metric.AddOption{r[0].(metric.AddOption)}
+	}
+	return a
 }
 
 // Backend records one backend's own operations.
 type Backend struct {
 	t        *Telemetry
 	attempt  outcomeSet
-	releases map[string][]metric.AddOption
+	releases addSet
 }
 
 // Backend returns the recorder for the backend called name.
@@ -136,14 +219,10 @@ func (t *Telemetry) Backend(name string) *Backend {
 		return b
 	}
 	base := []attribute.KeyValue{attribute.String("leasehold.backend", name)}
-	rel := newOutcomeSet("leasehold.outcome", base, "released", "lost", "error")
 	b := &Backend{
 		t:        t,
 		attempt:  newOutcomeSet("leasehold.outcome", base, "acquired", "busy", "error"),
-		releases: map[string][]metric.AddOption{},
-	}
-	for o := range rel {
-		b.releases[o] = rel.add(o)
+		releases: newOutcomeSet("leasehold.outcome", base, "released", "lost", "error").adds(),
 	}
 	t.backends[name] = b
 	return b
