@@ -43,7 +43,6 @@ type handle struct {
 
 	lost     chan struct{} // made by the first Lost call, closed on loss
 	lostOnce sync.Once
-	expiry   *time.Timer        // frees the connection of a grant left to expire
 	watching context.CancelFunc // stops the watcher
 	watched  chan struct{}      // closed when the watcher has returned
 }
@@ -127,33 +126,24 @@ func (h *handle) lostErr(what string) error {
 	return fmt.Errorf("%w: %s of %q (token %d): the grant is gone", lock.ErrLost, what, h.key, h.token)
 }
 
-// watchAbandon arms the timer that frees the connection of a grant whose
-// holder lets it expire instead of releasing it (a timer's tick claims do
-// that on purpose): once ValidUntil has passed without a renewal, the
-// session is closed and its connection leaves the pool, as the server's
-// idle_session_timeout would do to the session anyway — but without the
-// client's pool slot staying checked out forever.
-func (h *handle) watchAbandon() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.expiry = time.AfterFunc(time.Until(h.validUntil)+abandonGrace, h.checkAbandoned)
-}
-
 // abandonGrace is how long after ValidUntil an unrenewed grant's
-// connection is closed.
+// connection is closed (see Lock.sweep).
 const abandonGrace = 50 * time.Millisecond
 
-func (h *handle) checkAbandoned() {
+// abandoned ends the grant if its ttl passed without a renewal and
+// reports when it is due otherwise (zero: released or lost).
+func (h *handle) abandoned(now time.Time) (due time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.released || h.conn == nil {
-		return
+		return time.Time{}
 	}
-	if left := time.Until(h.validUntil); left > -abandonGrace {
-		h.expiry.Reset(left + abandonGrace) // renewed meanwhile
-		return
+	due = h.validUntil.Add(abandonGrace)
+	if now.Before(due) {
+		return due
 	}
 	h.markLost(errors.New("its ttl passed without a renewal: the session was closed"))
+	return time.Time{}
 }
 
 // Lost implements lock.LossNotifier: the channel is closed when the holding
@@ -295,6 +285,7 @@ func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
 		return h.lostErr("extend")
 	}
 	h.validUntil = backendkit.ValidUntil(sent, ttl)
+	l.reap.arm(h.validUntil.Add(abandonGrace)) // a shorter ttl may be due before the reaper
 	if h.lost != nil {
 		h.watch()
 	}
@@ -315,9 +306,6 @@ func (h *handle) Release(ctx context.Context) (err error) {
 		return h.lostErr("second release")
 	}
 	h.released = true
-	if h.expiry != nil {
-		h.expiry.Stop()
-	}
 	defer func() { h.l.metrics.Release(ctx, err) }()
 	if h.conn == nil {
 		return h.lostErr("release")

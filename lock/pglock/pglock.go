@@ -102,6 +102,8 @@ type Lock struct {
 	held   map[*handle]struct{}
 	closed bool
 
+	reap reaper // frees the connections of grants left to expire
+
 	notifier backendkit.Notifier
 	listener listener
 }
@@ -224,6 +226,8 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Lock, error) {
 	l.ownerText = []byte(l.appOwner)
 	l.channelText = []byte(l.channel)
 	l.listener.l = l
+	l.reap.timer = time.AfterFunc(time.Hour, l.sweep)
+	l.reap.timer.Stop()
 	return l, nil
 }
 
@@ -603,7 +607,7 @@ func (l *Lock) granted(ctx context.Context, hd *handle, c *pgxpool.Conn, keys []
 		hd.end()
 		return nil, backendkit.Invalid("pglock", "Lock is closed")
 	}
-	hd.watchAbandon()
+	l.reap.arm(hd.validUntil.Add(abandonGrace))
 	return hd, nil
 }
 
@@ -788,6 +792,67 @@ func (l *Lock) track(h *handle) bool {
 	return true
 }
 
+// reaper is one timer per Lock, due at the earliest moment a held grant
+// may have been left to expire: a holder that lets its grant lapse instead
+// of releasing it (a timer's tick claims do that on purpose) gets its
+// session closed and its connection out of the pool, as the server's
+// idle_session_timeout would end the session anyway, but without the
+// client's pool slot staying checked out forever. A grant costs a
+// comparison under a mutex, not a timer of its own.
+type reaper struct {
+	mu     sync.Mutex
+	timer  *time.Timer
+	at     time.Time // when the timer fires; zero when it is not armed
+	closed bool
+}
+
+// arm makes the timer fire by at.
+func (r *reaper) arm(at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed || (!r.at.IsZero() && !at.Before(r.at)) {
+		return
+	}
+	r.timer.Reset(time.Until(at))
+	r.at = at
+}
+
+// fired marks the timer unarmed: an arm from now on sets it again.
+func (r *reaper) fired() {
+	r.mu.Lock()
+	r.at = time.Time{}
+	r.mu.Unlock()
+}
+
+func (r *reaper) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = true
+	r.timer.Stop()
+}
+
+// sweep ends the grants whose ttl passed without a renewal, and arms the
+// reaper for the next that may.
+func (l *Lock) sweep() {
+	l.reap.fired() // before the snapshot: a grant tracked after it arms the timer itself
+	l.heldMu.Lock()
+	held := make([]*handle, 0, len(l.held))
+	for h := range l.held {
+		held = append(held, h)
+	}
+	l.heldMu.Unlock()
+	var next time.Time
+	now := time.Now()
+	for _, h := range held {
+		if due := h.abandoned(now); !due.IsZero() && (next.IsZero() || due.Before(next)) {
+			next = due
+		}
+	}
+	if !next.IsZero() {
+		l.reap.arm(next)
+	}
+}
+
 func (l *Lock) untrack(h *handle) {
 	l.heldMu.Lock()
 	defer l.heldMu.Unlock()
@@ -817,6 +882,7 @@ func (l *Lock) Close() error {
 	for _, h := range held {
 		h.abandon()
 	}
+	l.reap.close()
 	l.listener.close()
 	l.notifier.NotifyAll()
 	if l.ownsPool {
