@@ -28,6 +28,43 @@ func BenchmarkPgFloor(b *testing.B) {
 	}
 }
 
+// BenchmarkPgAgainstFloor interleaves the two, op by op: one
+// BenchmarkPgFloor op, then one TryAcquire+Release of pglock, so that both
+// see the same load on a shared machine. It reports each one's mean
+// (floor-µs, pglock-µs) and their ratio (x-floor), the figure of issue 18's
+// target (≤ 1.10).
+func BenchmarkPgAgainstFloor(b *testing.B) {
+	srv := testenv.Postgres(b)
+	c := connect(b, srv.DSN())
+	l := newLock(b, srv.DSN())
+	ctx := context.Background()
+	const id = 0x5eed_f101
+	key := "bench/against-floor/" + lock.NewOwner()
+	var floor, pg time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		var ok bool
+		if err := c.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", int64(id)).Scan(&ok); err != nil || !ok {
+			b.Fatal(ok, err)
+		}
+		if err := c.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", int64(id)).Scan(&ok); err != nil || !ok {
+			b.Fatal(ok, err)
+		}
+		t1 := time.Now()
+		h, err := l.TryAcquire(ctx, key, 30*time.Second)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := h.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+		floor, pg = floor+t1.Sub(t0), pg+time.Since(t1)
+	}
+	b.ReportMetric(float64(floor.Microseconds())/float64(b.N), "floor-µs")
+	b.ReportMetric(float64(pg.Microseconds())/float64(b.N), "pglock-µs")
+	b.ReportMetric(float64(pg)/float64(floor), "x-floor")
+}
+
 // BenchmarkPgTryAcquireRelease is the same work through pglock: one round
 // trip each way, with a fencing token, the server-enforced ttl, the pooler
 // check, and a connection taken from and returned to the pool.

@@ -7,7 +7,8 @@ import (
 )
 
 // The statements. Every operation on a grant is one of them, sent as one
-// round trip (pgx caches the prepared statement per connection).
+// round trip, prepared once per connection (Lock.prepare; the rest through
+// pgx's statement cache).
 //
 // Lock ids are the 64-bit keys of pg_try_advisory_lock(bigint); pg_locks
 // shows them as classid (high 32 bits) and objid (low 32 bits) with
@@ -150,9 +151,18 @@ SELECT pg_backend_pid(), CASE WHEN idx IS NULL THEN NULL
 		// $4 and $5 the interest lock, $6 channel, $7 payload. NULL: the
 		// session did not hold the lock; else "n" when waiters were
 		// notified, "r" when there were none.
-		release: `SELECT CASE WHEN pg_advisory_unlock($1::int8) THEN left(set_config($2::text, $3::text, false), 0)
-	|| CASE WHEN pg_try_advisory_xact_lock($4::int4, $5::int4) THEN 'r'
-		WHEN pg_notify($6::text, $7::text) IS NOT NULL THEN 'n' END END`,
+		//
+		// The unlock comes last, so that once the next waiter in the
+		// server's queue is granted, the releasing session has only its
+		// commit left to compete with it for a CPU. Checking the interest
+		// first misses no waiter: the exclusive xact lock taken when there
+		// is none is held to the commit, after the unlock, so a waiter
+		// that takes its interest meanwhile waits for the commit, and its
+		// attempt after that finds the key free. The NOTIFY goes out at
+		// the commit either way.
+		release: `SELECT left(set_config($2::text, $3::text, false), 0) || CASE
+	WHEN pg_try_advisory_xact_lock($4::int4, $5::int4) THEN CASE WHEN pg_advisory_unlock($1::int8) THEN 'r' END
+	WHEN pg_advisory_unlock($1::int8) THEN CASE WHEN pg_notify($6::text, $7::text) IS NOT NULL THEN 'n' END END`,
 		// $1 id: the sessions waiting in the server's queue for the lock.
 		waiting: `SELECT count(*) FROM pg_locks l WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND NOT l.granted
 	AND l.database = (SELECT datid FROM pg_stat_get_activity(pg_backend_pid())) AND ` + lockID + ` = $1::int8`,
