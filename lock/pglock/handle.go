@@ -268,7 +268,7 @@ func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
 		pg := h.conn.Conn().PgConn()
 		args := [...][]byte{h.pidText, h.idText, l.ttlGUCText, h.ttlText, h.appHead, h.appTail}
 		var cols [1][]byte
-		err = exec(ctx, pg, preparedOf(h.conn).extend, args[:], cols[:], nil)
+		err = exec(ctx, pg, l.preparedOf(h.conn).extend, args[:], cols[:], nil)
 		held = cols[0] != nil
 	}
 	switch {
@@ -314,7 +314,7 @@ func (h *handle) Release(ctx context.Context) (err error) {
 	l := h.l
 	args := [...][]byte{h.idText, l.ttlGUCText, l.ttlResetText, h.hiText, h.loText, l.channelText, h.payload}
 	var cols [1][]byte
-	err = exec(ctx, h.conn.Conn().PgConn(), preparedOf(h.conn).release, args[:], cols[:], nil)
+	err = exec(ctx, h.conn.Conn().PgConn(), l.preparedOf(h.conn).release, args[:], cols[:], nil)
 	ok := cols[0] != nil
 	switch {
 	case err != nil && h.broken() && ctx.Err() == nil:

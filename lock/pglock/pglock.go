@@ -90,6 +90,8 @@ type Lock struct {
 	ttlGUC   string // idle_session_timeout, or a placeholder before 14
 	ttlReset string // its value outside grants
 
+	preparedKey string // where a connection keeps the statements it prepared for this schema
+
 	// The arguments every grant passes, as text (see acquireOne).
 	ttlGUCText, ttlResetText, pooledText, ownerText, channelText []byte
 
@@ -222,6 +224,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Lock, error) {
 		names:     map[int64]struct{}{},
 		held:      map[*handle]struct{}{},
 	}
+	l.preparedKey = customKey + l.schema
 	l.pooledText = []byte(strconv.FormatBool(l.pooled))
 	l.ownerText = []byte(l.appOwner)
 	l.channelText = []byte(l.channel)
@@ -539,9 +542,9 @@ func (l *Lock) acquireOne(ctx context.Context, key string, ttl time.Duration, qu
 			l.registered(id)
 		}
 	} else {
-		stmt := preparedOf(c).acquire
+		stmt := l.preparedOf(c).acquire
 		if queued {
-			stmt = preparedOf(c).queued
+			stmt = l.preparedOf(c).queued
 		}
 		args := [...][]byte{hd.idText, hd.pidText, l.pooledText, l.ttlGUCText, hd.ttlText, l.ownerText}
 		var cols [2][]byte
@@ -701,7 +704,7 @@ func (l *Lock) conn(ctx context.Context, keys []string, ttl time.Duration, queue
 // (and the planning) to the handoff.
 func (l *Lock) prepare(ctx context.Context, c *pgxpool.Conn) error {
 	data := c.Conn().PgConn().CustomData()
-	if data[customKey] != nil {
+	if data[l.preparedKey] != nil {
 		return nil
 	}
 	fail := func(err error) error {
@@ -739,11 +742,14 @@ func (l *Lock) prepare(ctx context.Context, c *pgxpool.Conn) error {
 			*s.sd = sd
 		}
 	}
-	data[customKey] = p
+	data[l.preparedKey] = p
 	return nil
 }
 
-const customKey = "leasehold/pglock"
+// customKey prefixes the CustomData key of the statements a connection has
+// prepared for one schema (Lock.preparedKey): Locks with other schemas may
+// share the pool.
+const customKey = "leasehold/pglock/prepared/"
 
 // prepared are the statements of the hot paths as prepared on one
 // connection.
@@ -752,8 +758,8 @@ type prepared struct {
 }
 
 // preparedOf returns the statements prepared on c by Lock.prepare.
-func preparedOf(c *pgxpool.Conn) *prepared {
-	p, _ := c.Conn().PgConn().CustomData()[customKey].(*prepared)
+func (l *Lock) preparedOf(c *pgxpool.Conn) *prepared {
+	p, _ := c.Conn().PgConn().CustomData()[l.preparedKey].(*prepared)
 	return p
 }
 

@@ -274,3 +274,44 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 	count("Extend", func() error { return h.Extend(ctx, time.Minute) })
 	count("Release", func() error { return h.Release(ctx) })
 }
+
+// Two Locks on one pool with different schemas each draw their tokens from
+// their own schema's sequence: the statements a connection has prepared
+// are kept per schema, since the first Lock to use a connection prepared
+// its own (with its schema's sequence) and the second ran those.
+func TestSchemasShareAPool(t *testing.T) {
+	srv := testenv.Postgres(t)
+	admin := connect(t, srv.DSN())
+	ctx := ctxFor(t, 30*time.Second)
+	stamp := strconv.FormatInt(time.Now().UnixNano(), 10)
+	pool, err := pgxpool.New(ctx, withPoolSize(srv.DSN(), 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	for i, start := range []int64{1, 1_000_000_000} {
+		schema := "shared_pool_" + stamp + "_" + strconv.Itoa(i)
+		if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+			t.Fatal(err)
+		}
+		l := testkit.Must(pglock.New(pool, pglock.WithSchema(schema)))
+		if err := l.Setup(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.Exec(ctx, "ALTER SEQUENCE "+schema+".leasehold_tokens RESTART WITH "+strconv.FormatInt(start, 10)); err != nil {
+			t.Fatal(err)
+		}
+		for range 3 { // the first attempt on a key records its name; the rest are the hot path
+			h, err := l.TryAcquire(ctx, "shared-pool", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tok := h.Token(); tok < uint64(start) || tok > uint64(start)+100 {
+				t.Errorf("schema %s: token %d, want one from its own sequence (from %d)", schema, tok, start)
+			}
+			if err := h.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
