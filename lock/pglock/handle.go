@@ -1,6 +1,7 @@
 package pglock
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,8 +21,19 @@ type handle struct {
 	key   string
 	id    int64
 	token uint64
-	pid   int32  // the holding session
-	since string // the grant's server time in Unix ms, as application_name shows it
+	pid   int32 // the holding session
+
+	// The grant's arguments as text, built once (see Lock.acquireOne):
+	// slices of buf.
+	idText, pidText, hiText, loText, payload []byte
+	ttl                                      time.Duration // the ttl of ttlText
+	ttlText                                  []byte
+	// appHead and appTail are the holder's application_name before and
+	// after its ttl: "<token> " and " <since> <owner>".
+	appHead, appTail []byte
+	// buf: the fixed arguments up to argsEnd, the ttl up to ttlEnd, then
+	// the acquire statement's reply.
+	buf [256]byte
 
 	mu         sync.Mutex // serialises Extend, Release and the watcher
 	conn       *pgxpool.Conn
@@ -31,7 +43,6 @@ type handle struct {
 
 	lost     chan struct{} // made by the first Lost call, closed on loss
 	lostOnce sync.Once
-	expiry   *time.Timer        // frees the connection of a grant left to expire
 	watching context.CancelFunc // stops the watcher
 	watched  chan struct{}      // closed when the watcher has returned
 }
@@ -50,6 +61,64 @@ func (h *handle) ValidUntil() time.Time {
 	return h.validUntil
 }
 
+// build writes the grant's arguments into buf; a call for another key of
+// the same grant (TryAcquireAny) starts again.
+func (h *handle) build(pid int32) {
+	b := h.buf[:0:argsEnd]
+	field := func(f func([]byte) []byte) []byte {
+		n := len(b)
+		b = f(b)
+		return b[n:len(b):len(b)]
+	}
+	hi, lo := interest(h.id)
+	h.idText = field(func(b []byte) []byte { return strconv.AppendInt(b, h.id, 10) })
+	h.pidText = field(func(b []byte) []byte { return strconv.AppendInt(b, int64(pid), 10) })
+	h.hiText = field(func(b []byte) []byte { return strconv.AppendInt(b, int64(hi), 10) })
+	h.loText = field(func(b []byte) []byte { return strconv.AppendInt(b, int64(lo), 10) })
+	h.payload = field(func(b []byte) []byte { return appendPayload(b, h.id) })
+	h.ttlText = nil
+}
+
+const (
+	argsEnd = 80 // the most idText to payload take: 20+11+11+11+14 bytes
+	ttlEnd  = argsEnd + 20
+)
+
+// setTTL sets ttlText to ttl in whole milliseconds (rounded up), reusing
+// its space when the ttl is unchanged.
+func (h *handle) setTTL(ttl time.Duration) {
+	if h.ttlText != nil && h.ttl == ttl {
+		return
+	}
+	h.ttl = ttl
+	var b [20]byte
+	h.ttlText = append(h.buf[argsEnd:argsEnd:ttlEnd], strconv.AppendInt(b[:0], int64((ttl+time.Millisecond-1)/time.Millisecond), 10)...)
+}
+
+// reply is the space of buf for the acquire statement's reply.
+func (h *handle) reply() []byte { return h.buf[ttlEnd:ttlEnd] }
+
+// setApp records application_name "<token> <ttl> <since> <owner>" as the
+// acquire statement set it: the token, and the parts around the ttl for
+// Extend.
+func (h *handle) setApp(app []byte) bool {
+	i := bytes.IndexByte(app, ' ')
+	if i < 0 {
+		return false
+	}
+	j := bytes.IndexByte(app[i+1:], ' ')
+	if j < 0 {
+		return false
+	}
+	tok, err := strconv.ParseUint(string(app[:i]), 10, 64)
+	if err != nil {
+		return false
+	}
+	h.token = tok
+	h.appHead, h.appTail = app[:i+1:i+1], app[i+1+j:]
+	return true
+}
+
 func (h *handle) lostErr(what string) error {
 	if h.cause != nil {
 		return fmt.Errorf("%w: %s of %q (token %d): %w", lock.ErrLost, what, h.key, h.token, h.cause)
@@ -57,33 +126,24 @@ func (h *handle) lostErr(what string) error {
 	return fmt.Errorf("%w: %s of %q (token %d): the grant is gone", lock.ErrLost, what, h.key, h.token)
 }
 
-// watchAbandon arms the timer that frees the connection of a grant whose
-// holder lets it expire instead of releasing it (a timer's tick claims do
-// that on purpose): once ValidUntil has passed without a renewal, the
-// session is closed and its connection leaves the pool, as the server's
-// idle_session_timeout would do to the session anyway — but without the
-// client's pool slot staying checked out forever.
-func (h *handle) watchAbandon() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.expiry = time.AfterFunc(time.Until(h.validUntil)+abandonGrace, h.checkAbandoned)
-}
-
 // abandonGrace is how long after ValidUntil an unrenewed grant's
-// connection is closed.
+// connection is closed (see Lock.sweep).
 const abandonGrace = 50 * time.Millisecond
 
-func (h *handle) checkAbandoned() {
+// abandoned ends the grant if its ttl passed without a renewal and
+// reports when it is due otherwise (zero: released or lost).
+func (h *handle) abandoned(now time.Time) (due time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.released || h.conn == nil {
-		return
+		return time.Time{}
 	}
-	if left := time.Until(h.validUntil); left > -abandonGrace {
-		h.expiry.Reset(left + abandonGrace) // renewed meanwhile
-		return
+	due = h.validUntil.Add(abandonGrace)
+	if now.Before(due) {
+		return due
 	}
 	h.markLost(errors.New("its ttl passed without a renewal: the session was closed"))
+	return time.Time{}
 }
 
 // Lost implements lock.LossNotifier: the channel is closed when the holding
@@ -197,17 +257,19 @@ func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	h.unwatch()
 	l := h.l
-	t := ms(ttl)
-	var held bool
-	var set *string
 	sent := time.Now()
 	// A longer ttl than this server incarnation has recorded is recorded
 	// first (see quarantine.go); the handle's incarnation is out of its
 	// quarantine, since it granted the handle.
 	_, err := l.quarantine(ctx, h.conn, ttl)
+	var held bool
 	if err == nil {
-		err = h.conn.QueryRow(ctx, l.sql.extend, h.pid, h.id, l.ttlGUC, t,
-			strconv.FormatUint(h.token, 10)+" "+t+" "+h.since+" "+l.appOwner).Scan(&held, &set)
+		h.setTTL(ttl)
+		pg := h.conn.Conn().PgConn()
+		args := [...][]byte{h.pidText, h.idText, l.ttlGUCText, h.ttlText, h.appHead, h.appTail}
+		var cols [1][]byte
+		err = exec(ctx, pg, l.preparedOf(h.conn).extend, args[:], cols[:], nil)
+		held = cols[0] != nil
 	}
 	switch {
 	case err != nil && h.broken():
@@ -223,6 +285,7 @@ func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
 		return h.lostErr("extend")
 	}
 	h.validUntil = backendkit.ValidUntil(sent, ttl)
+	l.reap.arm(h.validUntil.Add(abandonGrace)) // a shorter ttl may be due before the reaper
 	if h.lost != nil {
 		h.watch()
 	}
@@ -243,20 +306,16 @@ func (h *handle) Release(ctx context.Context) (err error) {
 		return h.lostErr("second release")
 	}
 	h.released = true
-	if h.expiry != nil {
-		h.expiry.Stop()
-	}
 	defer func() { h.l.metrics.Release(ctx, err) }()
 	if h.conn == nil {
 		return h.lostErr("release")
 	}
 	h.unwatch()
 	l := h.l
-	hi, lo := interest(h.id)
-	var ok bool
-	var set, notified *string
-	err = h.conn.QueryRow(ctx, l.sql.release, h.id, l.ttlGUC, l.ttlReset, hi, lo,
-		l.channel, payload(h.id)).Scan(&ok, &set, &notified)
+	args := [...][]byte{h.idText, l.ttlGUCText, l.ttlResetText, h.hiText, h.loText, l.channelText, h.payload}
+	var cols [1][]byte
+	err = exec(ctx, h.conn.Conn().PgConn(), l.preparedOf(h.conn).release, args[:], cols[:], nil)
+	ok := cols[0] != nil
 	switch {
 	case err != nil && h.broken() && ctx.Err() == nil:
 		h.markLost(fmt.Errorf("the holding session ended: %w", err))
@@ -285,3 +344,5 @@ func interest(id int64) (hi, lo int32) { return int32(uint64(id) >> 32), int32(u
 
 // payload is the NOTIFY payload and Notifier key of a lock id.
 func payload(id int64) string { return strconv.FormatInt(id, 36) }
+
+func appendPayload(b []byte, id int64) []byte { return strconv.AppendInt(b, id, 36) }

@@ -1,6 +1,7 @@
 package pglock
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -13,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -82,10 +84,16 @@ type Lock struct {
 	metrics   *backendkit.BackendMetrics
 
 	setupMu  sync.Mutex
-	setupOK  bool
+	setupOK  atomic.Bool
+	built    bool // sql and the ttl setting are set (once: readers do not lock)
 	sql      statements
 	ttlGUC   string // idle_session_timeout, or a placeholder before 14
 	ttlReset string // its value outside grants
+
+	preparedKey string // where a connection keeps the statements it prepared for this schema
+
+	// The arguments every grant passes, as text (see acquireOne).
+	ttlGUCText, ttlResetText, pooledText, ownerText, channelText []byte
 
 	namesMu sync.Mutex
 	names   map[int64]struct{} // ids whose key names this instance registered
@@ -95,6 +103,8 @@ type Lock struct {
 	heldMu sync.Mutex
 	held   map[*handle]struct{}
 	closed bool
+
+	reap reaper // frees the connections of grants left to expire
 
 	notifier backendkit.Notifier
 	listener listener
@@ -214,7 +224,13 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Lock, error) {
 		names:     map[int64]struct{}{},
 		held:      map[*handle]struct{}{},
 	}
+	l.preparedKey = customKey + l.schema
+	l.pooledText = []byte(strconv.FormatBool(l.pooled))
+	l.ownerText = []byte(l.appOwner)
+	l.channelText = []byte(l.channel)
 	l.listener.l = l
+	l.reap.timer = time.AfterFunc(time.Hour, l.sweep)
+	l.reap.timer.Stop()
 	return l, nil
 }
 
@@ -306,9 +322,12 @@ func (l *Lock) Setup(ctx context.Context) error {
 
 // ensureSetup runs setup once per Lock (again after a failure).
 func (l *Lock) ensureSetup(ctx context.Context) error {
+	if l.setupOK.Load() {
+		return nil
+	}
 	l.setupMu.Lock()
 	defer l.setupMu.Unlock()
-	if l.setupOK {
+	if l.setupOK.Load() {
 		return nil
 	}
 	return l.setup(ctx, false)
@@ -352,14 +371,18 @@ func (l *Lock) setup(ctx context.Context, create bool) error {
 			}
 		}
 	}
-	l.sql = buildStatements(l.schema, version/10000)
-	l.ttlGUC, l.ttlReset = "leasehold.ttl", "0"
-	if idle != nil { // PostgreSQL 14 and later
-		l.ttlGUC, l.ttlReset = "idle_session_timeout", *idle
-	} else {
-		l.log.Warn("leasehold: pglock: this PostgreSQL has no idle_session_timeout (before 14): the server does not enforce ttls; see the package documentation", "server_version_num", version)
+	if !l.built {
+		l.sql = buildStatements(l.schema, version/10000)
+		l.ttlGUC, l.ttlReset = "leasehold.ttl", "0"
+		if idle != nil { // PostgreSQL 14 and later
+			l.ttlGUC, l.ttlReset = "idle_session_timeout", *idle
+		} else {
+			l.log.Warn("leasehold: pglock: this PostgreSQL has no idle_session_timeout (before 14): the server does not enforce ttls; see the package documentation", "server_version_num", version)
+		}
+		l.ttlGUCText, l.ttlResetText = []byte(l.ttlGUC), []byte(l.ttlReset)
+		l.built = true
 	}
-	l.setupOK = true
+	l.setupOK.Store(true)
 	return nil
 }
 
@@ -398,7 +421,7 @@ func (l *Lock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (l
 	if err := backendkit.Validate(ctx, key, ttl, limits); err != nil {
 		return nil, err
 	}
-	return l.acquire(ctx, []string{key}, ttl, false)
+	return l.acquireOne(ctx, key, ttl, false)
 }
 
 // AcquireQueued implements lock.Queue: one statement waits in the server's
@@ -411,17 +434,16 @@ func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration)
 	if err := backendkit.Validate(ctx, key, ttl, limits); err != nil {
 		return nil, err
 	}
-	keys := []string{key}
-	if l.unregistered([]int64{l.id(key)}) {
+	if l.unregistered(l.id(key)) {
 		// Record the key's name with a plain attempt first: a statement
 		// that waits must not hold an uncommitted insert that another
 		// instance's attempt on the same name would block on.
-		h, err := l.acquire(ctx, keys, ttl, false)
+		h, err := l.acquireOne(ctx, key, ttl, false)
 		if !errors.Is(err, lock.ErrNotAcquired) {
 			return h, err
 		}
 	}
-	return l.acquire(ctx, keys, ttl, true)
+	return l.acquireOne(ctx, key, ttl, true)
 }
 
 // Waiting implements lock.Queue: the sessions waiting in the server's
@@ -442,15 +464,15 @@ func (l *Lock) Waiting(ctx context.Context, key string) (int, error) {
 
 // TryAcquireAny implements lock.MultiLock: one statement tries the keys in
 // turn from a random offset and takes the first free one.
-func (l *Lock) TryAcquireAny(ctx context.Context, keys []string, ttl time.Duration) (lock.Handle, error) {
+func (l *Lock) TryAcquireAny(ctx context.Context, keys []string, ttl time.Duration) (h lock.Handle, err error) {
 	if err := backendkit.ValidateKeys(ctx, keys, ttl, limits); err != nil {
 		return nil, err
 	}
+	if len(keys) == 1 {
+		return l.acquireOne(ctx, keys[0], ttl, false)
+	}
 	off := rand.N(len(keys))
-	return l.acquire(ctx, append(append([]string(nil), keys[off:]...), keys[:off]...), ttl, false)
-}
-
-func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration, queued bool) (h lock.Handle, err error) {
+	keys = append(append([]string(nil), keys[off:]...), keys[:off]...)
 	start := time.Now()
 	defer func() { l.metrics.Attempt(ctx, start, err) }()
 	if err := l.ensureSetup(ctx); err != nil {
@@ -460,46 +482,84 @@ func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration, qu
 	for i, k := range keys {
 		ids[i] = l.id(k)
 	}
+	c, err := l.conn(ctx, keys, ttl, false)
+	if err != nil {
+		return nil, err
+	}
+	hd := &handle{l: l}
+	expect := int32(c.Conn().PgConn().PID())
+	hd.setTTL(ttl)
+	sql, args := l.sql.acquire[1], []any{ids, expect, l.pooled, l.ttlGUC, string(hd.ttlText), l.appOwner}
+	register := l.unregistered(ids...)
+	if register {
+		names := make([][]byte, len(keys))
+		for i, k := range keys {
+			names[i] = []byte(k)
+		}
+		sql, args = l.sql.acquireRegister[1], append(args, names, l.namespace)
+	}
+	var pid int32
+	var res []byte
+	sent := time.Now()
+	err = c.QueryRow(ctx, sql, args...).Scan(&pid, &res)
+	if err == nil && register {
+		l.registered(ids...)
+	}
+	return l.granted(ctx, hd, c, keys, ids, sent, expect, pid, res, err)
+}
+
+// acquireOne takes one key, trying (TryAcquire) or waiting in the server's
+// queue, in one round trip: the statement is prepared on the connection
+// and its arguments are text built once into the grant, so that the hot
+// path goes through pgconn without pgx's encoding and scanning.
+func (l *Lock) acquireOne(ctx context.Context, key string, ttl time.Duration, queued bool) (h lock.Handle, err error) {
+	start := time.Now()
+	defer func() { l.metrics.Attempt(ctx, start, err) }()
+	if err := l.ensureSetup(ctx); err != nil {
+		return nil, err
+	}
+	id := l.id(key)
+	keys := []string{key}
 	c, err := l.conn(ctx, keys, ttl, queued)
 	if err != nil {
 		return nil, err
 	}
-	expect := int32(c.Conn().PgConn().PID())
-	ttlMS := ms(ttl)
-	variant := min(len(ids)-1, 1)
-	if queued {
-		variant = 2
-	}
-	var idArg any = ids // several keys: arrays; one: scalars (see buildStatements)
-	if variant != 1 {
-		idArg = ids[0]
-	}
-	sql, args := l.sql.acquire[variant], []any{idArg, expect, l.pooled, l.ttlGUC, ttlMS, l.appOwner}
-	register := !queued && l.unregistered(ids)
-	if register {
-		var names any = []byte(keys[0])
-		if variant == 1 {
-			n := make([][]byte, len(keys))
-			for i, k := range keys {
-				n[i] = []byte(k)
-			}
-			names = n
-		}
-		sql, args = l.sql.acquireRegister[variant], append(args, names, l.namespace)
-	}
+	hd := &handle{l: l, key: key, id: id}
+	pg := c.Conn().PgConn()
+	expect := int32(pg.PID())
+	hd.build(expect)
+	hd.setTTL(ttl)
 	var (
-		pid  int32
-		idx  *int32
-		tok  *int64
-		app  *string // the holder's application_name, as set
-		hint *int64
-		ran  int64 // µs from the statement's start to the grant
+		pid int32
+		res []byte
 	)
 	sent := time.Now()
-	err = c.QueryRow(ctx, sql, args...).Scan(&pid, &idx, &tok, &app, &hint, &ran)
-	if err == nil && register {
-		l.registered(ids)
+	if !queued && l.unregistered(id) {
+		// The first attempt on a key records its name (List), through pgx.
+		err = c.QueryRow(ctx, l.sql.acquireRegister[0], id, expect, l.pooled, l.ttlGUC, string(hd.ttlText), l.appOwner,
+			[]byte(key), l.namespace).Scan(&pid, &res)
+		if err == nil {
+			l.registered(id)
+		}
+	} else {
+		stmt := l.preparedOf(c).acquire
+		if queued {
+			stmt = l.preparedOf(c).queued
+		}
+		args := [...][]byte{hd.idText, hd.pidText, l.pooledText, l.ttlGUCText, hd.ttlText, l.ownerText}
+		var cols [2][]byte
+		err = exec(ctx, pg, stmt, args[:], cols[:], hd.reply())
+		if err == nil {
+			pid, res = parsePID(cols[0]), cols[1]
+		}
 	}
+	return l.granted(ctx, hd, c, keys, []int64{id}, sent, expect, pid, res, err)
+}
+
+// granted reads the reply of an acquire statement (see buildStatements)
+// and hands the grant out, or gives the connection back.
+func (l *Lock) granted(ctx context.Context, hd *handle, c *pgxpool.Conn, keys []string, ids []int64, sent time.Time,
+	expect, pid int32, res []byte, err error) (lock.Handle, error) {
 	switch {
 	case err != nil:
 		// The statement may have taken the lock before it failed: end the
@@ -513,7 +573,7 @@ func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration, qu
 		}
 		if isCode(err, "42P01", "42704", "42883") { // the sequence, table or function was dropped
 			l.setupMu.Lock()
-			l.setupOK = false
+			l.setupOK.Store(false)
 			l.setupMu.Unlock()
 		}
 		return nil, backendkit.Unavailable("pglock: acquire", err)
@@ -523,34 +583,78 @@ func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration, qu
 			"a pooler sits in between, and unless it pins the session (PgBouncer pool_mode=session, then use "+
 			"pglock.WithSessionPooler) a session advisory lock would not stay with this connection; connect to "+
 			"PostgreSQL directly", ErrPooler, pid, expect)
-	case idx == nil:
+	case len(res) > 0 && res[0] == 'h':
 		c.Release()
 		var rem time.Duration
-		if hint != nil {
-			rem = backendkit.RemainingMillis(*hint)
+		if ms, err := strconv.ParseInt(string(res[1:]), 10, 64); err == nil {
+			rem = backendkit.RemainingMillis(ms)
 		}
 		return nil, backendkit.NotAcquiredAny(keys, rem)
-	case tok == nil || *idx < 1 || int(*idx) > len(keys):
+	}
+	idx, ran, app, ok := parseGrantReply(res)
+	if !ok || idx < 1 || idx > len(keys) {
 		destroy(c)
-		return nil, backendkit.Unavailable("pglock: acquire", fmt.Errorf("unexpected reply: index %v token %v", idx, tok))
+		return nil, backendkit.Unavailable("pglock: acquire", fmt.Errorf("unexpected reply %q", res))
 	}
-	i := *idx - 1
-	var since string
-	if app != nil {
-		if parts := strings.SplitN(*app, " ", 4); len(parts) == 4 {
-			since = parts[2]
-		}
+	if hd.idText == nil || ids[idx-1] != hd.id || pid != expect { // TryAcquireAny, or a session pooler
+		hd.key, hd.id = keys[idx-1], ids[idx-1]
+		hd.build(pid)
 	}
-	hd := &handle{
-		l: l, key: keys[i], id: ids[i], token: uint64(*tok), pid: pid, conn: c, since: since,
-		validUntil: backendkit.ValidUntil(sent.Add(time.Duration(ran)*time.Microsecond), ttl),
+	if !hd.setApp(app) {
+		destroy(c)
+		return nil, backendkit.Unavailable("pglock: acquire", fmt.Errorf("unexpected application_name %q", app))
 	}
+	hd.pid, hd.conn = pid, c
+	hd.validUntil = backendkit.ValidUntil(sent.Add(time.Duration(ran)*time.Microsecond), hd.ttl)
 	if !l.track(hd) {
 		hd.end()
 		return nil, backendkit.Invalid("pglock", "Lock is closed")
 	}
-	hd.watchAbandon()
+	l.reap.arm(hd.validUntil.Add(abandonGrace))
 	return hd, nil
+}
+
+// parseGrantReply splits "<idx> <µs> <application_name>".
+func parseGrantReply(res []byte) (idx int, ran int64, app []byte, ok bool) {
+	i := bytes.IndexByte(res, ' ')
+	if i < 0 {
+		return 0, 0, nil, false
+	}
+	j := bytes.IndexByte(res[i+1:], ' ')
+	if j < 0 {
+		return 0, 0, nil, false
+	}
+	n, err1 := strconv.Atoi(string(res[:i]))
+	ran, err2 := strconv.ParseInt(string(res[i+1:i+1+j]), 10, 64)
+	return n, max(ran, 0), res[i+2+j:], err1 == nil && err2 == nil
+}
+
+func parsePID(b []byte) int32 {
+	n, _ := strconv.ParseInt(string(b), 10, 32)
+	return int32(n)
+}
+
+// exec runs the prepared statement sd with text arguments and copies the
+// columns of its row into cols (nil for NULL), appending them to buf; with
+// a nil buf it tells NULL from the rest only, with empty columns.
+func exec(ctx context.Context, pg *pgconn.PgConn, sd *pgconn.StatementDescription, args, cols [][]byte, buf []byte) error {
+	rr := pg.ExecStatement(ctx, sd, args, nil, nil)
+	for rr.NextRow() {
+		for i, v := range rr.Values() {
+			if i >= len(cols) {
+				break
+			}
+			if v == nil || buf == nil {
+				cols[i] = v[:0:0]
+				continue
+			}
+			n := len(buf)
+			buf = append(buf, v...)
+			cols[i] = buf[n:len(buf):len(buf)]
+		}
+	}
+	_, err := rr.Close()
+	return err
 }
 
 // conn returns a prepared connection on which ttl may be granted now: out
@@ -600,7 +704,7 @@ func (l *Lock) conn(ctx context.Context, keys []string, ttl time.Duration, queue
 // (and the planning) to the handoff.
 func (l *Lock) prepare(ctx context.Context, c *pgxpool.Conn) error {
 	data := c.Conn().PgConn().CustomData()
-	if data[customKey] != nil {
+	if data[l.preparedKey] != nil {
 		return nil
 	}
 	fail := func(err error) error {
@@ -620,23 +724,49 @@ func (l *Lock) prepare(ctx context.Context, c *pgxpool.Conn) error {
 		return fail(err)
 	}
 	data[incarnationKey] = started
-	for _, sql := range []string{l.sql.acquire[0], l.sql.acquireRegister[0], l.sql.extend, l.sql.release} {
-		// Named by their text, pgx runs them as prepared here (see
-		// pgx.Conn.Prepare).
-		if _, err := c.Conn().Prepare(ctx, sql, sql); err != nil {
+	p := &prepared{}
+	for _, s := range []struct {
+		sd  **pgconn.StatementDescription
+		sql string
+	}{
+		{&p.acquire, l.sql.acquire[0]}, {&p.queued, l.sql.acquire[2]}, {nil, l.sql.acquireRegister[0]},
+		{&p.extend, l.sql.extend}, {&p.release, l.sql.release},
+	} {
+		// Named by their text, pgx runs them as prepared when they go
+		// through it (see pgx.Conn.Prepare).
+		sd, err := c.Conn().Prepare(ctx, s.sql, s.sql)
+		if err != nil {
 			return fail(err)
 		}
+		if s.sd != nil {
+			*s.sd = sd
+		}
 	}
-	data[customKey] = true
+	data[l.preparedKey] = p
 	return nil
 }
 
-const customKey = "leasehold/pglock"
+// customKey prefixes the CustomData key of the statements a connection has
+// prepared for one schema (Lock.preparedKey): Locks with other schemas may
+// share the pool.
+const customKey = "leasehold/pglock/prepared/"
+
+// prepared are the statements of the hot paths as prepared on one
+// connection.
+type prepared struct {
+	acquire, queued, extend, release *pgconn.StatementDescription
+}
+
+// preparedOf returns the statements prepared on c by Lock.prepare.
+func (l *Lock) preparedOf(c *pgxpool.Conn) *prepared {
+	p, _ := c.Conn().PgConn().CustomData()[l.preparedKey].(*prepared)
+	return p
+}
 
 // unregistered reports whether some of ids have no key name recorded by
 // this instance yet. The names table is written once per key and
 // instance, for List; the hot path does not write.
-func (l *Lock) unregistered(ids []int64) bool {
+func (l *Lock) unregistered(ids ...int64) bool {
 	l.namesMu.Lock()
 	defer l.namesMu.Unlock()
 	for _, id := range ids {
@@ -647,7 +777,7 @@ func (l *Lock) unregistered(ids []int64) bool {
 	return false
 }
 
-func (l *Lock) registered(ids []int64) {
+func (l *Lock) registered(ids ...int64) {
 	l.namesMu.Lock()
 	defer l.namesMu.Unlock()
 	if len(l.names) > 100_000 { // bound the memory of processes with endless distinct keys
@@ -666,6 +796,67 @@ func (l *Lock) track(h *handle) bool {
 	}
 	l.held[h] = struct{}{}
 	return true
+}
+
+// reaper is one timer per Lock, due at the earliest moment a held grant
+// may have been left to expire: a holder that lets its grant lapse instead
+// of releasing it (a timer's tick claims do that on purpose) gets its
+// session closed and its connection out of the pool, as the server's
+// idle_session_timeout would end the session anyway, but without the
+// client's pool slot staying checked out forever. A grant costs a
+// comparison under a mutex, not a timer of its own.
+type reaper struct {
+	mu     sync.Mutex
+	timer  *time.Timer
+	at     time.Time // when the timer fires; zero when it is not armed
+	closed bool
+}
+
+// arm makes the timer fire by at.
+func (r *reaper) arm(at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed || (!r.at.IsZero() && !at.Before(r.at)) {
+		return
+	}
+	r.timer.Reset(time.Until(at))
+	r.at = at
+}
+
+// fired marks the timer unarmed: an arm from now on sets it again.
+func (r *reaper) fired() {
+	r.mu.Lock()
+	r.at = time.Time{}
+	r.mu.Unlock()
+}
+
+func (r *reaper) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = true
+	r.timer.Stop()
+}
+
+// sweep ends the grants whose ttl passed without a renewal, and arms the
+// reaper for the next that may.
+func (l *Lock) sweep() {
+	l.reap.fired() // before the snapshot: a grant tracked after it arms the timer itself
+	l.heldMu.Lock()
+	held := make([]*handle, 0, len(l.held))
+	for h := range l.held {
+		held = append(held, h)
+	}
+	l.heldMu.Unlock()
+	var next time.Time
+	now := time.Now()
+	for _, h := range held {
+		if due := h.abandoned(now); !due.IsZero() && (next.IsZero() || due.Before(next)) {
+			next = due
+		}
+	}
+	if !next.IsZero() {
+		l.reap.arm(next)
+	}
 }
 
 func (l *Lock) untrack(h *handle) {
@@ -697,6 +888,7 @@ func (l *Lock) Close() error {
 	for _, h := range held {
 		h.abandon()
 	}
+	l.reap.close()
 	l.listener.close()
 	l.notifier.NotifyAll()
 	if l.ownsPool {

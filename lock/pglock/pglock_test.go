@@ -3,14 +3,18 @@ package pglock_test
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/leasehold-go/leasehold/internal/testkit"
 	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/backendkit"
@@ -210,6 +214,103 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 			if l != nil {
 				_ = l.Close()
+			}
+		}
+	}
+}
+
+// writeCounter counts the client's writes on its connections: each round
+// trip of the extended protocol is one write (Bind, Execute, Sync).
+type writeCounter struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (w writeCounter) Write(b []byte) (int, error) { w.n.Add(1); return w.Conn.Write(b) }
+
+// Every operation on a grant is one round trip: TryAcquire, Extend and
+// Release each send one write once the connection is prepared.
+func TestOneRoundTripPerOperation(t *testing.T) {
+	cfg, err := pgxpool.ParseConfig(testenv.Postgres(t).DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var writes atomic.Int64
+	var d net.Dialer
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		return writeCounter{c, &writes}, err
+	}
+	cfg.MaxConns = 1 // one connection, prepared by the first grant
+	ctx := ctxFor(t, 30*time.Second)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	l := testkit.Must(pglock.New(pool))
+	key := "round-trips/" + lock.NewOwner()
+	for range 2 { // the first attempt prepares and records the key's name
+		h, err := l.TryAcquire(ctx, key, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func(what string, op func() error) {
+		t.Helper()
+		before := writes.Load()
+		if err := op(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if n := writes.Load() - before; n != 1 {
+			t.Errorf("%s: %d round trips, want 1", what, n)
+		}
+	}
+	var h lock.Handle
+	count("TryAcquire", func() (err error) { h, err = l.TryAcquire(ctx, key, time.Minute); return err })
+	count("Extend", func() error { return h.Extend(ctx, time.Minute) })
+	count("Release", func() error { return h.Release(ctx) })
+}
+
+// Two Locks on one pool with different schemas each draw their tokens from
+// their own schema's sequence: the statements a connection has prepared
+// are kept per schema, since the first Lock to use a connection prepared
+// its own (with its schema's sequence) and the second ran those.
+func TestSchemasShareAPool(t *testing.T) {
+	srv := testenv.Postgres(t)
+	admin := connect(t, srv.DSN())
+	ctx := ctxFor(t, 30*time.Second)
+	stamp := strconv.FormatInt(time.Now().UnixNano(), 10)
+	pool, err := pgxpool.New(ctx, withPoolSize(srv.DSN(), 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	for i, start := range []int64{1, 1_000_000_000} {
+		schema := "shared_pool_" + stamp + "_" + strconv.Itoa(i)
+		if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+			t.Fatal(err)
+		}
+		l := testkit.Must(pglock.New(pool, pglock.WithSchema(schema)))
+		if err := l.Setup(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.Exec(ctx, "ALTER SEQUENCE "+schema+".leasehold_tokens RESTART WITH "+strconv.FormatInt(start, 10)); err != nil {
+			t.Fatal(err)
+		}
+		for range 3 { // the first attempt on a key records its name; the rest are the hot path
+			h, err := l.TryAcquire(ctx, "shared-pool", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tok := h.Token(); tok < uint64(start) || tok > uint64(start)+100 {
+				t.Errorf("schema %s: token %d, want one from its own sequence (from %d)", schema, tok, start)
+			}
+			if err := h.Release(ctx); err != nil {
+				t.Fatal(err)
 			}
 		}
 	}

@@ -7,7 +7,8 @@ import (
 )
 
 // The statements. Every operation on a grant is one of them, sent as one
-// round trip (pgx caches the prepared statement per connection).
+// round trip, prepared once per connection (Lock.prepare; the rest through
+// pgx's statement cache).
 //
 // Lock ids are the 64-bit keys of pg_try_advisory_lock(bigint); pg_locks
 // shows them as classid (high 32 bits) and objid (low 32 bits) with
@@ -68,98 +69,100 @@ func buildStatements(schema string, serverMajor int) statements {
 	// $3 pooler allowed, $4 ttl setting name, $5 ttl ms, $6 owner, [$7 the
 	// key name or names, $8 namespace].
 	//
-	// The statements for one key take scalars, not arrays: with nothing in
-	// the parameters to change the planner's estimates, the server switches
-	// to the prepared statement's generic plan after five runs instead of
-	// planning every run anew, which costs more than the rest of the work.
+	// Every acquire statement returns two columns: the backend pid, and
+	// what happened as text:
 	//
-	// try takes the first free of the keys: for one key a plain call, for
-	// several a recursive CTE that stops at the first success. idx is its
-	// 1-based index, NULL when none was free or when the session is not the
-	// one the client connected to (then nothing is tried: see ErrPooler).
-	// queued waits in the server's queue for one key instead
-	// (pg_advisory_lock): the subquery keeps the call, which returns void,
-	// from being dropped.
-	type shape int
-	const (
-		one shape = iota
-		several
-		queued
-	)
-	try := func(sh shape) string {
-		switch sh {
-		case queued:
-			return `a AS MATERIALIZED (
-	SELECT pg_backend_pid() AS pid,
-	       CASE WHEN $3::bool OR pg_backend_pid() = $2::int4
-	            THEN (SELECT 1 FROM (SELECT pg_advisory_lock($1::int8)) AS q) END AS idx
-)`
-		case one:
-			return `a AS MATERIALIZED (
-	SELECT pg_backend_pid() AS pid,
-	       CASE WHEN ($3::bool OR pg_backend_pid() = $2::int4) AND pg_try_advisory_lock($1::int8) THEN 1 END AS idx
-)`
-		}
-		return `RECURSIVE r(i, got) AS (
+	//   - NULL: nothing was tried, the session is not the one the client
+	//     connected to (see ErrPooler);
+	//   - "h<ms>": no key was free; <ms> is the shortest remaining ttl of
+	//     their holders, empty when unknown;
+	//   - "<idx> <µs> <application_name>": the key at 1-based index idx
+	//     was granted, µs after the statement started (the server's clock:
+	//     the ttl counts from the statement's end, which is at least that
+	//     long after the request was sent), with the application_name
+	//     "<token> <ttl ms> <since> <owner>" the session now has.
+	//
+	// One text column instead of a row of typed ones keeps the statement
+	// flat: one CASE, evaluated in order, needs no CTE to run the lock
+	// before the token, and the client reads it without allocating. The
+	// statements for one key take scalars, not arrays: with nothing in the
+	// parameters to change the planner's estimates, the server keeps the
+	// prepared statement's generic plan instead of planning every run
+	// anew, which costs more than the rest of the work. The hint is a
+	// function (see fn) called only when nothing was granted.
+	grant := `(date_part('epoch', clock_timestamp() - statement_timestamp()) * 1000000)::int8
+		|| ' ' || left(set_config($4::text, $5::text, false), 0)
+		|| set_config('application_name', nextval('` + seq + `'::regclass) || ' ' || $5::text || ' '
+			|| (date_part('epoch', clock_timestamp()) * 1000)::int8 || ' ' || $6::text, false)`
+	sameSession := `($3::bool OR pg_backend_pid() = $2::int4)`
+	hint := func(ids string) string { return `'h' || COALESCE(` + fn + `(` + ids + `)::text, '')` }
+	// one tries one key; queued waits in the server's queue for it
+	// (pg_advisory_lock returns void, never NULL: the test only orders the
+	// wait before the grant).
+	one := `SELECT pg_backend_pid(), CASE WHEN NOT ` + sameSession + ` THEN NULL
+	WHEN pg_try_advisory_lock($1::int8) THEN '1 ' || ` + grant + `
+	ELSE ` + hint(`ARRAY[$1::int8]`) + ` END`
+	queued := `SELECT pg_backend_pid(), CASE WHEN NOT ` + sameSession + ` THEN NULL
+	WHEN pg_advisory_lock($1::int8) IS NOT NULL THEN '1 ' || ` + grant + `
+	ELSE 'h' END`
+	// several takes the first free of the keys with a recursive CTE that
+	// stops at the first success.
+	several := func(reg string) string {
+		return `WITH RECURSIVE r(i, got) AS (
 	SELECT 0, false
 	UNION ALL
 	SELECT i + 1, pg_try_advisory_lock(($1::int8[])[i + 1]) FROM r
 	 WHERE NOT got AND i < cardinality($1::int8[])
-), a AS MATERIALIZED (
-	SELECT pg_backend_pid() AS pid,
-	       CASE WHEN $3::bool OR pg_backend_pid() = $2::int4 THEN (SELECT i FROM r WHERE got) END AS idx
-)`
+), ` + reg + `a AS MATERIALIZED (
+	SELECT CASE WHEN ` + sameSession + ` THEN COALESCE((SELECT i FROM r WHERE got), 0) END AS idx
+)
+SELECT pg_backend_pid(), CASE WHEN idx IS NULL THEN NULL
+	WHEN idx > 0 THEN idx || ' ' || ` + grant + `
+	ELSE ` + hint(`$1::int8[]`) + ` END FROM a`
 	}
-	// The last column is how long the statement ran before the grant (µs,
-	// the server's clock): the ttl counts from the statement's end, which is
-	// at least that long after the request was sent.
-	acquire := func(sh shape, register bool) string {
-		ids, names, idArray := `$1::int8`, `$7::bytea`, `ARRAY[$1::int8]`
-		if sh == several {
-			ids, names, idArray = `unnest($1::int8[])`, `unnest($7::bytea[])`, `$1::int8[]`
-		}
-		reg := ""
-		if register {
-			reg = `reg AS (
+	// register records the key names (List), the first time an instance
+	// uses them: a data-modifying CTE runs whether or not it is read.
+	register := func(ids, names string) string {
+		return `reg AS (
 	INSERT INTO ` + keys + ` (id, namespace, key)
 	SELECT u.id, $8::text, u.key FROM (SELECT ` + ids + ` AS id, ` + names + ` AS key) AS u
 	ON CONFLICT (id) DO NOTHING
 ), `
-		}
-		return `WITH ` + try(sh) + `, ` + reg + `t AS MATERIALIZED (
-	SELECT pid, idx, CASE WHEN idx IS NOT NULL THEN nextval('` + seq + `'::regclass) END AS tok FROM a
-)
-SELECT pid, idx, tok,
-	CASE WHEN tok IS NOT NULL THEN left(set_config($4::text, $5::text, false), 0)
-		|| set_config('application_name', tok || ' ' || $5::text || ' '
-			|| (extract(epoch FROM clock_timestamp()) * 1000)::int8 || ' ' || $6::text, false) END,
-	CASE WHEN idx IS NULL AND (pid = $2::int4 OR $3::bool) THEN (
-		SELECT ` + fn + `(` + idArray + `)) END,
-	(extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000000)::int8
-FROM t`
 	}
 	terminate := "pg_terminate_backend(l.pid)"
 	if serverMajor >= 14 {
 		terminate = "pg_terminate_backend(l.pid, 5000)" // waits until the session is gone
 	}
 	return statements{
-		acquire:         [3]string{acquire(one, false), acquire(several, false), acquire(queued, false)},
-		acquireRegister: [2]string{acquire(one, true), acquire(several, true)},
-		// $1 pid at acquire, $2 id, $3 ttl setting, $4 ttl ms, $5 application_name.
-		extend: `WITH h AS MATERIALIZED (
-	SELECT pg_backend_pid() = $1::int4 AND EXISTS (
+		acquire: [3]string{one, several(""), queued},
+		acquireRegister: [2]string{
+			`WITH ` + strings.TrimSuffix(register(`$1::int8`, `$7::bytea`), ", ") + "\n" + one,
+			several(register(`unnest($1::int8[])`, `unnest($7::bytea[])`)),
+		},
+		// $1 pid at acquire, $2 id, $3 ttl setting, $4 ttl ms, $5 and $6
+		// the application_name before and after the ttl. NULL: the session
+		// does not hold the lock.
+		extend: `SELECT CASE WHEN pg_backend_pid() = $1::int4 AND EXISTS (
 		SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted
-		   AND l.pid = pg_backend_pid() AND ` + lockID + ` = $2::int8) AS held
-)
-SELECT held, CASE WHEN held THEN set_config($3::text, $4::text, false)
-	|| set_config('application_name', $5::text, false) END FROM h`,
+		   AND l.pid = pg_backend_pid() AND ` + lockID + ` = $2::int8)
+	THEN left(set_config($3::text, $4::text, false), 0)
+		|| set_config('application_name', $5::text || $4::text || $6::text, false) END`,
 		// $1 id, $2 ttl setting, $3 its value outside grants,
-		// $4 and $5 the interest lock, $6 channel, $7 payload.
-		release: `WITH u AS MATERIALIZED (SELECT pg_advisory_unlock($1::int8) AS ok)
-SELECT ok, set_config($2::text, $3::text, false),
-	CASE WHEN ok THEN CASE WHEN pg_try_advisory_xact_lock($4::int4, $5::int4) THEN NULL
-		ELSE pg_notify($6::text, $7::text) END END
-FROM u`,
+		// $4 and $5 the interest lock, $6 channel, $7 payload. NULL: the
+		// session did not hold the lock; else "n" when waiters were
+		// notified, "r" when there were none.
+		//
+		// The unlock comes last, so that once the next waiter in the
+		// server's queue is granted, the releasing session has only its
+		// commit left to compete with it for a CPU. Checking the interest
+		// first misses no waiter: the exclusive xact lock taken when there
+		// is none is held to the commit, after the unlock, so a waiter
+		// that takes its interest meanwhile waits for the commit, and its
+		// attempt after that finds the key free. The NOTIFY goes out at
+		// the commit either way.
+		release: `SELECT left(set_config($2::text, $3::text, false), 0) || CASE
+	WHEN pg_try_advisory_xact_lock($4::int4, $5::int4) THEN CASE WHEN pg_advisory_unlock($1::int8) THEN 'r' END
+	WHEN pg_advisory_unlock($1::int8) THEN CASE WHEN pg_notify($6::text, $7::text) IS NOT NULL THEN 'n' END END`,
 		// $1 id: the sessions waiting in the server's queue for the lock.
 		waiting: `SELECT count(*) FROM pg_locks l WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND NOT l.granted
 	AND l.database = (SELECT datid FROM pg_stat_get_activity(pg_backend_pid())) AND ` + lockID + ` = $1::int8`,
