@@ -174,16 +174,14 @@ func (l *Lock) Limits() lock.Limits { return limits }
 // Limits implements lock.Limited for Keep.
 func (h *handle) Limits() lock.Limits { return limits }
 
-func (l *Lock) etcdKey(key string) string { return l.prefix + key }
-
 // value is what a grant stores: "<granted at, µs since the epoch>|<owner>".
 func (l *Lock) value(at time.Time) string {
 	return strconv.FormatInt(at.UnixMicro(), 10) + "|" + l.owner
 }
 
 // TryAcquire implements lock.Lock. With a spare lease at hand (the usual
-// case) it is one round trip: a Txn that puts the key, attached to the
-// lease, if the key does not exist. When the key is held, a second request
+// case) it is one round trip: a Txn that puts the grant key, attached to
+// the lease, if the key's range holds no grant (see keys.go). When the key is held, a second request
 // reads the holder's remaining lease ttl for the error's hint.
 func (l *Lock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
 	if err := backendkit.Validate(ctx, key, ttl, limits); err != nil {
@@ -219,15 +217,15 @@ func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration) (l
 	return h, err
 }
 
-// txnFor builds the nested Txn over keys[i:]: put keys[i] if it is free,
-// else read its holder and try the rest.
-func (l *Lock) txnFor(keys []string, value string, lease clientv3.LeaseID) (cmps []clientv3.Cmp, then, els []clientv3.Op) {
-	ek := l.etcdKey(keys[0])
-	cmps = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(ek), "=", 0)}
-	then = []clientv3.Op{clientv3.OpPut(ek, value, clientv3.WithLease(lease))}
-	els = []clientv3.Op{clientv3.OpGet(ek)}
-	if len(keys) > 1 {
-		c, t, e := l.txnFor(keys[1:], value, lease)
+// txnFor builds the nested Txn over the grant keys gks[i:]: put gks[i] if
+// its key's range is empty, else read the range's grant and try the rest.
+func txnFor(gks []string, value string, lease clientv3.LeaseID) (cmps []clientv3.Cmp, then, els []clientv3.Op) {
+	start, end := grantRange(gks[0])
+	cmps = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(start), "=", 0).WithRange(end)}
+	then = []clientv3.Op{clientv3.OpPut(gks[0], value, clientv3.WithLease(lease))}
+	els = []clientv3.Op{clientv3.OpGet(start, clientv3.WithRange(end), clientv3.WithLimit(1))}
+	if len(gks) > 1 {
+		c, t, e := txnFor(gks[1:], value, lease)
 		els = append(els, clientv3.OpTxn(c, t, e))
 	}
 	return cmps, then, els
@@ -276,9 +274,13 @@ func (l *Lock) tryChunks(ctx context.Context, keys []string, ttl time.Duration, 
 	for len(keys) > 0 {
 		n := min(len(keys), int(l.txnKeys.Load()))
 		chunk := keys[:n]
+		gks := make([]string, n)
+		for i, k := range chunk {
+			gks[i] = l.grantKey(k, sp.id)
+		}
 		sent := time.Now()
 		value := l.value(sent)
-		cmps, then, els := l.txnFor(chunk, value, sp.id)
+		cmps, then, els := txnFor(gks, value, sp.id)
 		resp, err := l.client.Txn(requireLeader(ctx)).If(cmps...).Then(then...).Else(els...).Commit()
 		if errors.Is(err, rpctypes.ErrTooManyOps) && n > 1 {
 			// Refused whole, before anything was done: batches of at most
@@ -293,7 +295,7 @@ func (l *Lock) tryChunks(ctx context.Context, keys []string, ttl time.Duration, 
 		idx, hs := granted(resp)
 		if idx >= 0 {
 			return &handle{
-				l: l, key: chunk[idx], ekey: l.etcdKey(chunk[idx]), token: uint64(resp.Header.Revision),
+				l: l, key: chunk[idx], ekey: gks[idx], token: uint64(resp.Header.Revision),
 				lease: sp, lost: make(chan struct{}),
 				validUntil: validUntil(sent, ttl, sp),
 			}, nil, nil

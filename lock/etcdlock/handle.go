@@ -182,12 +182,12 @@ func (h *handle) settle(ctx context.Context) error {
 	return nil
 }
 
-// Release implements lock.Handle in one round trip: a Txn that deletes the
-// key if it is still this grant's (same create revision). The
-// deletion wakes the waiters watching the key. The lease, now without a
-// key, goes back to the Lock's spares for a later grant (see the package
-// documentation); when the outcome is unknown it is revoked instead, which
-// deletes the key if the Txn did not.
+// Release implements lock.Handle in one round trip: a delete of the
+// grant key, which names this grant alone (no later grant has it), so it
+// needs no compare. The deletion wakes the waiters watching the key. The
+// lease, now without a key, goes back to the Lock's spares for a later
+// grant (see the package documentation); when the outcome is unknown it
+// is revoked instead, which deletes the key if the delete did not.
 func (h *handle) Release(ctx context.Context) error {
 	if err := backendkit.CheckContext(ctx); err != nil {
 		return err
@@ -206,16 +206,12 @@ func (h *handle) Release(ctx context.Context) error {
 		defer h.l.revokeLater(h.moving.id)
 		h.moving = nil
 	}
-	// The create revision alone names this grant: a later grant of the key
-	// has another.
-	r, err := h.l.client.Txn(requireLeader(ctx)).If(
-		clientv3.Compare(clientv3.CreateRevision(h.ekey), "=", int64(h.token)),
-	).Then(clientv3.OpDelete(h.ekey)).Commit()
+	r, err := h.l.client.Delete(requireLeader(ctx), h.ekey)
 	switch {
 	case err != nil:
 		h.l.revokeLater(h.lease.id)
 		err = backendkit.Unavailable("etcdlock: release", err)
-	case !r.Succeeded:
+	case r.Deleted == 0:
 		h.markLost()
 		h.l.revokeLater(h.lease.id) // expired already, or the key was deleted behind our back
 		err = h.lostErr("release")
