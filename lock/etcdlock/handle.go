@@ -30,9 +30,8 @@ type handle struct {
 	mu         sync.Mutex
 	validUntil time.Time
 	released   bool
-
-	lost     chan struct{}
-	lostOnce sync.Once
+	isLost     bool          // the grant was seen gone (under mu)
+	lost       chan struct{} // made by the first Lost, closed once lost (under mu)
 }
 
 var _ lock.LossNotifier = (*handle)(nil)
@@ -54,14 +53,31 @@ func (h *handle) ValidUntil() time.Time {
 func (h *handle) Lost() <-chan struct{} {
 	h.mu.Lock()
 	released := h.released
+	if h.lost == nil {
+		h.lost = make(chan struct{})
+		if h.isLost {
+			close(h.lost)
+		}
+	}
+	lost := h.lost
 	h.mu.Unlock()
 	if !released {
 		h.l.watchLoss(h)
 	}
-	return h.lost
+	return lost
 }
 
-func (h *handle) markLost() { h.lostOnce.Do(func() { close(h.lost) }) }
+// markLost records that the grant is gone and closes Lost's channel.
+func (h *handle) markLost() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.isLost {
+		h.isLost = true
+		if h.lost != nil {
+			close(h.lost)
+		}
+	}
+}
 
 func (h *handle) lostErr(what string) error {
 	return fmt.Errorf("%w: %s of %q (token %d): the grant is gone", lock.ErrLost, what, h.key, h.token)
@@ -87,15 +103,13 @@ func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
 	h.op.Lock()
 	defer h.op.Unlock()
 	h.mu.Lock()
-	released := h.released
+	released, lost := h.released, h.isLost
 	h.mu.Unlock()
 	if released {
 		return h.lostErr("extend after release")
 	}
-	select {
-	case <-h.lost: // the release watch saw the key deleted
+	if lost { // the release watch saw the key deleted, or a renewal the lease gone
 		return h.lostErr("extend")
-	default:
 	}
 	if h.moving != nil {
 		if err := h.settle(ctx); err != nil {

@@ -95,10 +95,12 @@ func TestRoundTripsPerAcquireRelease(t *testing.T) {
 	}
 }
 
-// TryAcquire+Release allocates no more than it did when measured (about
-// 200 allocations in the calling goroutine and the client's own; most are
-// the etcd client's and gRPC's). A guard against a per-op goroutine, timer,
-// context or copy creeping back into the hot path.
+// TryAcquire+Release allocates no more than 300 times, counted in the
+// whole process as testing.AllocsPerRun does: about 275 when measured
+// (concurrency.Mutex: 278), most of them the etcd client's and gRPC's, in
+// the caller's goroutine and the connection's. Before the grant key and
+// the cheaper compare it was 294 (306 under -race). A guard against a
+// per-op goroutine, timer, context or copy creeping back into the hot path.
 func TestAllocsPerAcquireRelease(t *testing.T) {
 	srv := testenv.Etcd(t)
 	l := newLock(t, srv.Endpoints())
