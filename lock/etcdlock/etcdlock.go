@@ -65,6 +65,7 @@ type Lock struct {
 
 	notifier backendkit.Notifier
 	w        watchState
+	hints    hintCache
 	txnKeys  atomic.Int32 // keys per Txn of TryAcquireAny (see maxTxnKeys)
 }
 
@@ -191,7 +192,8 @@ func (l *Lock) value(at time.Time) string {
 // TryAcquire implements lock.Lock. With a spare lease at hand (the usual
 // case) it is one round trip: a Txn that puts the grant key, attached to
 // the lease, if the key's range holds no grant (see keys.go). When the key is held, a second request
-// reads the holder's remaining lease ttl for the error's hint.
+// reads the holder's remaining lease ttl for the error's hint, unless the
+// Lock learnt it recently (see hints.go).
 func (l *Lock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
 	if err := backendkit.Validate(ctx, key, ttl, limits); err != nil {
 		return nil, err
@@ -363,48 +365,6 @@ func granted(r *clientv3.TxnResponse) (int, []int64) {
 		r = next
 	}
 	return -1, leases
-}
-
-// maxHintLeases is the most holder leases remaining asks about: the hint
-// only bounds a waiter's sleep when no release arrives (an expiry is a
-// deletion, which the watch reports too), so a few leases are enough, and
-// a TryAcquireAny over thousands of held keys makes no thousands of
-// requests.
-const maxHintLeases = 16
-
-// remaining asks the server for the shortest remaining lease ttl among the
-// first maxHintLeases distinct holders (0 when unknown). Leases count in
-// whole seconds.
-func (l *Lock) remaining(ctx context.Context, leases []int64) time.Duration {
-	var (
-		mu   sync.Mutex
-		best time.Duration
-		wg   sync.WaitGroup
-	)
-	seen := make(map[int64]bool, min(len(leases), maxHintLeases))
-	for _, id := range leases {
-		if seen[id] {
-			continue
-		}
-		if len(seen) == maxHintLeases {
-			break
-		}
-		seen[id] = true
-		wg.Go(func() {
-			r, err := l.client.TimeToLive(ctx, clientv3.LeaseID(id))
-			if err != nil {
-				return
-			}
-			d := leaseRemaining(r.TTL)
-			mu.Lock()
-			if best == 0 || d < best {
-				best = d
-			}
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	return best
 }
 
 // Close ends the release watch, revokes the spare leases and waits for

@@ -2,6 +2,7 @@ package etcdlock_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
+	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/etcdlock"
 )
 
@@ -32,6 +34,26 @@ func (c *rpcCounter) intercept(ctx context.Context, method string, req, reply an
 	return invoker(ctx, method, req, reply, cc, opts...)
 }
 
+// countingLock is a Lock whose client counts the RPCs made with a
+// caller's context (callerKey).
+func countingLock(t *testing.T, endpoints []string) (*etcdlock.Lock, *rpcCounter) {
+	t.Helper()
+	rc := &rpcCounter{n: map[string]int{}}
+	cfg := clientConfig(endpoints)
+	cfg.DialOptions = []grpc.DialOption{grpc.WithChainUnaryInterceptor(rc.intercept)}
+	c, err := clientv3.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	l, err := etcdlock.New(c, etcdlock.WithMinTTL(testMinTTL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l, rc
+}
+
 func (c *rpcCounter) counts() map[string]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -51,20 +73,7 @@ func (c *rpcCounter) counts() map[string]int {
 // Before, the release was a second Txn, and every 500 ms an acquire
 // granted a lease on the spot.
 func TestRoundTripsPerAcquireRelease(t *testing.T) {
-	srv := testenv.Etcd(t)
-	rc := &rpcCounter{n: map[string]int{}}
-	cfg := clientConfig(srv.Endpoints())
-	cfg.DialOptions = []grpc.DialOption{grpc.WithChainUnaryInterceptor(rc.intercept)}
-	c, err := clientv3.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	l, err := etcdlock.New(c, etcdlock.WithMinTTL(testMinTTL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
+	l, rc := countingLock(t, testenv.Etcd(t).Endpoints())
 	ctx := context.WithValue(ctxFor(t, time.Minute), callerKey{}, true)
 	// Long enough for the spare in use to age past half its tolerance
 	// (250 ms for a 30 s ttl) more than once.
@@ -92,6 +101,37 @@ func TestRoundTripsPerAcquireRelease(t *testing.T) {
 	}
 	if len(got) > 3 {
 		t.Errorf("unexpected requests: %v", got)
+	}
+}
+
+// A failed TryAcquire's hint (the holder's remaining ttl) costs a
+// LeaseTimeToLive the first time the Lock meets the holder's lease, and
+// none while the end that answer implies is a second or more away: a lease
+// ends no sooner than the server said. Before, every failed attempt of a
+// waiter made that second request.
+func TestHintWithoutRoundTrip(t *testing.T) {
+	srv := testenv.Etcd(t)
+	holder := newLock(t, srv.Endpoints())
+	waiter, rc := countingLock(t, srv.Endpoints())
+	ctx := ctxFor(t, time.Minute)
+	key := "hint/" + t.Name()
+	h, err := holder.TryAcquire(ctx, key, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release(ctx)
+	mine := context.WithValue(ctx, callerKey{}, true)
+	for i := range 5 {
+		_, err := waiter.TryAcquire(mine, key, time.Minute)
+		if !errors.Is(err, lock.ErrNotAcquired) {
+			t.Fatalf("attempt %d on a held key: %v, want ErrNotAcquired", i, err)
+		}
+		if hint := lock.RemainingTTL(err); hint < 50*time.Second || hint > time.Minute {
+			t.Fatalf("attempt %d: hint %v, want about a minute", i, hint)
+		}
+	}
+	if got := rc.counts(); got["/etcdserverpb.Lease/LeaseTimeToLive"] != 1 || got["/etcdserverpb.KV/Txn"] != 5 {
+		t.Fatalf("5 failed attempts made %v; want 5 Txns and 1 LeaseTimeToLive", got)
 	}
 }
 
