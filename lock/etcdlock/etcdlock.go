@@ -177,13 +177,18 @@ func (l *Lock) Limits() lock.Limits { return limits }
 // Limits implements lock.Limited for Keep.
 func (h *handle) Limits() lock.Limits { return limits }
 
-// value is what a grant stores: "<granted at, µs since the epoch>|<owner>",
-// built in one allocation.
-func (l *Lock) value(at time.Time) string {
+// value is what a grant stores: "<granted at>|<lease end>|<owner>", the
+// times in µs since the epoch, built in one allocation. The lease end is
+// the earliest the grant's lease can end, as the Lock knew it when it wrote
+// the value (a renewal only moves it later): a waiter's hint, read with the
+// holder's grant in the acquire's own Txn (see hints.go).
+func (l *Lock) value(at, end time.Time) string {
 	var b strings.Builder
-	b.Grow(20 + 1 + len(l.owner))
+	b.Grow(2*20 + 2 + len(l.owner))
 	var digits [20]byte
 	b.Write(strconv.AppendInt(digits[:0], at.UnixMicro(), 10))
+	b.WriteByte('|')
+	b.Write(strconv.AppendInt(digits[:0], end.UnixMicro(), 10))
 	b.WriteByte('|')
 	b.WriteString(l.owner)
 	return b.String()
@@ -292,9 +297,9 @@ const maxTxnKeys = 64
 // stops at the first key put. Every Txn is atomic on its own and puts at
 // most one key, so the first free key in order is granted, as with one
 // Txn; only the keys' holders are read in more than one round trip. It
-// returns the grant, or nil and the holders' leases read on the way.
-func (l *Lock) tryChunks(ctx context.Context, keys []string, ttl time.Duration, sp spare) (lock.Handle, []int64, error) {
-	var holders []int64
+// returns the grant, or nil and the holders read on the way.
+func (l *Lock) tryChunks(ctx context.Context, keys []string, ttl time.Duration, sp spare) (lock.Handle, []holder, error) {
+	var holders []holder
 	for len(keys) > 0 {
 		n := min(len(keys), int(l.txnKeys.Load()))
 		chunk := keys[:n]
@@ -307,7 +312,7 @@ func (l *Lock) tryChunks(ctx context.Context, keys []string, ttl time.Duration, 
 			gks[i] = l.grantKey(k, sp.id)
 		}
 		sent := time.Now()
-		value := l.value(sent)
+		value := l.value(sent, sp.end())
 		cmps, then, els := txnFor(gks, value, sp.id)
 		resp, err := l.client.Txn(requireLeader(ctx)).If(cmps...).Then(then...).Else(els...).Commit()
 		if errors.Is(err, rpctypes.ErrTooManyOps) && n > 1 {
@@ -324,7 +329,7 @@ func (l *Lock) tryChunks(ctx context.Context, keys []string, ttl time.Duration, 
 		if idx >= 0 {
 			return &handle{
 				l: l, key: chunk[idx], ekey: gks[idx], token: uint64(resp.Header.Revision),
-				lease:      sp,
+				since: sent, lease: sp,
 				validUntil: validUntil(sent, ttl, sp),
 			}, nil, nil
 		}
@@ -347,8 +352,8 @@ func validUntil(sent time.Time, ttl time.Duration, sp spare) time.Time {
 
 // granted walks the nested Txn's responses: the index of the key that was
 // put, or -1 and the holders read on the way.
-func granted(r *clientv3.TxnResponse) (int, []int64) {
-	var leases []int64
+func granted(r *clientv3.TxnResponse) (int, []holder) {
+	var hs []holder
 	for i := 0; r != nil; i++ {
 		if r.Succeeded {
 			return i, nil
@@ -356,7 +361,12 @@ func granted(r *clientv3.TxnResponse) (int, []int64) {
 		var next *clientv3.TxnResponse
 		for _, op := range r.Responses {
 			if rr := op.GetResponseRange(); rr != nil && len(rr.Kvs) > 0 {
-				leases = append(leases, rr.Kvs[0].Lease)
+				kv := rr.Kvs[0]
+				h := holder{lease: kv.Lease}
+				if v, ok := parseValue(string(kv.Value)); ok {
+					h.end = v.end
+				}
+				hs = append(hs, h)
 			}
 			if tr := op.GetResponseTxn(); tr != nil {
 				next = (*clientv3.TxnResponse)(tr)
@@ -364,7 +374,7 @@ func granted(r *clientv3.TxnResponse) (int, []int64) {
 		}
 		r = next
 	}
-	return -1, leases
+	return -1, hs
 }
 
 // Close ends the release watch, revokes the spare leases and waits for

@@ -19,7 +19,8 @@ type handle struct {
 	l     *Lock
 	key   string
 	ekey  string
-	token uint64 // the key's create revision
+	token uint64    // the key's create revision
+	since time.Time // when the acquire was sent: the value's granted at
 
 	op    sync.Mutex // serialises Extend and Release
 	lease spare      // the grant's lease; sent and granted change with Extend (under op)
@@ -88,8 +89,9 @@ func (h *handle) lostErr(what string) error {
 // keepalive of the grant's lease. An etcd lease cannot be renewed for
 // another ttl, so for a different one Extend moves the key to a lease of
 // that ttl in one Txn, guarded by the key's create revision and current
-// lease (a put that keeps the value and the create revision, so the token
-// does not change), and revokes the old lease. That costs a lease grant
+// lease (a put that keeps the create revision, so the token does not
+// change, and writes the new lease's end into the value), and revokes the
+// old lease. That costs a lease grant
 // too, unless a spare of that ttl is pooled. When the Txn's outcome is
 // unknown, the key is on one of the two leases: ValidUntil is the earlier
 // of their ends, and the next Extend reads the key to settle which.
@@ -146,7 +148,7 @@ func (h *handle) swap(ctx context.Context, sec int64, ttl time.Duration) error {
 	r, err := h.l.client.Txn(requireLeader(ctx)).If(
 		clientv3.Compare(clientv3.CreateRevision(h.ekey), "=", int64(h.token)),
 		clientv3.Compare(clientv3.LeaseValue(h.ekey), "=", int64(h.lease.id)),
-	).Then(clientv3.OpPut(h.ekey, "", clientv3.WithLease(s.id), clientv3.WithIgnoreValue())).Commit()
+	).Then(clientv3.OpPut(h.ekey, h.l.value(h.since, s.end()), clientv3.WithLease(s.id))).Commit()
 	switch {
 	case err != nil:
 		h.moving = &s

@@ -13,12 +13,23 @@ import (
 // lease's remaining ttl only in a request of its own (LeaseTimeToLive), a
 // second round trip per failed attempt: under contention, with every
 // waiter woken at each release, half the requests of the waiters. But a
-// lease ends no sooner than the server said: it is renewed (later) or
-// revoked (its keys deleted, which the release watch reports). So the Lock
-// keeps, per holder lease it asked about, the end the answer implies, a
-// lower bound, and answers from it while it is at least a second away
-// (etcd counts leases in whole seconds). An early end only wakes a waiter
+// lease ends no sooner than its holder last knew (a renewal moves the end
+// later; a revoke deletes the keys, which the release watch reports). So
+// the grant's value carries the end of its lease as the holder knew it at
+// the acquire (or at Extend's move to another lease), and the failed Txn
+// reads it with the holder's grant: while it is a second or more away
+// (etcd counts leases in whole seconds) it is the hint, without a second
+// request. Past that (a holder that renews) the Lock asks the server once
+// and keeps, per lease, the end the answer implies, also a lower bound,
+// while it is a second or more away. An early end only wakes a waiter
 // early: it asks again.
+
+// holder is a grant read by a failed acquire: its lease and the lease's
+// end as its value gives it (zero if unknown).
+type holder struct {
+	lease int64
+	end   time.Time
+}
 
 // maxHintLeases is the most holder leases remaining asks about: the hint
 // only bounds a waiter's sleep when no release arrives (an expiry is a
@@ -61,10 +72,10 @@ func (c *hintCache) put(id int64, end time.Time) {
 }
 
 // remaining is the shortest remaining lease ttl among the first
-// maxHintLeases distinct holders (0 when unknown): from the cache, or from
-// the server, one request per lease not cached, in parallel when there
-// are several.
-func (l *Lock) remaining(ctx context.Context, leases []int64) time.Duration {
+// maxHintLeases distinct holders (0 when unknown): from the grant's value
+// or the cache, or from the server, one request per lease neither gives,
+// in parallel when there are several.
+func (l *Lock) remaining(ctx context.Context, holders []holder) time.Duration {
 	var (
 		mu   sync.Mutex
 		best time.Duration
@@ -78,8 +89,9 @@ func (l *Lock) remaining(ctx context.Context, leases []int64) time.Duration {
 		mu.Unlock()
 	}
 	now := time.Now()
-	seen := make(map[int64]bool, min(len(leases), maxHintLeases))
-	for _, id := range leases {
+	seen := make(map[int64]bool, min(len(holders), maxHintLeases))
+	for _, h := range holders {
+		id := h.lease
 		if seen[id] {
 			continue
 		}
@@ -87,7 +99,9 @@ func (l *Lock) remaining(ctx context.Context, leases []int64) time.Duration {
 			break
 		}
 		seen[id] = true
-		if d, ok := l.hints.get(id, now); ok {
+		if d := h.end.Sub(now); d >= time.Second {
+			keep(d)
+		} else if d, ok := l.hints.get(id, now); ok {
 			keep(d)
 		} else {
 			ask = append(ask, id)

@@ -94,17 +94,38 @@ func (l *Lock) grants(ctx context.Context, kvs []*mvccpb.KeyValue) ([]lock.Grant
 	return res, nil
 }
 
-// parseGrant reads a grant's value, "<granted at, µs>|<owner>".
+// grantValue is a grant's value, "<granted at>|<lease end>|<owner>" (µs
+// since the epoch).
+type grantValue struct {
+	since, end time.Time
+	owner      string
+}
+
+// parseValue reads a grant's value.
+func parseValue(value string) (grantValue, bool) {
+	at, rest, ok := strings.Cut(value, "|")
+	if !ok {
+		return grantValue{}, false
+	}
+	end, owner, ok := strings.Cut(rest, "|")
+	if !ok {
+		return grantValue{}, false
+	}
+	us, err1 := strconv.ParseInt(at, 10, 64)
+	eus, err2 := strconv.ParseInt(end, 10, 64)
+	if err1 != nil || err2 != nil {
+		return grantValue{}, false
+	}
+	return grantValue{since: time.UnixMicro(us), end: time.UnixMicro(eus), owner: owner}, true
+}
+
+// parseGrant reads a grant's key-value.
 func parseGrant(key, value string, createRev int64) (lock.Grant, bool) {
-	at, owner, ok := strings.Cut(value, "|")
+	v, ok := parseValue(value)
 	if !ok {
 		return lock.Grant{}, false
 	}
-	us, err := strconv.ParseInt(at, 10, 64)
-	if err != nil {
-		return lock.Grant{}, false
-	}
-	return lock.Grant{Key: key, Owner: owner, Token: uint64(createRev), Since: time.UnixMicro(us)}, true
+	return lock.Grant{Key: key, Owner: v.owner, Token: uint64(createRev), Since: v.since}, true
 }
 
 // leaseRemaining converts a remaining lease ttl as etcd reports it (whole

@@ -29,6 +29,9 @@ type spare struct {
 	sent    time.Time     // when the grant request was sent
 }
 
+// end is the earliest the lease can end (a renewal moves it later).
+func (s spare) end() time.Time { return s.sent.Add(s.granted) }
+
 // tolerance is how much less than ttl a spare may still cover: a tenth of
 // it, at most 500 ms.
 func tolerance(ttl time.Duration) time.Duration { return min(ttl/10, 500*time.Millisecond) }

@@ -3,6 +3,7 @@ package etcdlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -104,34 +105,65 @@ func TestRoundTripsPerAcquireRelease(t *testing.T) {
 	}
 }
 
-// A failed TryAcquire's hint (the holder's remaining ttl) costs a
-// LeaseTimeToLive the first time the Lock meets the holder's lease, and
-// none while the end that answer implies is a second or more away: a lease
-// ends no sooner than the server said. Before, every failed attempt of a
-// waiter made that second request.
+// A failed TryAcquire's hint (the holder's remaining ttl) costs no second
+// request: the holder's grant, which the failed Txn reads, carries its
+// lease's end as the holder knew it. When that end is less than a second
+// away (a holder that renewed since), the Lock asks for the lease's ttl
+// once and answers from the end that implies while it is a second or more
+// away: a lease ends no sooner than the server said. Before, every failed
+// attempt of a waiter made a LeaseTimeToLive.
 func TestHintWithoutRoundTrip(t *testing.T) {
 	srv := testenv.Etcd(t)
 	holder := newLock(t, srv.Endpoints())
 	waiter, rc := countingLock(t, srv.Endpoints())
 	ctx := ctxFor(t, time.Minute)
+	mine := context.WithValue(ctx, callerKey{}, true)
+	attempts := func(key string) map[string]int {
+		t.Helper()
+		before := rc.counts()
+		for i := range 5 {
+			_, err := waiter.TryAcquire(mine, key, time.Minute)
+			if !errors.Is(err, lock.ErrNotAcquired) {
+				t.Fatalf("attempt %d on a held key: %v, want ErrNotAcquired", i, err)
+			}
+			if hint := lock.RemainingTTL(err); hint < 50*time.Second || hint > time.Minute {
+				t.Fatalf("attempt %d: hint %v, want about a minute", i, hint)
+			}
+		}
+		got := rc.counts()
+		for k, v := range before {
+			got[k] -= v
+		}
+		return got
+	}
 	key := "hint/" + t.Name()
 	h, err := holder.TryAcquire(ctx, key, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.Release(ctx)
-	mine := context.WithValue(ctx, callerKey{}, true)
-	for i := range 5 {
-		_, err := waiter.TryAcquire(mine, key, time.Minute)
-		if !errors.Is(err, lock.ErrNotAcquired) {
-			t.Fatalf("attempt %d on a held key: %v, want ErrNotAcquired", i, err)
-		}
-		if hint := lock.RemainingTTL(err); hint < 50*time.Second || hint > time.Minute {
-			t.Fatalf("attempt %d: hint %v, want about a minute", i, hint)
-		}
+	defer func() { _ = h.Release(ctx) }()
+	if got := attempts(key); got["/etcdserverpb.Lease/LeaseTimeToLive"] != 0 || got["/etcdserverpb.KV/Txn"] != 5 {
+		t.Fatalf("5 failed attempts made %v; want 5 Txns and no LeaseTimeToLive", got)
 	}
-	if got := rc.counts(); got["/etcdserverpb.Lease/LeaseTimeToLive"] != 1 || got["/etcdserverpb.KV/Txn"] != 5 {
-		t.Fatalf("5 failed attempts made %v; want 5 Txns and 1 LeaseTimeToLive", got)
+
+	// A holder whose value's lease end has passed: it renewed since. The
+	// grant is written as the package documents it.
+	c := newClient(t, srv.Endpoints())
+	lease, err := c.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewed := "hint/renewed/" + t.Name()
+	past := time.Now().Add(-time.Minute).UnixMicro()
+	gk := fmt.Sprintf("%s%s\x00\x01%016x", etcdlock.DefaultPrefix, renewed, int64(lease.ID))
+	if _, err := c.Put(ctx, gk, fmt.Sprintf("%d|%d|renewed", past, past), clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	if got := attempts(renewed); got["/etcdserverpb.Lease/LeaseTimeToLive"] != 1 || got["/etcdserverpb.KV/Txn"] != 5 {
+		t.Fatalf("5 failed attempts on a renewed holder made %v; want 5 Txns and 1 LeaseTimeToLive", got)
+	}
+	if _, err := c.Revoke(ctx, lease.ID); err != nil {
+		t.Fatal(err)
 	}
 }
 
