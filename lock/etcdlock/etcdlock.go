@@ -15,6 +15,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/backendkit"
@@ -426,4 +427,14 @@ func (l *Lock) isClosed() bool {
 // instead of holding it until its request timeout (seconds): the attempt
 // fails as unavailable and the next one goes to another member, well
 // within a holder's ValidUntil. Watches are marked so too (waiter.go).
-func requireLeader(ctx context.Context) context.Context { return clientv3.WithRequireLeader(ctx) }
+// A context without outgoing metadata (the usual case) gets leaderMD, built
+// once, instead of a new copy per call (clientv3.WithRequireLeader); gRPC
+// and the etcd client copy metadata before they change it.
+func requireLeader(ctx context.Context) context.Context {
+	if _, ok := metadata.FromOutgoingContext(ctx); ok {
+		return clientv3.WithRequireLeader(ctx)
+	}
+	return metadata.NewOutgoingContext(ctx, leaderMD)
+}
+
+var leaderMD = metadata.Pairs(rpctypes.MetadataRequireLeaderKey, rpctypes.MetadataHasLeader)
