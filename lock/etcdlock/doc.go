@@ -4,11 +4,17 @@
 // Raft-replicated write, so it survives the loss of any minority of the
 // cluster's members, including the leader.
 //
-// A grant is the key prefix+key (WithPrefix) attached to an etcd lease;
-// its fencing token is the key's create revision, strictly increasing per
-// key across restarts and leader changes, but not consecutive. Acquire,
-// Release and TryAcquireAny are one Txn each; a renewal is one keepalive.
-// Waiters are woken by one watch per Lock. Handles are lock.LossNotifiers.
+// A grant of key is one etcd key under prefix+key (WithPrefix), followed
+// by a NUL, 0x01 and an id of the grant's own (a NUL in key is stored as
+// NUL 0xff), attached to an etcd lease; no other key's grants share that
+// range. Its fencing token is the grant key's create revision, strictly
+// increasing per key across restarts and leader changes, but not
+// consecutive. Acquire and TryAcquireAny are one Txn each (put the grant
+// key if the key's range is empty), Release is one delete of the grant
+// key, a renewal is one keepalive: an acquire and release cost two round
+// trips, as with concurrency.Mutex. Waiters are woken by one watch per
+// Lock. Handles are lock.LossNotifiers. This layout is not the one of
+// versions before it: instances that share a prefix must all use it.
 //
 // etcd leases count whole seconds and cannot be shorter than 1.5 × the
 // election timeout: a ttl is rounded up to whole seconds and to MinTTL

@@ -7,12 +7,15 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/backendkit"
@@ -63,6 +66,7 @@ type Lock struct {
 
 	notifier backendkit.Notifier
 	w        watchState
+	hints    hintCache
 	txnKeys  atomic.Int32 // keys per Txn of TryAcquireAny (see maxTxnKeys)
 }
 
@@ -174,17 +178,28 @@ func (l *Lock) Limits() lock.Limits { return limits }
 // Limits implements lock.Limited for Keep.
 func (h *handle) Limits() lock.Limits { return limits }
 
-func (l *Lock) etcdKey(key string) string { return l.prefix + key }
-
-// value is what a grant stores: "<granted at, µs since the epoch>|<owner>".
-func (l *Lock) value(at time.Time) string {
-	return strconv.FormatInt(at.UnixMicro(), 10) + "|" + l.owner
+// value is what a grant stores: "<granted at>|<lease end>|<owner>", the
+// times in µs since the epoch, built in one allocation. The lease end is
+// the earliest the grant's lease can end, as the Lock knew it when it wrote
+// the value (a renewal only moves it later): a waiter's hint, read with the
+// holder's grant in the acquire's own Txn (see hints.go).
+func (l *Lock) value(at, end time.Time) string {
+	var b strings.Builder
+	b.Grow(2*20 + 2 + len(l.owner))
+	var digits [20]byte
+	b.Write(strconv.AppendInt(digits[:0], at.UnixMicro(), 10))
+	b.WriteByte('|')
+	b.Write(strconv.AppendInt(digits[:0], end.UnixMicro(), 10))
+	b.WriteByte('|')
+	b.WriteString(l.owner)
+	return b.String()
 }
 
 // TryAcquire implements lock.Lock. With a spare lease at hand (the usual
-// case) it is one round trip: a Txn that puts the key, attached to the
-// lease, if the key does not exist. When the key is held, a second request
-// reads the holder's remaining lease ttl for the error's hint.
+// case) it is one round trip: a Txn that puts the grant key, attached to
+// the lease, if the key's range holds no grant (see keys.go). When the key is held, a second request
+// reads the holder's remaining lease ttl for the error's hint, unless the
+// Lock learnt it recently (see hints.go).
 func (l *Lock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
 	if err := backendkit.Validate(ctx, key, ttl, limits); err != nil {
 		return nil, err
@@ -219,18 +234,31 @@ func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration) (l
 	return h, err
 }
 
-// txnFor builds the nested Txn over keys[i:]: put keys[i] if it is free,
-// else read its holder and try the rest.
-func (l *Lock) txnFor(keys []string, value string, lease clientv3.LeaseID) (cmps []clientv3.Cmp, then, els []clientv3.Op) {
-	ek := l.etcdKey(keys[0])
-	cmps = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(ek), "=", 0)}
-	then = []clientv3.Op{clientv3.OpPut(ek, value, clientv3.WithLease(lease))}
-	els = []clientv3.Op{clientv3.OpGet(ek)}
-	if len(keys) > 1 {
-		c, t, e := l.txnFor(keys[1:], value, lease)
+// txnFor builds the nested Txn over the grant keys gks[i:]: put gks[i] if
+// its key's range is empty, else read the range's grant and try the rest.
+func txnFor(gks []string, value string, lease clientv3.LeaseID) (cmps []clientv3.Cmp, then, els []clientv3.Op) {
+	start, end := grantRange(gks[0])
+	cmps = []clientv3.Cmp{rangeEmpty(start, end)}
+	then = []clientv3.Op{clientv3.OpPut(gks[0], value, clientv3.WithLease(lease))}
+	els = []clientv3.Op{clientv3.OpGet(start, clientv3.WithRange(end), clientv3.WithLimit(1))}
+	if len(gks) > 1 {
+		c, t, e := txnFor(gks[1:], value, lease)
 		els = append(els, clientv3.OpTxn(c, t, e))
 	}
 	return cmps, then, els
+}
+
+// rangeEmpty is the compare "no key in [start, end)". It fills the
+// clientv3.Cmp's request in place: clientv3.Compare and WithRange each
+// copy it with proto.Clone (reflection, microseconds each), and the Txn's
+// If copies it once more anyway.
+func rangeEmpty(start, end string) clientv3.Cmp {
+	c := clientv3.CreateRevision(start)
+	pc := c.GetCompare()
+	pc.Result = pb.Compare_EQUAL
+	pc.TargetUnion = &pb.Compare_CreateRevision{CreateRevision: 0}
+	pc.RangeEnd = []byte(end)
+	return c
 }
 
 func (l *Lock) tryAcquire(ctx context.Context, keys []string, ttl time.Duration) (lock.Handle, error) {
@@ -270,15 +298,23 @@ const maxTxnKeys = 64
 // stops at the first key put. Every Txn is atomic on its own and puts at
 // most one key, so the first free key in order is granted, as with one
 // Txn; only the keys' holders are read in more than one round trip. It
-// returns the grant, or nil and the holders' leases read on the way.
-func (l *Lock) tryChunks(ctx context.Context, keys []string, ttl time.Duration, sp spare) (lock.Handle, []int64, error) {
-	var holders []int64
+// returns the grant, or nil and the holders read on the way.
+func (l *Lock) tryChunks(ctx context.Context, keys []string, ttl time.Duration, sp spare) (lock.Handle, []holder, error) {
+	var holders []holder
 	for len(keys) > 0 {
 		n := min(len(keys), int(l.txnKeys.Load()))
 		chunk := keys[:n]
+		var one [1]string // no allocation for TryAcquire
+		gks := one[:]
+		if n > 1 {
+			gks = make([]string, n)
+		}
+		for i, k := range chunk {
+			gks[i] = l.grantKey(k, sp.id)
+		}
 		sent := time.Now()
-		value := l.value(sent)
-		cmps, then, els := l.txnFor(chunk, value, sp.id)
+		value := l.value(sent, sp.end())
+		cmps, then, els := txnFor(gks, value, sp.id)
 		resp, err := l.client.Txn(requireLeader(ctx)).If(cmps...).Then(then...).Else(els...).Commit()
 		if errors.Is(err, rpctypes.ErrTooManyOps) && n > 1 {
 			// Refused whole, before anything was done: batches of at most
@@ -293,8 +329,8 @@ func (l *Lock) tryChunks(ctx context.Context, keys []string, ttl time.Duration, 
 		idx, hs := granted(resp)
 		if idx >= 0 {
 			return &handle{
-				l: l, key: chunk[idx], ekey: l.etcdKey(chunk[idx]), token: uint64(resp.Header.Revision),
-				lease: sp, lost: make(chan struct{}),
+				l: l, key: chunk[idx], ekey: gks[idx], token: uint64(resp.Header.Revision),
+				since: sent, lease: sp,
 				validUntil: validUntil(sent, ttl, sp),
 			}, nil, nil
 		}
@@ -317,8 +353,8 @@ func validUntil(sent time.Time, ttl time.Duration, sp spare) time.Time {
 
 // granted walks the nested Txn's responses: the index of the key that was
 // put, or -1 and the holders read on the way.
-func granted(r *clientv3.TxnResponse) (int, []int64) {
-	var leases []int64
+func granted(r *clientv3.TxnResponse) (int, []holder) {
+	var hs []holder
 	for i := 0; r != nil; i++ {
 		if r.Succeeded {
 			return i, nil
@@ -326,7 +362,12 @@ func granted(r *clientv3.TxnResponse) (int, []int64) {
 		var next *clientv3.TxnResponse
 		for _, op := range r.Responses {
 			if rr := op.GetResponseRange(); rr != nil && len(rr.Kvs) > 0 {
-				leases = append(leases, rr.Kvs[0].Lease)
+				kv := rr.Kvs[0]
+				h := holder{lease: kv.Lease}
+				if v, ok := parseValue(string(kv.Value)); ok {
+					h.end = v.end
+				}
+				hs = append(hs, h)
 			}
 			if tr := op.GetResponseTxn(); tr != nil {
 				next = (*clientv3.TxnResponse)(tr)
@@ -334,49 +375,7 @@ func granted(r *clientv3.TxnResponse) (int, []int64) {
 		}
 		r = next
 	}
-	return -1, leases
-}
-
-// maxHintLeases is the most holder leases remaining asks about: the hint
-// only bounds a waiter's sleep when no release arrives (an expiry is a
-// deletion, which the watch reports too), so a few leases are enough, and
-// a TryAcquireAny over thousands of held keys makes no thousands of
-// requests.
-const maxHintLeases = 16
-
-// remaining asks the server for the shortest remaining lease ttl among the
-// first maxHintLeases distinct holders (0 when unknown). Leases count in
-// whole seconds.
-func (l *Lock) remaining(ctx context.Context, leases []int64) time.Duration {
-	var (
-		mu   sync.Mutex
-		best time.Duration
-		wg   sync.WaitGroup
-	)
-	seen := make(map[int64]bool, min(len(leases), maxHintLeases))
-	for _, id := range leases {
-		if seen[id] {
-			continue
-		}
-		if len(seen) == maxHintLeases {
-			break
-		}
-		seen[id] = true
-		wg.Go(func() {
-			r, err := l.client.TimeToLive(ctx, clientv3.LeaseID(id))
-			if err != nil {
-				return
-			}
-			d := leaseRemaining(r.TTL)
-			mu.Lock()
-			if best == 0 || d < best {
-				best = d
-			}
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	return best
+	return -1, hs
 }
 
 // Close ends the release watch, revokes the spare leases and waits for
@@ -428,4 +427,14 @@ func (l *Lock) isClosed() bool {
 // instead of holding it until its request timeout (seconds): the attempt
 // fails as unavailable and the next one goes to another member, well
 // within a holder's ValidUntil. Watches are marked so too (waiter.go).
-func requireLeader(ctx context.Context) context.Context { return clientv3.WithRequireLeader(ctx) }
+// A context without outgoing metadata (the usual case) gets leaderMD, built
+// once, instead of a new copy per call (clientv3.WithRequireLeader); gRPC
+// and the etcd client copy metadata before they change it.
+func requireLeader(ctx context.Context) context.Context {
+	if _, ok := metadata.FromOutgoingContext(ctx); ok {
+		return clientv3.WithRequireLeader(ctx)
+	}
+	return metadata.NewOutgoingContext(ctx, leaderMD)
+}
+
+var leaderMD = metadata.Pairs(rpctypes.MetadataRequireLeaderKey, rpctypes.MetadataHasLeader)

@@ -139,7 +139,7 @@ func TestExtendWithAnotherTTL(t *testing.T) {
 	}
 	lease := func() (clientv3.LeaseID, int64) {
 		t.Helper()
-		r, err := c.Get(ctx, "/extend-ttl/k")
+		r, err := c.Get(ctx, "/extend-ttl/k", clientv3.WithPrefix())
 		if err != nil || len(r.Kvs) != 1 {
 			t.Fatalf("Get: %v, %v", r, err)
 		}
@@ -181,7 +181,7 @@ func TestExtendWithAnotherTTL(t *testing.T) {
 		}
 		// The key may move to a spare lease granted a little earlier: a
 		// spare is used while it covers the ttl within min(ttl/10, 500 ms)
-		// (spare.fresh), so ValidUntil may start up to that much before
+		// (spare.covers), so ValidUntil may start up to that much before
 		// the call (a 100 ms bound failed under load: 1.89 s for 2 s).
 		tolerance := min(ttl/10, 500*time.Millisecond)
 		if vu := h.ValidUntil(); vu.After(before.Add(ttl)) || vu.Before(before.Add(ttl-backendkit.DriftAllowance(ttl)-tolerance)) {
@@ -314,7 +314,9 @@ func TestLostOnDelete(t *testing.T) {
 	}
 	defer sub.Close()
 	lost := h.(lock.LossNotifier).Lost()
-	if _, err := c.Delete(ctx, etcdlock.DefaultPrefix+key); err != nil {
+	// etcdctl del --prefix: a grant's etcd key is the prefix, the key and a
+	// suffix of the grant's own.
+	if _, err := c.Delete(ctx, etcdlock.DefaultPrefix+key, clientv3.WithPrefix()); err != nil {
 		t.Fatal(err)
 	}
 	select {

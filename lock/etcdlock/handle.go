@@ -19,7 +19,8 @@ type handle struct {
 	l     *Lock
 	key   string
 	ekey  string
-	token uint64 // the key's create revision
+	token uint64    // the key's create revision
+	since time.Time // when the acquire was sent: the value's granted at
 
 	op    sync.Mutex // serialises Extend and Release
 	lease spare      // the grant's lease; sent and granted change with Extend (under op)
@@ -30,9 +31,8 @@ type handle struct {
 	mu         sync.Mutex
 	validUntil time.Time
 	released   bool
-
-	lost     chan struct{}
-	lostOnce sync.Once
+	isLost     bool          // the grant was seen gone (under mu)
+	lost       chan struct{} // made by the first Lost, closed once lost (under mu)
 }
 
 var _ lock.LossNotifier = (*handle)(nil)
@@ -54,14 +54,31 @@ func (h *handle) ValidUntil() time.Time {
 func (h *handle) Lost() <-chan struct{} {
 	h.mu.Lock()
 	released := h.released
+	if h.lost == nil {
+		h.lost = make(chan struct{})
+		if h.isLost {
+			close(h.lost)
+		}
+	}
+	lost := h.lost
 	h.mu.Unlock()
 	if !released {
 		h.l.watchLoss(h)
 	}
-	return h.lost
+	return lost
 }
 
-func (h *handle) markLost() { h.lostOnce.Do(func() { close(h.lost) }) }
+// markLost records that the grant is gone and closes Lost's channel.
+func (h *handle) markLost() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.isLost {
+		h.isLost = true
+		if h.lost != nil {
+			close(h.lost)
+		}
+	}
+}
 
 func (h *handle) lostErr(what string) error {
 	return fmt.Errorf("%w: %s of %q (token %d): the grant is gone", lock.ErrLost, what, h.key, h.token)
@@ -72,8 +89,9 @@ func (h *handle) lostErr(what string) error {
 // keepalive of the grant's lease. An etcd lease cannot be renewed for
 // another ttl, so for a different one Extend moves the key to a lease of
 // that ttl in one Txn, guarded by the key's create revision and current
-// lease (a put that keeps the value and the create revision, so the token
-// does not change), and revokes the old lease. That costs a lease grant
+// lease (a put that keeps the create revision, so the token does not
+// change, and writes the new lease's end into the value), and revokes the
+// old lease. That costs a lease grant
 // too, unless a spare of that ttl is pooled. When the Txn's outcome is
 // unknown, the key is on one of the two leases: ValidUntil is the earlier
 // of their ends, and the next Extend reads the key to settle which.
@@ -87,15 +105,13 @@ func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
 	h.op.Lock()
 	defer h.op.Unlock()
 	h.mu.Lock()
-	released := h.released
+	released, lost := h.released, h.isLost
 	h.mu.Unlock()
 	if released {
 		return h.lostErr("extend after release")
 	}
-	select {
-	case <-h.lost: // the release watch saw the key deleted
+	if lost { // the release watch saw the key deleted, or a renewal the lease gone
 		return h.lostErr("extend")
-	default:
 	}
 	if h.moving != nil {
 		if err := h.settle(ctx); err != nil {
@@ -132,7 +148,7 @@ func (h *handle) swap(ctx context.Context, sec int64, ttl time.Duration) error {
 	r, err := h.l.client.Txn(requireLeader(ctx)).If(
 		clientv3.Compare(clientv3.CreateRevision(h.ekey), "=", int64(h.token)),
 		clientv3.Compare(clientv3.LeaseValue(h.ekey), "=", int64(h.lease.id)),
-	).Then(clientv3.OpPut(h.ekey, "", clientv3.WithLease(s.id), clientv3.WithIgnoreValue())).Commit()
+	).Then(clientv3.OpPut(h.ekey, h.l.value(h.since, s.end()), clientv3.WithLease(s.id))).Commit()
 	switch {
 	case err != nil:
 		h.moving = &s
@@ -182,12 +198,12 @@ func (h *handle) settle(ctx context.Context) error {
 	return nil
 }
 
-// Release implements lock.Handle in one round trip: a Txn that deletes the
-// key if it is still this grant's (same create revision). The
-// deletion wakes the waiters watching the key. The lease, now without a
-// key, goes back to the Lock's spares for a later grant (see the package
-// documentation); when the outcome is unknown it is revoked instead, which
-// deletes the key if the Txn did not.
+// Release implements lock.Handle in one round trip: a delete of the
+// grant key, which names this grant alone (no later grant has it), so it
+// needs no compare. The deletion wakes the waiters watching the key. The
+// lease, now without a key, goes back to the Lock's spares for a later
+// grant (see the package documentation); when the outcome is unknown it
+// is revoked instead, which deletes the key if the delete did not.
 func (h *handle) Release(ctx context.Context) error {
 	if err := backendkit.CheckContext(ctx); err != nil {
 		return err
@@ -206,16 +222,12 @@ func (h *handle) Release(ctx context.Context) error {
 		defer h.l.revokeLater(h.moving.id)
 		h.moving = nil
 	}
-	// The create revision alone names this grant: a later grant of the key
-	// has another.
-	r, err := h.l.client.Txn(requireLeader(ctx)).If(
-		clientv3.Compare(clientv3.CreateRevision(h.ekey), "=", int64(h.token)),
-	).Then(clientv3.OpDelete(h.ekey)).Commit()
+	r, err := h.l.client.Delete(requireLeader(ctx), h.ekey)
 	switch {
 	case err != nil:
 		h.l.revokeLater(h.lease.id)
 		err = backendkit.Unavailable("etcdlock: release", err)
-	case !r.Succeeded:
+	case r.Deleted == 0:
 		h.markLost()
 		h.l.revokeLater(h.lease.id) // expired already, or the key was deleted behind our back
 		err = h.lostErr("release")

@@ -16,13 +16,14 @@ import (
 	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
-// Inspect implements lock.Inspector in two round trips: the key, then its
-// lease's remaining ttl (whole seconds, rounded down).
+// Inspect implements lock.Inspector in two round trips: the key's grant,
+// then its lease's remaining ttl (whole seconds, rounded down).
 func (l *Lock) Inspect(ctx context.Context, key string) (lock.Grant, bool, error) {
 	if err := backendkit.ValidateKey(ctx, key); err != nil {
 		return lock.Grant{}, false, err
 	}
-	r, err := l.client.Get(requireLeader(ctx), l.etcdKey(key))
+	start, end := l.keyRange(key)
+	r, err := l.client.Get(requireLeader(ctx), start, clientv3.WithRange(end), clientv3.WithLimit(1))
 	if err != nil {
 		return lock.Grant{}, false, backendkit.Unavailable("etcdlock: inspect", err)
 	}
@@ -43,7 +44,7 @@ func (l *Lock) List(ctx context.Context, prefix string) ([]lock.Grant, error) {
 	if err := backendkit.CheckContext(ctx); err != nil {
 		return nil, err
 	}
-	r, err := l.client.Get(requireLeader(ctx), l.etcdKey(prefix), clientv3.WithPrefix())
+	r, err := l.client.Get(requireLeader(ctx), l.prefix+escape(prefix), clientv3.WithPrefix())
 	if err != nil {
 		return nil, backendkit.Unavailable("etcdlock: list", err)
 	}
@@ -59,8 +60,12 @@ func (l *Lock) grants(ctx context.Context, kvs []*mvccpb.KeyValue) ([]lock.Grant
 	sem := make(chan struct{}, 8)
 	var wg sync.WaitGroup
 	for i, kv := range kvs {
-		g, ok := parseGrant(string(kv.Key)[len(l.prefix):], string(kv.Value), kv.CreateRevision)
+		key, ok := userKey(string(kv.Key)[len(l.prefix):])
 		if !ok || kv.Lease == 0 {
+			continue
+		}
+		g, ok := parseGrant(key, string(kv.Value), kv.CreateRevision)
+		if !ok {
 			continue
 		}
 		wg.Go(func() {
@@ -89,17 +94,38 @@ func (l *Lock) grants(ctx context.Context, kvs []*mvccpb.KeyValue) ([]lock.Grant
 	return res, nil
 }
 
-// parseGrant reads a grant's value, "<granted at, µs>|<owner>".
+// grantValue is a grant's value, "<granted at>|<lease end>|<owner>" (µs
+// since the epoch).
+type grantValue struct {
+	since, end time.Time
+	owner      string
+}
+
+// parseValue reads a grant's value.
+func parseValue(value string) (grantValue, bool) {
+	at, rest, ok := strings.Cut(value, "|")
+	if !ok {
+		return grantValue{}, false
+	}
+	end, owner, ok := strings.Cut(rest, "|")
+	if !ok {
+		return grantValue{}, false
+	}
+	us, err1 := strconv.ParseInt(at, 10, 64)
+	eus, err2 := strconv.ParseInt(end, 10, 64)
+	if err1 != nil || err2 != nil {
+		return grantValue{}, false
+	}
+	return grantValue{since: time.UnixMicro(us), end: time.UnixMicro(eus), owner: owner}, true
+}
+
+// parseGrant reads a grant's key-value.
 func parseGrant(key, value string, createRev int64) (lock.Grant, bool) {
-	at, owner, ok := strings.Cut(value, "|")
+	v, ok := parseValue(value)
 	if !ok {
 		return lock.Grant{}, false
 	}
-	us, err := strconv.ParseInt(at, 10, 64)
-	if err != nil {
-		return lock.Grant{}, false
-	}
-	return lock.Grant{Key: key, Owner: owner, Token: uint64(createRev), Since: time.UnixMicro(us)}, true
+	return lock.Grant{Key: key, Owner: v.owner, Token: uint64(createRev), Since: v.since}, true
 }
 
 // leaseRemaining converts a remaining lease ttl as etcd reports it (whole
@@ -129,8 +155,8 @@ func (l *Lock) ForceRelease(ctx context.Context, key string) (bool, error) {
 	if err := backendkit.ValidateKey(ctx, key); err != nil {
 		return false, err
 	}
-	ekey := l.etcdKey(key)
-	r, err := l.client.Get(requireLeader(ctx), ekey)
+	start, end := l.keyRange(key)
+	r, err := l.client.Get(requireLeader(ctx), start, clientv3.WithRange(end), clientv3.WithLimit(1))
 	if err != nil {
 		return false, backendkit.Unavailable("etcdlock: force release", err)
 	}
@@ -138,6 +164,7 @@ func (l *Lock) ForceRelease(ctx context.Context, key string) (bool, error) {
 		return false, nil
 	}
 	kv := r.Kvs[0]
+	ekey := string(kv.Key)
 	t, err := l.client.Txn(requireLeader(ctx)).If(
 		clientv3.Compare(clientv3.CreateRevision(ekey), "=", kv.CreateRevision),
 		clientv3.Compare(clientv3.LeaseValue(ekey), "=", kv.Lease),

@@ -15,11 +15,11 @@ import (
 
 // Spare leases. An acquire needs a lease before its Txn; granting it first
 // would cost a second round trip. So each Lock keeps unused leases per ttl,
-// granted in the background after one is taken, and puts back the lease of
-// a failed attempt for the next one. A lease's ttl runs from its grant: a
-// spare is used only while it still covers the requested ttl (give or take
-// a tenth of it, at most 500 ms), and ValidUntil counts from the spare's
-// grant when that ends first.
+// granted in the background, and puts back the lease of a failed attempt
+// or of a released grant for the next one. A lease's ttl runs from its
+// grant: a spare is used only while it still covers the requested ttl
+// (give or take a tenth of it, at most 500 ms), and ValidUntil counts from
+// the spare's grant when that ends first.
 
 // spare is a lease that no key is attached to.
 type spare struct {
@@ -29,15 +29,27 @@ type spare struct {
 	sent    time.Time     // when the grant request was sent
 }
 
-// fresh reports whether s still covers ttl from now, within tolerance.
-func (s spare) fresh(ttl time.Duration, now time.Time) bool {
-	tolerance := min(ttl/10, 500*time.Millisecond)
-	return !s.sent.Add(s.granted).Before(now.Add(ttl - tolerance))
+// end is the earliest the lease can end (a renewal moves it later).
+func (s spare) end() time.Time { return s.sent.Add(s.granted) }
+
+// tolerance is how much less than ttl a spare may still cover: a tenth of
+// it, at most 500 ms.
+func tolerance(ttl time.Duration) time.Duration { return min(ttl/10, 500*time.Millisecond) }
+
+// covers reports whether s still covers ttl from now, less slack.
+func (s spare) covers(ttl, slack time.Duration, now time.Time) bool {
+	return !s.sent.Add(s.granted).Before(now.Add(ttl - slack))
 }
 
-// lease returns a spare for sec that covers ttl, or grants a lease now.
+// lease returns the freshest spare for sec that covers ttl, or grants a
+// lease now when there is none. It starts a background grant when it
+// leaves the pool empty or when the spare it takes has used up half its
+// tolerance: under steady use a fresh spare is pooled before the one in
+// use goes stale, and no acquire waits for a grant. Stale spares are
+// revoked in the background.
 func (l *Lock) lease(ctx context.Context, sec int64, ttl time.Duration) (spare, error) {
 	now := time.Now()
+	tol := tolerance(ttl)
 	l.poolMu.Lock()
 	if l.closed {
 		l.poolMu.Unlock()
@@ -45,26 +57,36 @@ func (l *Lock) lease(ctx context.Context, sec int64, ttl time.Duration) (spare, 
 	}
 	var (
 		got   spare
-		ok    bool
+		best  = -1
 		stale []clientv3.LeaseID
 	)
 	ss := l.spares[sec]
-	for len(ss) > 0 && !ok {
-		s := ss[len(ss)-1]
-		ss = ss[:len(ss)-1]
-		if s.fresh(ttl, now) {
-			got, ok = s, true
-		} else {
-			stale = append(stale, s.id)
+	for i := 0; i < len(ss); {
+		if !ss[i].covers(ttl, tol, now) {
+			stale = append(stale, ss[i].id)
+			ss[i] = ss[len(ss)-1]
+			ss = ss[:len(ss)-1]
+			continue
 		}
+		if best < 0 || ss[i].sent.After(ss[best].sent) {
+			best = i
+		}
+		i++
+	}
+	if best >= 0 {
+		got = ss[best]
+		ss[best] = ss[len(ss)-1]
+		ss = ss[:len(ss)-1]
 	}
 	l.spares[sec] = ss
-	l.refillLocked(sec)
+	if best < 0 || len(ss) == 0 || !got.covers(ttl, tol/2, now) {
+		l.refillLocked(sec)
+	}
 	l.poolMu.Unlock()
 	for _, id := range stale {
 		l.revokeLater(id)
 	}
-	if ok {
+	if best >= 0 {
 		return got, nil
 	}
 	s, err := l.grant(ctx, sec)
@@ -83,10 +105,10 @@ func (l *Lock) grant(ctx context.Context, sec int64) (spare, error) {
 	return spare{id: r.ID, sec: sec, granted: time.Duration(r.TTL) * time.Second, sent: sent}, nil
 }
 
-// refillLocked starts a background grant for sec when none is pooled and
-// none is under way. poolMu is held.
+// refillLocked starts a background grant for sec unless one is under way.
+// poolMu is held.
 func (l *Lock) refillLocked(sec int64) {
-	if l.closed || l.filling[sec] || len(l.spares[sec]) > 0 {
+	if l.closed || l.filling[sec] {
 		return
 	}
 	l.filling[sec] = true

@@ -146,7 +146,9 @@ func (l *Lock) rewatch() {
 // deleted handles the deletion of a key under the prefix.
 func (l *Lock) deleted(ev *clientv3.Event) {
 	ekey := string(ev.Kv.Key)
-	l.notifier.Notify(ekey[len(l.prefix):])
+	if key, ok := userKey(ekey[len(l.prefix):]); ok {
+		l.notifier.Notify(key)
+	}
 	if ev.PrevKv == nil {
 		return
 	}

@@ -1,0 +1,49 @@
+package etcdlock
+
+import (
+	"strings"
+	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Grant keys decode to their key, every grant key of a key lies in that
+// key's range and in no other key's, whatever bytes the keys hold.
+func TestGrantKeys(t *testing.T) {
+	l := &Lock{prefix: DefaultPrefix}
+	keys := []string{"a", "a/", "ab", "a\x00", "a\x00\x01", "a\x00\x010123456789abcdef", "\x00", "\x00\xff", "a\xff", "a\x00\x02"}
+	for _, k := range keys {
+		for _, id := range []clientv3.LeaseID{1, 0x694d9b7a1c2e3f40, 1<<63 - 1} {
+			gk := l.grantKey(k, id)
+			if len(gk) != len(l.prefix)+len(escape(k))+len(keyEnd)+idLen {
+				t.Fatalf("grantKey(%q, %x) = %q: length %d", k, id, gk, len(gk))
+			}
+			got, ok := userKey(gk[len(l.prefix):])
+			if !ok || got != k {
+				t.Fatalf("userKey(grantKey(%q, %x)) = %q, %v", k, id, got, ok)
+			}
+			start, end := grantRange(gk)
+			if s, e := l.keyRange(k); s != start || e != end {
+				t.Fatalf("keyRange(%q) = %q, %q; grantRange = %q, %q", k, s, e, start, end)
+			}
+			for _, other := range keys {
+				s, e := l.keyRange(other)
+				if in := s <= gk && gk < e; in != (other == k) {
+					t.Fatalf("grant key %q of %q in the range [%q, %q) of %q: %v", gk, k, s, e, other, in)
+				}
+			}
+			// List's range read of a user prefix p finds the grant exactly
+			// when p is a prefix of the key.
+			for _, p := range keys {
+				if got := strings.HasPrefix(gk, l.prefix+escape(p)); got != strings.HasPrefix(k, p) {
+					t.Fatalf("prefix %q matches grant key of %q: %v", p, k, got)
+				}
+			}
+		}
+	}
+	for _, bad := range []string{"", "k", "k\x00\x01", "k\x00\x01xyz", "k\x00\x010123456789abcdeg", "k\x00\x00\x010123456789abcdef", "\x00\x010123456789abcdef"} {
+		if k, ok := userKey(bad); ok {
+			t.Errorf("userKey(%q) = %q, true; want false", bad, k)
+		}
+	}
+}
