@@ -109,7 +109,12 @@ func acquireWith(ctx context.Context, cfg *options, l Lock, keys []string, try f
 	if w, ok := l.(Waiter); ok {
 		sub, err = w.Subscribe(ctx, keys...)
 		if err != nil {
-			if errors.Is(err, ErrInvalidArgument) || ctx.Err() != nil {
+			if ctx.Err() != nil {
+				// The backend's error may be the cancellation seen from
+				// inside (a stream that closed); the caller asked why.
+				return nil, errors.Join(context.Cause(ctx), err)
+			}
+			if errors.Is(err, ErrInvalidArgument) {
 				return nil, err
 			}
 			// No notifications: fall back to backoff, which is still correct.

@@ -248,3 +248,31 @@ func TestFence(t *testing.T) {
 		t.Fatalf("writes %d highest %d", writes, f.Highest())
 	}
 }
+
+// subscribeFailsOnCancel is a Waiter whose Subscribe, as etcdlock's watch
+// did, reports its stream closing when the caller's context is cancelled
+// while it subscribes.
+type subscribeFailsOnCancel struct {
+	lock.Lock
+	cancel context.CancelFunc
+}
+
+func (s subscribeFailsOnCancel) Subscribe(ctx context.Context, keys ...string) (lock.Subscription, error) {
+	s.cancel()
+	<-ctx.Done()
+	return nil, backendkit.Unavailable("watch", errors.New("watch closed before it was created"))
+}
+
+// The CI failure of TestConformance/CancelStorm on etcd: a cancelled
+// Acquire returned the backend's ErrUnavailable instead of its context's
+// error.
+func TestAcquireCancelledWhileSubscribingReportsTheCancellation(t *testing.T) {
+	l := testkit.Must(memlock.New())
+	_, _ = l.TryAcquire(t.Context(), "k", time.Hour)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	_, err := lock.Acquire(ctx, subscribeFailsOnCancel{testkit.Must(l.Share()), cancel}, "k", time.Minute)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Acquire cancelled during Subscribe: %v; want context.Canceled", err)
+	}
+}

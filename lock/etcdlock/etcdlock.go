@@ -168,11 +168,13 @@ func seconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.
 func (l *Lock) leaseSeconds(ttl time.Duration) int64 { return max(seconds(ttl), l.minSec) }
 
 // limits are the bounds of every Lock's input: a ttl below the minimum
-// lease is rounded up, not refused.
-var limits = lock.Limits{MaxTTL: MaxTTL, MaxKeys: MaxKeys}
+// lease is rounded up, not refused, down to 10 ms. ValidUntil counts the
+// ttl asked for, and below 10 ms the drift allowance (2 ms and more) and a
+// round trip leave a grant that has expired when its reply arrives.
+var limits = lock.Limits{MinTTL: 10 * time.Millisecond, MaxTTL: MaxTTL, MaxKeys: MaxKeys}
 
-// Limits implements lock.Limited: MaxTTL and MaxKeys (a ttl below MinTTL
-// is rounded up to it, not refused).
+// Limits implements lock.Limited: a ttl of at least 10 ms (one below
+// MinTTL is rounded up to it, not refused), MaxTTL and MaxKeys.
 func (l *Lock) Limits() lock.Limits { return limits }
 
 // Limits implements lock.Limited for Keep.
@@ -283,7 +285,7 @@ func (l *Lock) tryAcquire(ctx context.Context, keys []string, ttl time.Duration)
 			l.giveBack(sp)
 			return nil, backendkit.NotAcquiredAny(keys, l.remaining(ctx, holders))
 		}
-		return h, nil
+		return backendkit.Deliver(h, nil)
 	}
 }
 

@@ -98,7 +98,11 @@ func TestTTLRounding(t *testing.T) {
 		t.Fatalf("MinTTL = %v, want %v", l.MinTTL(), etcdlock.DefaultMinTTL)
 	}
 	ctx := ctxFor(t, 10*time.Second)
-	for _, ttl := range []time.Duration{time.Nanosecond, 300 * time.Millisecond, 2500 * time.Millisecond} {
+	// Below 10 ms a grant would be dead when its reply arrived.
+	if _, err := l.TryAcquire(ctx, "rounding/1ns", time.Nanosecond); !errors.Is(err, lock.ErrInvalidArgument) {
+		t.Fatalf("TryAcquire(ttl 1ns): %v; want lock.ErrInvalidArgument", err)
+	}
+	for _, ttl := range []time.Duration{10 * time.Millisecond, 300 * time.Millisecond, 2500 * time.Millisecond} {
 		h, err := l.TryAcquire(ctx, "rounding/"+ttl.String(), ttl)
 		if err != nil {
 			t.Fatalf("TryAcquire(ttl %v): %v", ttl, err)

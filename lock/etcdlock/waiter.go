@@ -76,7 +76,8 @@ func (l *Lock) ensureWatch(ctx context.Context) error {
 		}
 	case <-ctx.Done():
 	}
-	if !stop() && err == nil {
+	if !stop() {
+		// ctx ended: the watch closing is its doing, not the server's.
 		err = context.Cause(ctx)
 	}
 	if err != nil {

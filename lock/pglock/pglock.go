@@ -611,7 +611,7 @@ func (l *Lock) granted(ctx context.Context, hd *handle, c *pgxpool.Conn, keys []
 		return nil, backendkit.Invalid("pglock", "Lock is closed")
 	}
 	l.reap.arm(hd.validUntil.Add(abandonGrace))
-	return hd, nil
+	return backendkit.Deliver(hd, nil)
 }
 
 // parseGrantReply splits "<idx> <µs> <application_name>".

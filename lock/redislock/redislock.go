@@ -279,8 +279,9 @@ func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration)
 					return nil, err
 				}
 			}
-			l.metrics.Attempt(ctx, sent, nil)
-			return a, nil
+			h, err := backendkit.Deliver(a, nil)
+			l.metrics.Attempt(ctx, sent, err)
+			return h, err
 		}
 	}
 }
@@ -496,8 +497,9 @@ func (l *Lock) finish(ctx context.Context, h *handle, r acquired, sent time.Time
 		l.metrics.Attempt(ctx, sent, err)
 		return nil, err
 	}
-	l.metrics.Attempt(ctx, sent, nil)
-	return h, nil
+	hd, err := backendkit.Deliver(h, nil)
+	l.metrics.Attempt(ctx, sent, err)
+	return hd, err
 }
 
 // handle is one grant.

@@ -30,6 +30,7 @@ type Proxy struct {
 	cond    *sync.Cond
 	mode    Mode
 	delay   time.Duration
+	reply   time.Duration // latency added to the server's replies
 	conns   map[*link]struct{}
 	closed  bool
 	refused bool
@@ -79,6 +80,16 @@ func (p *Proxy) SetDelay(d time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.delay = d
+}
+
+// SetReplyDelay delays what the server sends by d (0: none), as a latency:
+// each chunk is forwarded d after it arrived, whatever came before it, and
+// requests pass at once. A request is executed on time and its reply is
+// late: the fault of a grant that the client learns of after it expired.
+func (p *Proxy) SetReplyDelay(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.reply = d
 }
 
 // Refuse makes the proxy reset new connections at once (true) or accept
@@ -172,12 +183,49 @@ func (p *Proxy) serve(client net.Conn) {
 	}
 	p.conns[l] = struct{}{}
 	p.mu.Unlock()
-	go p.pipe(l, client, server)
-	p.pipe(l, server, client)
+	go p.pipe(l, client, server, nil)
+	replies := make(chan chunk, 64)
+	go p.deliver(l, replies, server, client)
+	p.pipe(l, server, client, replies)
 }
 
-// pipe copies from src to dst, honouring the mode and the delay.
-func (p *Proxy) pipe(l *link, src, dst net.Conn) {
+// chunk is a reply read from the server, to be written at at.
+type chunk struct {
+	b  []byte
+	at time.Time
+}
+
+// deliver writes the server's replies to the client at their times, and
+// ends the client's side as the server's ended (EOF: FIN, else RST).
+func (p *Proxy) deliver(l *link, replies <-chan chunk, server, client net.Conn) {
+	failed := false
+	for c := range replies {
+		if c.b == nil { // the server's side ended
+			if failed || c.at.IsZero() {
+				reset(client)
+			} else {
+				_ = client.Close()
+			}
+			continue
+		}
+		if failed {
+			continue
+		}
+		time.Sleep(time.Until(c.at))
+		if _, err := client.Write(c.b); err != nil {
+			failed = true
+			reset(server)
+		}
+	}
+	p.mu.Lock()
+	delete(p.conns, l)
+	p.mu.Unlock()
+}
+
+// pipe copies from src to dst, honouring the mode and the delay; with
+// replies set (the server's side), it hands the chunks to deliver instead,
+// with the reply delay.
+func (p *Proxy) pipe(l *link, src, dst net.Conn, replies chan<- chunk) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
@@ -186,16 +234,27 @@ func (p *Proxy) pipe(l *link, src, dst net.Conn) {
 			for p.mode == Blackhole && !p.closed {
 				p.cond.Wait()
 			}
-			delay := p.delay
+			delay, reply := p.delay, p.reply
 			p.mu.Unlock()
 			if delay > 0 {
 				time.Sleep(delay)
 			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+			if replies != nil {
+				replies <- chunk{b: append([]byte(nil), buf[:n]...), at: time.Now().Add(reply)}
+			} else if _, werr := dst.Write(buf[:n]); werr != nil {
 				err = werr
 			}
 		}
 		if err != nil {
+			if replies != nil {
+				var at time.Time // zero: reset
+				if err == io.EOF {
+					at = time.Now()
+				}
+				replies <- chunk{at: at}
+				close(replies)
+				return
+			}
 			if err != io.EOF {
 				reset(dst)
 			} else {

@@ -91,3 +91,59 @@ func TestModes(t *testing.T) {
 		t.Fatalf("after the schedule: %v", err)
 	}
 }
+
+// SetReplyDelay delays the server's replies by a latency: the requests
+// reach the server at once, each reply comes d after the server sent it,
+// and two replies in a row are not delayed one after the other.
+func TestReplyDelay(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	received := make(chan time.Time, 2)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		sc := bufio.NewScanner(c)
+		for sc.Scan() {
+			received <- time.Now()
+			_, _ = c.Write(append(sc.Bytes(), '\n'))
+		}
+	}()
+	p := faultproxy.Start(t, ln.Addr().String())
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const d = 500 * time.Millisecond
+	p.SetReplyDelay(d)
+	sent := time.Now()
+	if _, err := c.Write([]byte("a\n")); err != nil {
+		t.Fatal(err)
+	}
+	got := <-received
+	if _, err := c.Write([]byte("b\n")); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(c)
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	for _, want := range []string{"a\n", "b\n"} {
+		line, err := r.ReadString('\n')
+		if err != nil || line != want {
+			t.Fatalf("reply %q, %v; want %q", line, err, want)
+		}
+	}
+	if at := time.Now(); at.Sub(got) < d {
+		t.Fatalf("the replies came %v after the server sent the first; want the %v delay", at.Sub(got), d)
+	} else if at.Sub(sent) >= 2*d {
+		t.Fatalf("the second reply came %v after the first request: the delays added up", at.Sub(sent))
+	}
+	if got.Sub(sent) >= d {
+		t.Fatalf("the request reached the server after %v: only replies are delayed", got.Sub(sent))
+	}
+}
