@@ -26,6 +26,7 @@ func init() {
 	kit.HelperOption = withTelemetry
 	kit.CheckContext = checkContext
 	kit.Validate = validate
+	kit.ValidateGroup = validateGroup
 	kit.Lost = lost
 }
 
@@ -126,6 +127,12 @@ func acquireWith(ctx context.Context, cfg *options, l Lock, keys []string, try f
 	}
 
 	b := backoff{min: cfg.minBackoff, max: cfg.maxBackoff}
+	// On a SharedLock, a waiting writer's refused attempts are what keep
+	// new readers off (IntentTTL): attempt at least every half of it.
+	maxWait := time.Duration(1<<63 - 1)
+	if _, ok := l.(SharedLock); ok {
+		maxWait = IntentTTL / 2
+	}
 	for {
 		h, err := try(ctx)
 		if err == nil {
@@ -148,7 +155,7 @@ func acquireWith(ctx context.Context, cfg *options, l Lock, keys []string, try f
 			if hint > 0 {
 				wait = hint + jitter(hint)
 			}
-			werr = sub.Wait(ctx, wait)
+			werr = sub.Wait(ctx, min(wait, maxWait))
 		default:
 			if !notAcquired {
 				cfg.logger().Debug("leasehold: acquire attempt failed, retrying", "keys", keys, "err", err)
@@ -157,7 +164,7 @@ func acquireWith(ctx context.Context, cfg *options, l Lock, keys []string, try f
 			if notAcquired && hint > 0 && hint < d {
 				d = hint + jitter(hint)
 			}
-			werr = kit.Sleep(ctx, d)
+			werr = kit.Sleep(ctx, min(d, maxWait))
 		}
 		if werr != nil {
 			if ctx.Err() != nil {

@@ -103,6 +103,12 @@ type Grant struct {
 	Token     uint64        // the grant's fencing token
 	Remaining time.Duration // remaining ttl as the backend saw it
 	Since     time.Time     // when the grant was made (server time where the backend has one)
+	// Shared is true for a shared grant (SharedLock). A key may have many:
+	// List reports each of them, Inspect the one that expires first.
+	Shared bool
+	// Group names the all-of grant (GroupLock) this grant is a part of:
+	// the grants of one TryAcquireAll share it. Empty otherwise.
+	Group string
 }
 
 // Inspector is implemented by backends that can say who holds what.

@@ -9,8 +9,9 @@ import (
 )
 
 var (
-	checkContext = kit.CheckContext.(func(context.Context) error)
-	validate     = kit.Validate.(func(context.Context, string, time.Duration, lock.Limits) error)
+	checkContext  = kit.CheckContext.(func(context.Context) error)
+	validate      = kit.Validate.(func(context.Context, string, time.Duration, lock.Limits) error)
+	validateGroup = kit.ValidateGroup.(func(context.Context, []string, time.Duration, lock.Limits) error)
 )
 
 // CheckContext rejects a nil context (an error that matches
@@ -44,6 +45,12 @@ func ValidateKeys(ctx context.Context, keys []string, ttl time.Duration, lim loc
 		return err
 	}
 	return lim.CheckTTL(ttl)
+}
+
+// ValidateGroup is Validate for lock.GroupLock's TryAcquireAll: as
+// ValidateKeys, and no key twice.
+func ValidateGroup(ctx context.Context, keys []string, ttl time.Duration, lim lock.Limits) error {
+	return validateGroup(ctx, keys, ttl, lim)
 }
 
 // ValidateSubscribe is the input check of lock.Waiter's Subscribe: the

@@ -22,6 +22,8 @@ var (
 	CheckContext any
 	// Validate is func(context.Context, string, time.Duration, lock.Limits) error.
 	Validate any
+	// ValidateGroup is func(context.Context, []string, time.Duration, lock.Limits) error.
+	ValidateGroup any
 	// Lost is func(reason string) error.
 	Lost any
 )
