@@ -25,6 +25,10 @@
 -- keys, take a second one); and a queued waiter that missed the message of
 -- a handoff finds its grant so.
 --
+-- A single-key attempt refused because shares hold the key (its value is
+-- the shared marker, see shares.lua) marks the key as wanted by a writer
+-- until intentMs (lock.IntentTTL, set by the Go code) from now.
+--
 -- One key (TryAcquire, a queued attempt) costs four calls when it is free:
 -- TIME, the fence counter, SET NX GET (which reads the key as it writes
 -- it) and the counter's update; a held key one more (PTTL), and queueing.
@@ -67,6 +71,11 @@ if n == 1 then
   if type(v) == 'string' then
     local r = own(1, v)
     if r then return r end
+    if string.sub(v, 1, 2) == 'S|' then
+      -- Shares hold the key (shares.lua): a writer wants it, so no new
+      -- share is made for intentMs.
+      redis.call('SET', KEYS[1], string.format('S|%.0f', math.floor(now / 1000) + intentMs), 'KEEPTTL')
+    end
   elseif not string.find(v.err, '^WRONGTYPE') then
     return v
   end

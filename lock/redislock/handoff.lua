@@ -10,31 +10,33 @@
 -- that missed the message finds the grant at its next attempt. Waiters
 -- whose place lapsed (they stopped trying: crashed, or gone without
 -- leaving) are dropped on the way; at most ten entries are looked at.
--- KEYS[1], KEYS[2]: the lock key and its fence counter. Returns true when
--- the key was handed on. Prepended (after clock.lua) to release.lua,
--- force_release.lua and leave.lua.
-local function handoff(userKey, fenceLifetime)
+-- KEYS[1], KEYS[2]: the lock key and its fence counter; KEYS[base + 1] to
+-- KEYS[base + 4] for a script over several keys (release_all.lua), the four
+-- keys of the one it hands on. Returns true when the key was handed on.
+-- Prepended (after clock.lua) to release.lua, release_shared.lua,
+-- release_all.lua, force_release.lua and leave.lua.
+local function handoff(base, userKey, fenceLifetime)
   -- Nobody waits, the common case: EXISTS costs a third of an empty
   -- ZRANGE, and the clock is not read.
-  if redis.call('EXISTS', KEYS[3]) == 0 then
+  if redis.call('EXISTS', KEYS[base + 3]) == 0 then
     return false
   end
-  local waiters = redis.call('ZRANGE', KEYS[3], 0, 9)
+  local waiters = redis.call('ZRANGE', KEYS[base + 3], 0, 9)
   local since, nowUs = clock()
   local nowMs = math.floor(nowUs / 1000)
   for _, w in ipairs(waiters) do
-    local entry = redis.call('HGET', KEYS[4], w) or ''
+    local entry = redis.call('HGET', KEYS[base + 4], w) or ''
     local deadline, ttl, last, inbox, owner = string.match(entry, '^(%d+)|(%d+)|(%d+)|([^|]*)|(.*)$')
-    redis.call('ZREM', KEYS[3], w)
-    redis.call('HDEL', KEYS[4], w)
+    redis.call('ZREM', KEYS[base + 3], w)
+    redis.call('HDEL', KEYS[base + 4], w)
     -- An entry another client wrote may hold any number: a ttl outside
     -- 1 ms .. lock.MaxTTL (31622400000 ms) would fail the SET below, and
     -- with it every release of the key; such a waiter is dropped.
     local ttlMs = tonumber(ttl or '')
     if deadline and tonumber(deadline) >= nowMs and ttlMs and ttlMs >= 1 and ttlMs <= 31622400000 then
-      local token = nextToken(KEYS[2], since, nowUs)
-      redis.call('SET', KEYS[1], token .. '|' .. since .. '|' .. w .. '|' .. owner, 'PX', ttl)
-      redis.call('SET', KEYS[2], token, 'PX', fenceLifetime)
+      local token = nextToken(KEYS[base + 2], since, nowUs)
+      redis.call('SET', KEYS[base + 1], token .. '|' .. since .. '|' .. w .. '|' .. owner, 'PX', ttl)
+      redis.call('SET', KEYS[base + 2], token, 'PX', fenceLifetime)
       redis.call('PUBLISH', inbox, '\2' .. userKey .. '\0' .. w .. '\0' .. token .. '\0' .. since
         .. '\0' .. string.format('%.0f', math.max(0, nowMs - tonumber(last))))
       return true

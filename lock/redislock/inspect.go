@@ -20,20 +20,24 @@ func (l *Lock) Inspect(ctx context.Context, key string) (lock.Grant, bool, error
 	if err := backendkit.ValidateKey(ctx, key); err != nil {
 		return lock.Grant{}, false, err
 	}
-	res, err := l.run(ctx, inspectScript, []string{l.lockKey(key)}).Slice()
+	keys, _ := l.keysOf(key, nil)
+	res, err := l.run(ctx, inspectScript, []string{keys[0], l.sharesKey(keys)}).Slice()
 	if err != nil {
 		return lock.Grant{}, false, backendkit.Unavailable("redislock: inspect", err)
 	}
-	if len(res) != 2 {
+	if len(res) != 2 && len(res) != 3 {
 		return lock.Grant{}, false, nil
 	}
 	value, _ := res[0].(string)
 	pttl, _ := res[1].(int64)
 	g, ok := parseGrant(key, value, pttl)
+	g.Shared = len(res) == 3
 	return g, ok, nil
 }
 
-// parseGrant reads a grant's value, "<token>|<granted at, µs>|<attempt>|<owner>".
+// parseGrant reads a grant's value (a share's too),
+// "<token>|<granted at, µs>|<attempt>|<owner>"; the attempt of a group's
+// grant is "G<group id>".
 func parseGrant(key, value string, pttl int64) (lock.Grant, bool) {
 	parts := strings.SplitN(value, "|", 4)
 	if len(parts) != 4 || pttl < 0 {
@@ -44,8 +48,12 @@ func parseGrant(key, value string, pttl int64) (lock.Grant, bool) {
 	if err1 != nil || err2 != nil {
 		return lock.Grant{}, false
 	}
-	return lock.Grant{Key: key, Owner: parts[3], Token: token,
-		Remaining: backendkit.RemainingMillis(pttl), Since: time.UnixMicro(since)}, true
+	g := lock.Grant{Key: key, Owner: parts[3], Token: token,
+		Remaining: backendkit.RemainingMillis(pttl), Since: time.UnixMicro(since)}
+	if id, ok := strings.CutPrefix(parts[2], "G"); ok {
+		g.Group = id
+	}
+	return g, true
 }
 
 // List implements lock.Inspector with SCAN (never KEYS), on every master of
@@ -107,19 +115,60 @@ func (l *Lock) scan(ctx context.Context, c redis.Cmdable, prefix string) ([]lock
 			if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
 				return nil, fmt.Errorf("reading grants: %w", err)
 			}
+			var shared []int // of rkeys: the keys held by shares
 			for i := range rkeys {
 				v, err := gets[i].Result()
 				if err != nil {
 					continue // released between SCAN and GET
 				}
-				if g, ok := parseGrant(names[i], v, ttls[i].Val().Milliseconds()); ok {
+				if strings.HasPrefix(v, "S|") {
+					shared = append(shared, i)
+				} else if g, ok := parseGrant(names[i], v, ttls[i].Val().Milliseconds()); ok {
 					out = append(out, g)
 				}
 			}
+			gs, err := l.scanShares(ctx, c, names, rkeys, shared)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, gs...)
 		}
 		cursor = next
 		if cursor == 0 {
 			return out, nil
 		}
 	}
+}
+
+// scanShares reads the live shares of the keys at shared (indexes of names
+// and of their lock keys rkeys), one Grant each, in one round trip.
+func (l *Lock) scanShares(ctx context.Context, c redis.Cmdable, names, rkeys []string, shared []int) ([]lock.Grant, error) {
+	if len(shared) == 0 {
+		return nil, nil
+	}
+	pipe := c.Pipeline()
+	now := pipe.Time(ctx)
+	sets := make([]*redis.ZSliceCmd, len(shared))
+	for i, k := range shared {
+		sets[i] = pipe.ZRangeWithScores(ctx, l.prefix+"s"+strings.TrimPrefix(rkeys[k], l.prefix+"l"), 0, -1)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+		return nil, fmt.Errorf("reading shares: %w", err)
+	}
+	nowMs := now.Val().UnixMilli()
+	var out []lock.Grant
+	for i, k := range shared {
+		for _, z := range sets[i].Val() {
+			v, _ := z.Member.(string)
+			left := int64(z.Score) - nowMs
+			if left <= 0 {
+				continue // expired, not yet pruned
+			}
+			if g, ok := parseGrant(names[k], v, left); ok {
+				g.Shared = true
+				out = append(out, g)
+			}
+		}
+	}
+	return out, nil
 }

@@ -14,6 +14,10 @@ import (
 //	<prefix>q<enc(k)>   the waiters queued for k (a sorted set, by arrival)
 //	<prefix>d<enc(k)>   their deadlines (a hash): a waiter that stops trying
 //	                    loses its place
+//	<prefix>s<enc(k)>   the shares (a sorted set: each share's value, by
+//	                    expiry in server ms); while it has any, the grant
+//	                    key holds the marker "S|<writer intent ms>" with
+//	                    the latest share's expiry (see shares.lua)
 //
 // enc(k) carries the hash tag and is reversible, so Inspector can list keys:
 //
@@ -152,4 +156,10 @@ func globEscape(s string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// sharesKey is the Redis key of the shares of the user's key whose Redis
+// keys are keys: "<prefix>s<enc(k)>", in the same slot.
+func (l *Lock) sharesKey(keys redisKeys) string {
+	return l.prefix + "s" + keys[0][len(l.prefix)+1:]
 }

@@ -9,7 +9,7 @@ redis.call('HDEL', KEYS[4], ARGV[1])
 local v = redis.call('GET', KEYS[1])
 if v and string.match(v, '^%d+|%d+|([^|]*)|') == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  if not handoff(ARGV[3], ARGV[4]) then
+  if not handoff(0, ARGV[3], ARGV[4]) then
     redis.call('PUBLISH', ARGV[2], ARGV[3])
   end
   return 1

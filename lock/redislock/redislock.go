@@ -39,14 +39,38 @@ var (
 	waitingSrc string
 	//go:embed clock.lua
 	clockSrc string
+	//go:embed shares.lua
+	sharesSrc string
+	//go:embed acquire_shared.lua
+	acquireSharedSrc string
+	//go:embed extend_shared.lua
+	extendSharedSrc string
+	//go:embed release_shared.lua
+	releaseSharedSrc string
+	//go:embed acquire_all.lua
+	acquireAllSrc string
+	//go:embed extend_all.lua
+	extendAllSrc string
+	//go:embed release_all.lua
+	releaseAllSrc string
 
-	acquireScript      = rediscall.NewScript(clockSrc + acquireSrc)
-	extendScript       = rediscall.NewScript(extendSrc)
-	releaseScript      = rediscall.NewScript(clockSrc + handoffSrc + releaseSrc)
-	inspectScript      = rediscall.NewScript(inspectSrc)
-	forceReleaseScript = rediscall.NewScript(clockSrc + handoffSrc + forceReleaseSrc)
-	leaveScript        = rediscall.NewScript(clockSrc + handoffSrc + leaveSrc)
-	waitingScript      = rediscall.NewScript(waitingSrc)
+	// intentSrc gives the scripts that make exclusive attempts lock.IntentTTL
+	// (see shares.lua).
+	intentSrc = fmt.Sprintf("local intentMs = %d\n", ms(lock.IntentTTL))
+
+	acquireScript       = rediscall.NewScript(clockSrc + intentSrc + acquireSrc)
+	extendScript        = rediscall.NewScript(extendSrc)
+	releaseScript       = rediscall.NewScript(clockSrc + handoffSrc + releaseSrc)
+	inspectScript       = rediscall.NewScript(clockSrc + inspectSrc)
+	acquireSharedScript = rediscall.NewScript(clockSrc + sharesSrc + acquireSharedSrc)
+	extendSharedScript  = rediscall.NewScript(clockSrc + sharesSrc + extendSharedSrc)
+	releaseSharedScript = rediscall.NewScript(clockSrc + handoffSrc + sharesSrc + releaseSharedSrc)
+	acquireAllScript    = rediscall.NewScript(clockSrc + intentSrc + acquireAllSrc)
+	extendAllScript     = rediscall.NewScript(extendAllSrc)
+	releaseAllScript    = rediscall.NewScript(clockSrc + handoffSrc + releaseAllSrc)
+	forceReleaseScript  = rediscall.NewScript(clockSrc + handoffSrc + forceReleaseSrc)
+	leaveScript         = rediscall.NewScript(clockSrc + handoffSrc + leaveSrc)
+	waitingScript       = rediscall.NewScript(waitingSrc)
 
 	// The scripts' constant arguments, boxed once.
 	fenceLifetimeArg  any = ms(fenceLifetime)
@@ -509,6 +533,7 @@ type handle struct {
 	keys   redisKeys // keys[0] holds the grant
 	tail   string    // of the grant's value: "<attempt>|<owner>"
 	waiter string    // of a queued attempt: the waiter's id
+	shares string    // of a share (TryAcquireShared): the key's shares, else ""
 	ttl    int64     // the acquire call's ttl, ms
 	token  uint64
 	value  string // the grant's value, "<token>|<since µs>|<tail>"
@@ -520,14 +545,59 @@ type handle struct {
 	// every time), shared by the calls with that ttl.
 	ext atomic.Pointer[extendCall]
 
+	lease
+}
+
+// lease is the local state of a grant (a handle) or of a group.
+type lease struct {
 	mu         sync.Mutex
 	validUntil time.Time
 	released   bool
 }
 
+func (s *lease) ValidUntil() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.validUntil
+}
+
+// isReleased reports whether Release was called.
+func (s *lease) isReleased() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.released
+}
+
+// release records a Release and reports whether one was made before.
+func (s *lease) release() (before bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	before, s.released = s.released, true
+	return before
+}
+
+// extendedIf is the outcome of an extension for ttl sent at sent, which
+// the server answered with err, gone (the grant is gone: lost's error) and
+// acked (see write); a success is recorded.
+func (s *lease) extendedIf(op string, sent time.Time, ttl time.Duration, err error, gone bool, acked error, lost func() error) error {
+	switch {
+	case err != nil:
+		return backendkit.Unavailable(op, err)
+	case gone:
+		return lost()
+	case acked != nil:
+		return backendkit.Unavailable(op, acked)
+	}
+	s.mu.Lock()
+	s.validUntil = backendkit.ValidUntil(sent, ttl)
+	s.mu.Unlock()
+	return nil
+}
+
 type extendCall struct {
 	ttl  int64
-	args [3 + 1 + 2]any
+	n    int            // of args, in use
+	args [3 + 2 + 2]any // a share's Extend has two keys
 }
 
 // granted records the grant of token at since (µs, in digits) and builds
@@ -542,32 +612,44 @@ func (h *handle) granted(token uint64, since []byte, validUntil time.Time) {
 	v = append(v, h.tail...)
 	h.token, h.value, h.validUntil = token, string(v), validUntil
 	h.digits = h.value[:n]
-	call := releaseScript.Start(h.call[:0], len(h.keys))
+	script, nkeys := h.releaseScript()
+	call := script.Start(h.call[:0], nkeys)
 	for i := range h.keys {
 		call = append(call, &h.keys[i])
 	}
+	if h.shares != "" {
+		call = append(call, &h.shares)
+	}
 	_ = append(call, &h.value, h.l.channelArg, &h.key, &h.digits, fenceLifetimeArg)
+}
+
+// releaseScript is the script that releases h and its number of keys.
+func (h *handle) releaseScript() (*rediscall.Script, int) {
+	if h.shares != "" {
+		return releaseSharedScript, len(h.keys) + 1
+	}
+	return releaseScript, len(h.keys)
 }
 
 // extendCall returns Extend's call with a ttl of ttl ms.
 func (h *handle) extendCall(ttl int64) []any {
 	if c := h.ext.Load(); c != nil && c.ttl == ttl {
-		return c.args[:]
+		return c.args[:c.n]
 	}
 	c := &extendCall{ttl: ttl}
-	_ = append(extendScript.Start(c.args[:0], 1), &h.keys[0], &h.value, &c.ttl)
+	var call []any
+	if h.shares != "" {
+		call = append(extendSharedScript.Start(c.args[:0], 2), &h.keys[0], &h.shares, &h.value, &c.ttl)
+	} else {
+		call = append(extendScript.Start(c.args[:0], 1), &h.keys[0], &h.value, &c.ttl)
+	}
+	c.n = len(call)
 	h.ext.Store(c)
-	return c.args[:]
+	return call
 }
 
 func (h *handle) Key() string   { return h.key }
 func (h *handle) Token() uint64 { return h.token }
-
-func (h *handle) ValidUntil() time.Time {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.validUntil
-}
 
 func (h *handle) lost(what string) error {
 	return fmt.Errorf("%w: %s of %q (token %d): the grant is gone", lock.ErrLost, what, h.key, h.token)
@@ -581,27 +663,17 @@ func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := limits.CheckTTL(ttl); err != nil {
 		return err
 	}
-	h.mu.Lock()
-	released := h.released
-	h.mu.Unlock()
-	if released {
+	if h.isReleased() {
 		return h.lost("extend after release")
 	}
 	sent := time.Now()
-	cmd, acked := h.l.write(ctx, extendScript, h.extendCall(ms(ttl)))
-	n, err := cmd.Int64()
-	switch {
-	case err != nil:
-		return backendkit.Unavailable("redislock: extend", err)
-	case n == 0:
-		return h.lost("extend")
-	case acked != nil:
-		return backendkit.Unavailable("redislock: extend", acked)
+	script := extendScript
+	if h.shares != "" {
+		script = extendSharedScript
 	}
-	h.mu.Lock()
-	h.validUntil = backendkit.ValidUntil(sent, ttl)
-	h.mu.Unlock()
-	return nil
+	cmd, acked := h.l.write(ctx, script, h.extendCall(ms(ttl)))
+	n, err := cmd.Int64()
+	return h.extendedIf("redislock: extend", sent, ttl, err, n == 0, acked, func() error { return h.lost("extend") })
 }
 
 // Release implements lock.Handle in one round trip, which also wakes the
@@ -610,17 +682,14 @@ func (h *handle) Release(ctx context.Context) error {
 	if err := backendkit.CheckContext(ctx); err != nil {
 		return err
 	}
-	h.mu.Lock()
-	released := h.released
-	h.released = true
-	h.mu.Unlock()
-	if released {
+	if h.release() {
 		return h.lost("second release")
 	}
 	// Not acknowledged under WithReplicaAcks: a release that a failover
 	// loses leaves the grant to expire at its ttl (a delay, never a second
 	// holder), and a handoff it makes is confirmed by its waiter.
-	n, err := h.l.bounds.Eval(ctx, h.l.client, releaseScript, h.call[:3+4+5]).Int64()
+	script, nkeys := h.releaseScript()
+	n, err := h.l.bounds.Eval(ctx, h.l.client, script, h.call[:3+nkeys+5]).Int64()
 	switch {
 	case err != nil:
 		// Unknown outcome: the grant may still be there; it expires with its ttl.
@@ -636,7 +705,7 @@ func (h *handle) Release(ctx context.Context) error {
 	return err
 }
 
-// ForceRelease deletes key's grant whoever holds it and wakes its waiters;
+// ForceRelease deletes key's grant whoever holds it (or all its shares) and wakes its waiters;
 // it reports whether there was one. The holder learns of it at its next
 // Extend or Release. An operator's tool: fencing still protects the
 // resource from the evicted holder.
@@ -644,7 +713,8 @@ func (l *Lock) ForceRelease(ctx context.Context, key string) (bool, error) {
 	if err := backendkit.ValidateKey(ctx, key); err != nil {
 		return false, err
 	}
-	n, err := l.run(ctx, forceReleaseScript, l.queueKeys(key), l.channel, key, ms(fenceLifetime)).Int64()
+	keys, _ := l.keysOf(key, nil)
+	n, err := l.run(ctx, forceReleaseScript, append(keys[:], l.sharesKey(keys)), l.channel, key, ms(fenceLifetime)).Int64()
 	if err != nil {
 		return false, backendkit.Unavailable("redislock: force release", err)
 	}

@@ -12,7 +12,7 @@
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  if not handoff(ARGV[3], ARGV[5]) then
+  if not handoff(0, ARGV[3], ARGV[5]) then
     redis.call('PUBLISH', ARGV[2], ARGV[3])
   end
   return 1
