@@ -264,4 +264,3 @@ func TestSharedAndGroupOnCluster(t *testing.T) {
 		t.Fatalf("TryAcquireAll over slots: %v, want ErrInvalidKey", err)
 	}
 }
-
