@@ -23,7 +23,31 @@
 //   - keys per TryAcquireAny or Subscribe: MaxKeys (lock.MaxKeys, 4096).
 //     One script looks at 1024 keys at most; over more keys TryAcquireAny
 //     runs several, one round trip each, until one grants a key;
+//   - keys per TryAcquireAll: 1024 (one script holds the whole group);
 //   - key: 1 to lock.MaxKeyLen bytes.
+//
+// Shared grants (lock.SharedLock). TryAcquireShared makes a share of a key
+// in one script: many at once, never beside an exclusive grant. While a
+// key has shares its grant key holds a marker (so TryAcquire's path is
+// unchanged) that expires with the latest share, and the shares, each
+// with its own expiry, are a sorted set beside it. An exclusive attempt
+// refused because of shares (TryAcquire, each attempt of AcquireQueued,
+// TryAcquireAll) marks the key as wanted by a writer for lock.IntentTTL;
+// new shares are refused while the mark lives or a writer waits in the
+// key's queue, so readers drain and the writer gets the key (handed to the
+// queue's first waiter by the last share's release). Shares draw tokens
+// from the key's fence counter: every grant's token, shared or exclusive,
+// is above every earlier grant's. A share's Extend and Release act on it
+// alone; Inspect reports the share that expires first (lock.Grant.Shared),
+// List each share. A share whose reply was lost and that go-redis sent
+// again may be made twice; the extra share lapses at its ttl.
+//
+// All-of grants (lock.GroupLock). TryAcquireAll takes every key of a set
+// exclusively, or none, in one script; queued waiters are not looked at,
+// as TryAcquire does not look at them. Each key has its own token; Inspect
+// names the group (lock.Grant.Group). The group's Extend and Release are
+// one script each. On Cluster the keys of a group must share a hash tag
+// ({…}), otherwise lock.ErrInvalidKey.
 //
 // Values read back from Redis (remaining ttls, fence counters, queue
 // entries) are not trusted: they are clamped or dropped.

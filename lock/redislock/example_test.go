@@ -216,3 +216,54 @@ func ExampleWithReplicaAcks() {
 	// l.TryAcquire(ctx, "orders/42", 10*time.Second): ErrUnavailable when
 	// no replica acknowledged the grant within 500 ms.
 }
+
+// Reader-writer locking: many readers share the config at once; a writer
+// (lock.Acquire, exclusive) waits for them to drain, and new readers wait
+// for it. Like every example of this package it needs a Redis server, so
+// it is compile-only (no Output line).
+func ExampleLock_TryAcquireShared() {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer client.Close()
+	l, err := redislock.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	h, err := l.TryAcquireShared(ctx, "config", 10*time.Second)
+	if errors.Is(err, lock.ErrNotAcquired) {
+		fmt.Println("a writer holds or wants the config; retry in", lock.RemainingTTL(err))
+		return
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer h.Release(ctx)
+	fmt.Println("reading the config under token", h.Token())
+	// lock.DoShared(ctx, l, "config", fn) waits, keeps and releases for you.
+}
+
+// Locking an order and its customer together, all or none. On Redis
+// Cluster the keys share a hash tag. Like every example of this package it
+// needs a Redis server, so it is compile-only (no Output line).
+func ExampleLock_TryAcquireAll() {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer client.Close()
+	l, err := redislock.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	g, err := l.TryAcquireAll(ctx, []string{"order/{o42}", "customer/{o42}/7"}, 10*time.Second)
+	if errors.Is(err, lock.ErrNotAcquired) {
+		fmt.Println("one of the keys is held:", err)
+		return
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer g.Release(ctx)
+	fmt.Println("tokens", g.Tokens())
+	// lock.DoAll(ctx, l, keys, fn) waits for the whole set without deadlock.
+}
