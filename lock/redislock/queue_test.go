@@ -24,7 +24,7 @@ func (a *attempts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 }
 func (a *attempts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if args := cmd.Args(); len(args) > 1 && (args[1] == acquireScript.Hash() || args[1] == clockSrc+acquireSrc) {
+		if args := cmd.Args(); len(args) > 1 && (args[1] == acquireScript.Hash() || args[1] == clockSrc+intentSrc+acquireSrc) {
 			a.n.Add(1)
 		}
 		return next(ctx, cmd)
