@@ -71,7 +71,7 @@
 //   - A paused client (GC, SIGSTOP) can outlive its ttl: fence your writes
 //     (see package lock).
 //   - A reply lost and retried by go-redis reports what the first attempt
-//     did: no false loss, no leaked grant.
+//     did: no false loss, no leaked grant (but for a share, see above).
 //
 // For a lock whose safety must survive a primary failure, use
 // WithReplicaAcks on a primary with replicas (Sentinel, or a Cluster with

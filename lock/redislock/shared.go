@@ -26,7 +26,7 @@ func (l *Lock) TryAcquireShared(ctx context.Context, key string, ttl time.Durati
 	}
 	h := l.attempt(key, ttl, "")
 	h.shares = l.sharesKey(h.keys)
-	call := acquireSharedScript.Start(make([]any, 0, 3+5+3), 5)
+	call := acquireSharedScript.Start(make([]any, 0, 3+5+4), 5)
 	for i := range h.keys {
 		call = append(call, &h.keys[i])
 	}
