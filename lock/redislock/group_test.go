@@ -17,8 +17,9 @@ import (
 
 func groupKeys(t *testing.T, n int) []string {
 	keys := make([]string, n)
+	run := lock.NewOwner() // fresh for each run (-count)
 	for i := range keys {
-		keys[i] = fmt.Sprintf("group/%s/{g}/%d", t.Name(), i)
+		keys[i] = fmt.Sprintf("group/%s/%s/{g}/%d", t.Name(), run, i)
 	}
 	return keys
 }
@@ -210,7 +211,7 @@ func TestSharedAndGroupOneRoundTripEach(t *testing.T) {
 		}
 	}
 	for range 2 {
-		s, err := l.TryAcquireShared(ctx, "roundtrips/"+t.Name(), time.Minute)
+		s, err := l.TryAcquireShared(ctx, testKey(t), time.Minute)
 		check("TryAcquireShared", err)
 		check("share's Extend", s.Extend(ctx, time.Minute))
 		check("share's Release", s.Release(ctx))
@@ -246,11 +247,12 @@ func TestSharedAndGroupOnCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s, err := l.TryAcquireShared(ctx, "listed", time.Minute)
+	listed := testKey(t)
+	s, err := l.TryAcquireShared(ctx, listed, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if gs, err := l.List(ctx, "listed"); err != nil || len(gs) != 1 || !gs[0].Shared || gs[0].Token != s.Token() {
+	if gs, err := l.List(ctx, listed); err != nil || len(gs) != 1 || !gs[0].Shared || gs[0].Token != s.Token() {
 		t.Fatalf("List over the cluster = %+v %v", gs, err)
 	}
 	g, err := l.TryAcquireAll(ctx, []string{"order/{o42}", "customer/{o42}/7"}, time.Minute)

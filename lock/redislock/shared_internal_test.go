@@ -24,7 +24,7 @@ func TestQueuedWriterRefusesShares(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	key := "shared/" + t.Name()
+	key := "shared/" + t.Name() + "/" + lock.NewOwner()
 	now, err := c.Time(ctx).Result()
 	if err != nil {
 		t.Fatal(err)

@@ -43,7 +43,7 @@ func wantRefused(t *testing.T, what string, err error, most time.Duration) {
 func TestSharesCoexist(t *testing.T) {
 	l := sharedLock(t)
 	ctx := t.Context()
-	key := "shared/" + t.Name()
+	key := testKey(t)
 	ex := mustAcquire(t, l, key, time.Minute)
 	if err := ex.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -95,7 +95,7 @@ func mustAcquire(t *testing.T, l lock.Lock, key string, ttl time.Duration) lock.
 func TestExclusiveExcludesShares(t *testing.T) {
 	l := sharedLock(t)
 	ctx := t.Context()
-	key := "shared/" + t.Name()
+	key := testKey(t)
 	ex := mustAcquire(t, l, key, 300*time.Millisecond)
 	_, err := l.TryAcquireShared(ctx, key, time.Minute)
 	wantRefused(t, "TryAcquireShared beside an exclusive grant", err, 300*time.Millisecond)
@@ -130,7 +130,7 @@ func TestExclusiveExcludesShares(t *testing.T) {
 func TestShareExtendAndReleaseOwnShareOnly(t *testing.T) {
 	l := sharedLock(t)
 	ctx := t.Context()
-	key := "shared/" + t.Name()
+	key := testKey(t)
 	short := share(t, l, key, 100*time.Millisecond)
 	long := share(t, l, key, time.Minute)
 	if err := long.Release(ctx); err != nil {
@@ -164,7 +164,7 @@ func TestShareExtendAndReleaseOwnShareOnly(t *testing.T) {
 func TestWriterIntentRefusesShares(t *testing.T) {
 	l := sharedLock(t)
 	ctx := t.Context()
-	key := "shared/" + t.Name()
+	key := testKey(t)
 	s := share(t, l, key, time.Minute)
 	_, err := l.TryAcquire(ctx, key, time.Minute)
 	wantRefused(t, "TryAcquire beside a share", err, time.Minute)
@@ -193,7 +193,7 @@ func TestWriterNotStarvedByReaders(t *testing.T) {
 			l := sharedLock(t)
 			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 			defer cancel()
-			key := "shared/" + t.Name()
+			key := testKey(t)
 			var last lock.Handle = share(t, l, key, time.Minute)
 			readersDone := make(chan int)
 			go func() { // the readers: a chain of overlapping shares
@@ -234,7 +234,7 @@ func TestWriterNotStarvedByReaders(t *testing.T) {
 // (queued) gets it without any release.
 func TestShareExpiryFreesTheKey(t *testing.T) {
 	l := sharedLock(t)
-	key := "shared/" + t.Name()
+	key := testKey(t)
 	s := share(t, l, key, 200*time.Millisecond)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
@@ -253,7 +253,7 @@ func TestAcquireSharedWakesOnRelease(t *testing.T) {
 	l := sharedLock(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	key := "shared/" + t.Name()
+	key := testKey(t)
 	ex := mustAcquire(t, l, key, time.Hour)
 	got := make(chan error, 1)
 	var s lock.Handle
@@ -277,3 +277,6 @@ func TestAcquireSharedWakesOnRelease(t *testing.T) {
 	}
 	mustAcquire(t, l, key, time.Minute)
 }
+
+// testKey is a key of the test's own, fresh for each run (-count).
+func testKey(t *testing.T) string { return "shared/" + t.Name() + "/" + lock.NewOwner() }
