@@ -38,6 +38,14 @@ func TestStalledServerAnswersWithinTheDeadline(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			shared, err := l.TryAcquireShared(ctx, key+"/shared", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			group, err := l.TryAcquireAll(ctx, []string{key + "/{g}/a", key + "/{g}/b"}, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
 			lease, err := lock.Keep(ctx, kept, 600*time.Millisecond)
 			if err != nil {
 				t.Fatal(err)
@@ -69,6 +77,18 @@ func TestStalledServerAnswersWithinTheDeadline(t *testing.T) {
 					return err
 				}},
 				faultproxy.Op{Name: "Release", Call: func(ctx context.Context) error { return held.Release(ctx) }},
+				faultproxy.Op{Name: "TryAcquireShared", Call: func(ctx context.Context) error {
+					_, err := l.TryAcquireShared(ctx, key+"/shared", time.Second)
+					return err
+				}},
+				faultproxy.Op{Name: "share's Extend", Call: func(ctx context.Context) error { return shared.Extend(ctx, time.Minute) }},
+				faultproxy.Op{Name: "share's Release", Call: func(ctx context.Context) error { return shared.Release(ctx) }},
+				faultproxy.Op{Name: "TryAcquireAll", Call: func(ctx context.Context) error {
+					_, err := l.TryAcquireAll(ctx, []string{key + "/{g}/c", key + "/{g}/d"}, time.Second)
+					return err
+				}},
+				faultproxy.Op{Name: "group's Extend", Call: func(ctx context.Context) error { return group.Extend(ctx, time.Minute) }},
+				faultproxy.Op{Name: "group's Release", Call: func(ctx context.Context) error { return group.Release(ctx) }},
 			)
 			// The deadline may have passed already: then both channels
 			// are ready and select picks either, so the loss is looked
