@@ -39,8 +39,7 @@
 // from the key's fence counter: every grant's token, shared or exclusive,
 // is above every earlier grant's. A share's Extend and Release act on it
 // alone; Inspect reports the share that expires first (lock.Grant.Shared),
-// List each share. A share whose reply was lost and that go-redis sent
-// again may be made twice; the extra share lapses at its ttl.
+// List each share.
 //
 // All-of grants (lock.GroupLock). TryAcquireAll takes every key of a set
 // exclusively, or none, in one script; queued waiters are not looked at,
@@ -71,7 +70,7 @@
 //   - A paused client (GC, SIGSTOP) can outlive its ttl: fence your writes
 //     (see package lock).
 //   - A reply lost and retried by go-redis reports what the first attempt
-//     did: no false loss, no leaked grant (but for a share, see above).
+//     did: no false loss, no leaked grant.
 //
 // For a lock whose safety must survive a primary failure, use
 // WithReplicaAcks on a primary with replicas (Sentinel, or a Cluster with

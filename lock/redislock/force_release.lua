@@ -1,5 +1,6 @@
--- Deletes a grant whoever holds it, or every share (KEYS[5]: the key's
--- shares, see shares.lua), and hands the key on (see release.lua).
+-- Deletes a grant whoever holds it, or every share (KEYS[5], KEYS[6]: the
+-- key's shares and their index, see shares.lua), and hands the key on (see
+-- release.lua).
 -- KEYS[1]: lock key, KEYS[2]: its fence counter, KEYS[3], KEYS[4]: its wait
 -- queue and the waiters' entries. ARGV[1]: release channel, ARGV[2]: the
 -- user's key, ARGV[3]: the fence counter's lifetime in ms.
@@ -7,7 +8,7 @@
 -- evicted grant's token, so that its holder's Release reports the loss
 -- (see release.lua); the next token is larger anyway.
 if redis.call('DEL', KEYS[1]) == 1 then
-  redis.call('DEL', KEYS[5])
+  redis.call('DEL', KEYS[5], KEYS[6])
   local f = redis.call('GET', KEYS[2])
   if f then
     redis.call('SET', KEYS[2], string.format('%.0f', tonumber(f) + 1), 'KEEPTTL')

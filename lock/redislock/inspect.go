@@ -21,7 +21,8 @@ func (l *Lock) Inspect(ctx context.Context, key string) (lock.Grant, bool, error
 		return lock.Grant{}, false, err
 	}
 	keys, _ := l.keysOf(key, nil)
-	res, err := l.run(ctx, inspectScript, []string{keys[0], l.sharesKey(keys)}).Slice()
+	shares, _ := l.shareKeys(keys)
+	res, err := l.run(ctx, inspectScript, []string{keys[0], shares}).Slice()
 	if err != nil {
 		return lock.Grant{}, false, backendkit.Unavailable("redislock: inspect", err)
 	}

@@ -18,6 +18,8 @@ import (
 //	                    expiry in server ms); while it has any, the grant
 //	                    key holds the marker "S|<writer intent ms>" with
 //	                    the latest share's expiry (see shares.lua)
+//	<prefix>a<enc(k)>   the shares' index by attempt id (a hash: attempt →
+//	                    share), so that a retried acquire finds its share
 //
 // enc(k) carries the hash tag and is reversible, so Inspector can list keys:
 //
@@ -158,8 +160,11 @@ func globEscape(s string) string {
 	return b.String()
 }
 
-// sharesKey is the Redis key of the shares of the user's key whose Redis
-// keys are keys: "<prefix>s<enc(k)>", in the same slot.
-func (l *Lock) sharesKey(keys redisKeys) string {
-	return l.prefix + "s" + keys[0][len(l.prefix)+1:]
+// shareKeys are the Redis keys of the shares of the user's key whose
+// Redis keys are keys, in the same slot: "<prefix>s<enc(k)>" and their
+// index by attempt id, "<prefix>a<enc(k)>", in one string.
+func (l *Lock) shareKeys(keys redisKeys) (shares, attempts string) {
+	enc := keys[0][len(l.prefix)+1:]
+	both := l.prefix + "s" + enc + l.prefix + "a" + enc
+	return both[:len(both)/2], both[len(both)/2:]
 }

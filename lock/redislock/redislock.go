@@ -533,11 +533,13 @@ type handle struct {
 	keys   redisKeys // keys[0] holds the grant
 	tail   string    // of the grant's value: "<attempt>|<owner>"
 	waiter string    // of a queued attempt: the waiter's id
-	shares string    // of a share (TryAcquireShared): the key's shares, else ""
-	ttl    int64     // the acquire call's ttl, ms
-	token  uint64
-	value  string // the grant's value, "<token>|<since µs>|<tail>"
-	digits string // of value: the token
+	// of a share (TryAcquireShared): the key's shares and their index,
+	// else ""
+	shares, attempts string
+	ttl              int64 // the acquire call's ttl, ms
+	token            uint64
+	value            string // the grant's value, "<token>|<since µs>|<tail>"
+	digits           string // of value: the token
 	// call holds the acquire script's call (pointers to the fields above),
 	// then, once granted, Release's: built once, as nothing in it changes.
 	call [3 + 4 + 7]any
@@ -597,7 +599,7 @@ func (s *lease) extendedIf(op string, sent time.Time, ttl time.Duration, err err
 type extendCall struct {
 	ttl  int64
 	n    int            // of args, in use
-	args [3 + 2 + 2]any // a share's Extend has two keys
+	args [3 + 3 + 2]any // a share's Extend has three keys
 }
 
 // granted records the grant of token at since (µs, in digits) and builds
@@ -618,7 +620,7 @@ func (h *handle) granted(token uint64, since []byte, validUntil time.Time) {
 		call = append(call, &h.keys[i])
 	}
 	if h.shares != "" {
-		call = append(call, &h.shares)
+		call = append(call, &h.shares, &h.attempts)
 	}
 	_ = append(call, &h.value, h.l.channelArg, &h.key, &h.digits, fenceLifetimeArg)
 }
@@ -626,7 +628,7 @@ func (h *handle) granted(token uint64, since []byte, validUntil time.Time) {
 // releaseScript is the script that releases h and its number of keys.
 func (h *handle) releaseScript() (*rediscall.Script, int) {
 	if h.shares != "" {
-		return releaseSharedScript, len(h.keys) + 1
+		return releaseSharedScript, len(h.keys) + 2
 	}
 	return releaseScript, len(h.keys)
 }
@@ -639,7 +641,7 @@ func (h *handle) extendCall(ttl int64) []any {
 	c := &extendCall{ttl: ttl}
 	var call []any
 	if h.shares != "" {
-		call = append(extendSharedScript.Start(c.args[:0], 2), &h.keys[0], &h.shares, &h.value, &c.ttl)
+		call = append(extendSharedScript.Start(c.args[:0], 3), &h.keys[0], &h.shares, &h.attempts, &h.value, &c.ttl)
 	} else {
 		call = append(extendScript.Start(c.args[:0], 1), &h.keys[0], &h.value, &c.ttl)
 	}
@@ -714,7 +716,8 @@ func (l *Lock) ForceRelease(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	keys, _ := l.keysOf(key, nil)
-	n, err := l.run(ctx, forceReleaseScript, append(keys[:], l.sharesKey(keys)), l.channel, key, ms(fenceLifetime)).Int64()
+	shares, attempts := l.shareKeys(keys)
+	n, err := l.run(ctx, forceReleaseScript, append(keys[:], shares, attempts), l.channel, key, ms(fenceLifetime)).Int64()
 	if err != nil {
 		return false, backendkit.Unavailable("redislock: force release", err)
 	}

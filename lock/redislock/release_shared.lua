@@ -3,7 +3,8 @@
 -- (handoff.lua) or, when none waits, announces the release; a release
 -- while a writer's intent lives announces it too, for writers that wait
 -- without a queue.
--- KEYS: lock key, fence counter, wait queue, waiters' entries, shares.
+-- KEYS: lock key, fence counter, wait queue, waiters' entries, shares,
+-- their index.
 -- ARGV[1]: the share's value, ARGV[2]: release channel, ARGV[3]: the
 -- user's key, ARGV[4]: the share's token, ARGV[5]: the fence counter's
 -- lifetime in ms.
@@ -21,7 +22,8 @@ if not s or tonumber(s) <= nowMs then
   return 0
 end
 redis.call('ZREM', KEYS[5], ARGV[1])
-if not settle(KEYS[1], KEYS[5], nowMs, nil) then
+redis.call('HDEL', KEYS[6], attemptOf(ARGV[1]))
+if not settle(KEYS[1], KEYS[5], KEYS[6], nowMs, nil) then
   if not handoff(0, ARGV[3], ARGV[5]) then
     redis.call('PUBLISH', ARGV[2], ARGV[3])
   end

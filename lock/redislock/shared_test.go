@@ -280,3 +280,62 @@ func TestAcquireSharedWakesOnRelease(t *testing.T) {
 
 // testKey is a key of the test's own, fresh for each run (-count).
 func testKey(t *testing.T) string { return "shared/" + t.Name() + "/" + lock.NewOwner() }
+
+// A share's and a group's acquire and release sent twice (the first reply
+// lost, the command retried by the client) do what the first did: the
+// acquire returns the grant it made and makes no second share (one left
+// behind would hold writers off until its ttl), the release reports
+// success.
+func TestSharedAndGroupRetriedByTheClient(t *testing.T) {
+	c := newClient(t, testenv.Redis(t).Addr())
+	hook := &replayHook{}
+	c.AddHook(hook)
+	l := newLock(t, c)
+	ctx := t.Context()
+	key := testKey(t)
+	keys := []string{key + "/{g}/a", key + "/{g}/b"}
+	replayed := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s retried after it took effect: %v", what, err)
+		}
+		if hook.armed.Load() {
+			t.Fatalf("the hook did not replay %s", what)
+		}
+	}
+	for i := range 2 { // the first time loads the scripts
+		other := share(t, l, key, time.Minute) // the retry must not take this one for its own
+		hook.armed.Store(i == 1)
+		h, err := l.TryAcquireShared(ctx, key, time.Minute)
+		if i == 1 {
+			replayed("TryAcquireShared", err)
+		}
+		gs, err := l.List(ctx, key)
+		if err != nil || len(gs) != 2 {
+			t.Fatalf("shares after a retried TryAcquireShared: %+v %v, want 2", gs, err)
+		}
+		if gs[0].Token != h.Token() && gs[1].Token != h.Token() {
+			t.Fatalf("shares %+v, none with the returned token %d", gs, h.Token())
+		}
+		hook.armed.Store(i == 1)
+		err = h.Release(ctx)
+		if i == 1 {
+			replayed("a share's Release", err)
+		}
+		_ = other.Release(ctx)
+
+		hook.armed.Store(i == 1)
+		g, err := l.TryAcquireAll(ctx, keys, time.Minute)
+		if i == 1 {
+			replayed("TryAcquireAll", err)
+		}
+		hook.armed.Store(i == 1)
+		err = g.Release(ctx)
+		if i == 1 {
+			replayed("a group's Release", err)
+		}
+		if gs, _ := l.List(ctx, key); len(gs) != 0 {
+			t.Fatalf("held after the releases: %+v", gs)
+		}
+	}
+}
