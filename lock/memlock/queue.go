@@ -2,6 +2,7 @@ package memlock
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/leasehold-go/leasehold/lock"
@@ -13,6 +14,7 @@ type queued struct {
 	l      *Lock         // the instance that waits: the grant is its owner's
 	ttl    time.Duration // the grant's ttl
 	handed chan *grant   // the grant, handed over by a release (buffered)
+	wake   chan struct{} // it became the head: look at the key again (buffered)
 }
 
 // AcquireQueued implements lock.Queue: callers wait for a key first come,
@@ -24,7 +26,7 @@ func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration)
 		return nil, err
 	}
 	start := time.Now()
-	w := &queued{l: l, ttl: ttl, handed: make(chan *grant, 1)}
+	w := &queued{l: l, ttl: ttl, handed: make(chan *grant, 1), wake: make(chan struct{}, 1)}
 	l.mu.Lock()
 	if len(l.queues[key]) == 0 {
 		if g, err := l.grantLocked(key, ttl, start); err == nil {
@@ -38,7 +40,7 @@ func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration)
 		// The head takes an expired grant's key; everyone waits for a
 		// handover, the current grant's expiry, or the end of ctx.
 		now := time.Now()
-		if q := l.queues[key]; q[0] == w {
+		if q := l.queues[key]; len(q) > 0 && q[0] == w {
 			if g, err := l.grantLocked(key, ttl, now); err == nil {
 				l.dequeueLocked(key, w)
 				l.mu.Unlock()
@@ -58,6 +60,8 @@ func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration)
 			l.metrics.Attempt(ctx, start, nil)
 			return &handle{l: l, g: g}, nil
 		case <-timer.C:
+		case <-w.wake:
+			timer.Stop()
 		case <-ctx.Done():
 			timer.Stop()
 			l.mu.Lock()
@@ -86,19 +90,27 @@ func (l *Lock) Waiting(ctx context.Context, key string) (int, error) {
 	return len(l.queues[key]), nil
 }
 
-// dequeueLocked removes w from key's queue, if it is there.
+// dequeueLocked removes w from key's queue, if it is there. When w was the
+// head, the new head is woken to look at the key again: the key's grant
+// may be one it has not seen (the one w just took), whose expiry it must
+// wait for.
 func (l *Lock) dequeueLocked(key string, w *queued) {
 	q := l.queues[key]
-	for i, x := range q {
-		if x == w {
-			q = append(q[:i:i], q[i+1:]...)
-			break
-		}
+	i := slices.Index(q, w)
+	if i < 0 {
+		return
 	}
+	q = slices.Delete(slices.Clone(q), i, i+1)
 	if len(q) == 0 {
 		delete(l.queues, key)
-	} else {
-		l.queues[key] = q
+		return
+	}
+	l.queues[key] = q
+	if i == 0 {
+		select {
+		case q[0].wake <- struct{}{}:
+		default: // already told
+		}
 	}
 }
 
