@@ -18,7 +18,8 @@ type queued struct {
 }
 
 // AcquireQueued implements lock.Queue: callers wait for a key first come,
-// first served. A release hands the key to the head of its queue at once
+// first served. While a caller waits, no new share of the key is made
+// (TryAcquireShared), and the release of the last share hands it over. A release hands the key to the head of its queue at once
 // (no caller can take it in between); a grant that expires is taken by
 // the head when its ttl has passed.
 func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
@@ -51,6 +52,8 @@ func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration)
 		wait := time.Hour
 		if g, ok := l.grants[key]; ok && now.Before(g.expires) {
 			wait = g.expires.Sub(now)
+		} else if last := l.liveSharesLocked(key, now); !last.IsZero() {
+			wait = last.Sub(now) // no new share is made while we wait
 		}
 		l.mu.Unlock()
 		timer := time.NewTimer(wait)
