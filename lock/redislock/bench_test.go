@@ -173,3 +173,28 @@ func BenchmarkRedisContended(b *testing.B) {
 	b.ReportMetric(bytes, "B/grant")
 	b.ReportMetric(allocs, "allocs/grant")
 }
+
+// BenchmarkShared: a share's uncontended TryAcquireShared and Release
+// beside TryAcquire and Release (locktest.BenchSharedAcquireRelease).
+func BenchmarkShared(b *testing.B) {
+	locktest.BenchSharedAcquireRelease(b, newLock(b, newClient(b, testenv.Redis(b).Addr())))
+}
+
+// BenchmarkGroup4: an all-of grant of 4 keys and its release, one round
+// trip each, beside 4 sequential TryAcquire and 4 Release
+// (locktest.BenchGroup).
+func BenchmarkGroup4(b *testing.B) {
+	locktest.BenchGroup(b, newLock(b, newClient(b, testenv.Redis(b).Addr())), 4)
+}
+
+// BenchmarkReadersWriter: 8 readers and 1 writer on one key, each with a
+// Lock (and client) of its own (locktest.BenchReadersWriter). Run it with
+// -benchtime 10s.
+func BenchmarkReadersWriter(b *testing.B) {
+	addr := testenv.Redis(b).Addr()
+	readers := make([]lock.SharedLock, 8)
+	for i := range readers {
+		readers[i] = newLock(b, newClient(b, addr))
+	}
+	locktest.BenchReadersWriter(b, readers, newLock(b, newClient(b, addr)))
+}
