@@ -253,8 +253,13 @@ func (l *Lock) removeLocked(g *grant) {
 			return
 		}
 		delete(l.grants, g.key)
-	} else if !l.dropShareLocked(g) || len(l.shares[g.key]) > 0 {
-		return // a writer waits for the last share
+	} else if !l.dropShareLocked(g) {
+		return
+	} else if len(l.shares[g.key]) > 0 {
+		// A queued writer waits for the last share: for the expiry of
+		// another one now.
+		l.wakeHeadLocked(g.key)
+		return
 	}
 	l.handOverLocked(g.key, time.Now())
 	l.notifier.Notify(g.key)
@@ -395,6 +400,7 @@ func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
 		return h.lostLocked()
 	}
 	h.g.expires = now.Add(ttl)
+	h.l.wakeHeadLocked(h.g.key) // a queued waiter waits for this expiry
 	return nil
 }
 
