@@ -59,7 +59,9 @@
 // lock.Keep on a share (Keep); every grant's token exceeds every earlier
 // one's, so a writer's fenced write refuses earlier readers (Tokens); and,
 // on a Waiter, a blocked AcquireShared wakes at the writer's release and a
-// blocked Acquire at the last share's, not by polling (Waiter).
+// blocked Acquire at the last share's, not by polling (Waiter); on an
+// Inspector, List reports each share (Grant.Shared) and Inspect the one
+// that expires first (Inspector).
 //
 // When the backend is a lock.GroupLock, Group/… checks its all-of grants:
 // a refused TryAcquireAll holds none of its keys (NoPartial); overlapping
@@ -70,7 +72,8 @@
 // (ExtendRelease); an abandoned group's keys free within ttl + slack and
 // its Extend and Release return ErrLost (Expiry); two overlapping
 // AcquireAll waiters both finish (OverlappingWaiters); duplicate keys, no
-// keys or too many are refused with ErrInvalidArgument (BadInput).
+// keys or too many are refused with ErrInvalidArgument (BadInput); on an
+// Inspector, the grants of one group share a Group id (Inspector).
 //
 // RunProcessFaults runs a holder in a child process (the test binary,
 // re-executed; its TestMain must call HolderMain) and kills it with SIGKILL

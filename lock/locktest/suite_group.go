@@ -359,3 +359,36 @@ func (s *suite) groupBadInput(t *testing.T) {
 		t.Fatalf("group Release: %v", err)
 	}
 }
+
+// groupInspector, on an Inspector: the grants of one group carry one
+// non-empty Group, and another group's differs.
+func (s *suite) groupInspector(t *testing.T) {
+	skipUnless[lock.Inspector](t, s)
+	a := s.newGroup(t)
+	in := a.(lock.Inspector)
+	keys := s.groupKeys(t, 4)
+	g1 := s.mustGroup(t, a, keys[:2], s.cfg.longTTL)
+	g2 := s.mustGroup(t, a, keys[2:], s.cfg.longTTL)
+	list, err := in.List(ctxFor(t, 30*time.Second), s.key(t, ""))
+	if err != nil || len(list) != 4 {
+		t.Fatalf("List of two groups of two keys = %+v, %v", list, err)
+	}
+	byKey := map[string]lock.Grant{}
+	for _, g := range list {
+		byKey[g.Key] = g
+	}
+	for i, k := range keys {
+		if byKey[k].Token != append(g1.Tokens(), g2.Tokens()...)[i] || byKey[k].Shared {
+			t.Fatalf("List entry of %q = %+v, want the group's token", k, byKey[k])
+		}
+	}
+	one, other := byKey[keys[0]].Group, byKey[keys[2]].Group
+	if one == "" || one != byKey[keys[1]].Group || other != byKey[keys[3]].Group || one == other {
+		t.Fatalf("Group ids %q, %q, %q, %q: want one per group, not empty", one, byKey[keys[1]].Group, other, byKey[keys[3]].Group)
+	}
+	for _, g := range []lock.Group{g1, g2} {
+		if err := g.Release(ctxFor(t, 10*time.Second)); err != nil {
+			t.Fatalf("group Release: %v", err)
+		}
+	}
+}
