@@ -22,13 +22,14 @@
 // It is not a distributed lock: two processes never see each other's
 // grants. It works under testing/synctest, where its clock is the bubble's.
 //
-// Expired grants are dropped when their key is next touched or listed, so a
-// process that takes many distinct keys once keeps their entries until then.
+// Expired grants (and writers' marks) are dropped when their key is next
+// touched or listed, so a process that takes many distinct keys once keeps
+// their entries until then.
 //
 // Limits: lock.DefaultLimits (any ttl above 0 up to lock.MaxTTL, 366 days;
-// up to lock.MaxKeys, 4096, keys per TryAcquireAny or Subscribe; keys of 1
-// to lock.MaxKeyLen bytes). Input out of them is an error matching
-// lock.ErrInvalidArgument.
+// up to lock.MaxKeys, 4096, keys per TryAcquireAny, TryAcquireAll or
+// Subscribe; keys of 1 to lock.MaxKeyLen bytes). Input out of them is an
+// error matching lock.ErrInvalidArgument.
 package memlock
 
 import (
@@ -342,6 +343,11 @@ func (l *Lock) List(ctx context.Context, prefix string) ([]lock.Grant, error) {
 			continue
 		}
 		out = append(out, g.info(now))
+	}
+	for k, until := range l.intents {
+		if strings.HasPrefix(k, prefix) && !now.Before(until) {
+			delete(l.intents, k)
+		}
 	}
 	for k := range l.shares {
 		if !strings.HasPrefix(k, prefix) {
