@@ -90,6 +90,13 @@ var brokenBackends = map[string]struct {
 		mustFail: []string{"Group/NoPartial"},
 		mustSay:  []string{"left a partial grant"},
 	},
+	// A refused TryAcquireAll reports the shortest remaining ttl of the
+	// held keys, not the longest: AcquireAll then retries too early.
+	"all-of-shortest-remaining": {
+		wrap:     func(l *memlock.Lock) lock.Lock { return &shortestRemaining{l} },
+		mustFail: []string{"Group/Conflict"},
+		mustSay:  []string{"want the longest held key's"},
+	},
 	// Every failed attempt leaves a goroutine behind.
 	"leaks-goroutines": {
 		wrap:     func(l *memlock.Lock) lock.Lock { return &leaksGoroutines{l} },
@@ -406,4 +413,24 @@ func (g *handleGroup) Release(ctx context.Context) error {
 		errs = append(errs, h.Release(ctx))
 	}
 	return errors.Join(errs...)
+}
+
+// shortestRemaining reports the held key that frees first.
+type shortestRemaining struct{ *memlock.Lock }
+
+func (l *shortestRemaining) TryAcquireAll(ctx context.Context, keys []string, ttl time.Duration) (lock.Group, error) {
+	g, err := l.Lock.TryAcquireAll(ctx, keys, ttl)
+	if !errors.Is(err, lock.ErrNotAcquired) {
+		return g, err
+	}
+	var first *lock.NotAcquiredError
+	for _, k := range keys {
+		if h, held, _ := l.Inspect(ctx, k); held && (first == nil || h.Remaining < first.Remaining) {
+			first = &lock.NotAcquiredError{Key: k, Remaining: h.Remaining} // the bug
+		}
+	}
+	if first == nil {
+		return nil, err
+	}
+	return nil, first
 }

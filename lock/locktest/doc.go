@@ -87,8 +87,9 @@
 // attempt, one whose ttl conversion overflows, one that fails as
 // unavailable below its stated MaxKeys, shares granted beside a writer, a
 // writer whose intent is never marked, share tokens apart from the
-// writers', an all-of grant that keeps the keys it took on conflict) and
-// check that it reports each one.
+// writers', an all-of grant that keeps the keys it took on conflict, one
+// whose refusal reports the shortest remaining ttl) and check that it
+// reports each one.
 //
 // BenchSharedAcquireRelease, BenchGroup and BenchReadersWriter measure the
 // shared and all-of shapes, as BenchTryAcquireRelease and BenchHandoff do
