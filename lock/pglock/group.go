@@ -38,8 +38,10 @@ type groupKeys struct {
 // held key with the longest remaining ttl among the set's holders. Each key
 // draws its own token from the sequence; the group's keys and tokens are
 // recorded (table leasehold_group_keys) for Inspect and List, whose
-// Grant.Group is the group's first token. At most MaxGroupKeys keys; a full
-// lock table gives ErrLockTableFull.
+// Grant.Group is the group's first token. A refusal holds new shared
+// grants of the set's keys held shared off for lock.IntentTTL, as
+// TryAcquire's does. At most MaxGroupKeys keys; a full lock table gives
+// ErrLockTableFull.
 func (l *Lock) TryAcquireAll(ctx context.Context, keys []string, ttl time.Duration) (g lock.Group, err error) {
 	if err := backendkit.ValidateGroup(ctx, keys, ttl, groupLimits); err != nil {
 		return nil, err

@@ -418,7 +418,9 @@ func ms(d time.Duration) string {
 }
 
 // TryAcquire implements lock.Lock in one round trip on a connection of its
-// own, which the grant keeps until Release.
+// own, which the grant keeps until Release. Refused because the key is
+// held shared, it holds new shared grants off for lock.IntentTTL (see
+// TryAcquireShared).
 func (l *Lock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
 	if err := backendkit.Validate(ctx, key, ttl, limits); err != nil {
 		return nil, err

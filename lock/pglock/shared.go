@@ -15,14 +15,15 @@ import (
 // grants' (so it is larger than every earlier grant's), the ttl is the
 // session's idle_session_timeout, and the quarantine applies.
 //
-// It is refused (ErrNotAcquired) while an exclusive grant holds the key,
-// and also while a session waits in the server's queue for an exclusive
-// grant of it (AcquireQueued, which lock.Acquire uses): the server's lock
-// manager refuses a request that conflicts with a queued one. So a reader
-// is refused for as long as a writer waits in the queue, until the writer
-// has been granted and has released; a writer that stops waiting (its
-// context ends, or its session does) leaves the queue at once. A refused
-// TryAcquire leaves no mark (see the package documentation).
+// It is refused (ErrNotAcquired) while an exclusive grant holds the key;
+// while a session waits in the server's queue for an exclusive grant of it
+// (AcquireQueued, which lock.Acquire uses), as the server's lock manager
+// refuses a request that conflicts with a queued one; and for
+// lock.IntentTTL after an exclusive TryAcquire or TryAcquireAll was refused
+// because the key was held shared. So a reader is refused while a writer
+// waits in the queue (one whose context or session ends leaves it at once)
+// or holds the key, and for at most lock.IntentTTL after the last refused
+// attempt of a writer that tries.
 func (l *Lock) TryAcquireShared(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
 	if err := backendkit.Validate(ctx, key, ttl, limits); err != nil {
 		return nil, err

@@ -80,7 +80,9 @@ func TestSharedGrants(t *testing.T) {
 	if err := w.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r3, err := a.TryAcquireShared(ctx, key, time.Second)
+	// (The refused exclusive attempt above holds readers off for
+	// lock.IntentTTL: AcquireShared waits for that.)
+	r3, err := lock.AcquireShared(ctx, a, key, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,5 +204,68 @@ func TestSharedHolderSessionEnds(t *testing.T) {
 	defer w.Release(ctx)
 	if late := time.Since(r.ValidUntil()); late > time.Second {
 		t.Fatalf("the writer got the key %v after the share's ValidUntil", late)
+	}
+}
+
+// A refused exclusive TryAcquire (or TryAcquireAll) on a key held shared
+// marks it as wanted by a writer: TryAcquireShared is refused for
+// lock.IntentTTL after it, so the readers drain and the writer's next
+// attempt wins. A refusal by an exclusive holder marks nothing.
+func TestRefusedWriterHoldsReadersOff(t *testing.T) {
+	srv := testenv.Postgres(t)
+	ctx := ctxFor(t, 30*time.Second)
+	readers, writer := newLock(t, srv.DSN()), newLock(t, srv.DSN())
+	for _, via := range []string{"TryAcquire", "TryAcquireAll"} {
+		key := "intent/" + via + "/" + lock.NewOwner()
+		r, err := readers.TryAcquireShared(ctx, key, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if via == "TryAcquire" {
+			_, err = writer.TryAcquire(ctx, key, time.Minute)
+		} else {
+			_, err = writer.TryAcquireAll(ctx, []string{key + "/other", key}, time.Minute)
+		}
+		notAcquired(t, via+" beside a share", err)
+		_, err = readers.TryAcquireShared(ctx, key, time.Minute)
+		var na *lock.NotAcquiredError
+		if !errors.As(err, &na) || na.Remaining <= 0 || na.Remaining > lock.IntentTTL {
+			t.Fatalf("%s: a new reader after a refused writer: %v, want ErrNotAcquired for at most IntentTTL", via, err)
+		}
+		if err := r.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		w, err := writer.TryAcquire(ctx, key, time.Minute)
+		if err != nil {
+			t.Fatalf("%s: the writer after the readers drained: %v", via, err)
+		}
+		if err := w.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r, err = lock.AcquireShared(ctx, readers, key, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	key := "intent/exclusive/" + lock.NewOwner()
+	h, err := writer.TryAcquire(ctx, key, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = readers.TryAcquire(ctx, key, time.Minute)
+	notAcquired(t, "TryAcquire beside an exclusive grant", err)
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err := readers.TryAcquireShared(ctx, key, time.Minute)
+	if err != nil {
+		t.Fatalf("a reader after a writer refused by a writer: %v", err)
+	}
+	if err := r.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,9 +1,12 @@
 package pglock
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/leasehold-go/leasehold/lock"
 )
 
 // The statements. Every operation on a grant is one of them, sent as one
@@ -70,6 +73,16 @@ func buildStatements(schema string, serverMajor int) statements {
 	// than the rest of an acquire; PL/pgSQL plans the query once per session.
 	// v2: v1 cast a ttl of any length (see remaining); v1 is no longer used.
 	fn := qualified(schema, "leasehold_remaining_v2")
+	// refused is fn for a refused exclusive attempt, which also marks the
+	// ids that are held shared as wanted by a writer for lock.IntentTTL
+	// (table intents): TryAcquireShared is refused while the mark lives.
+	refused := qualified(schema, "leasehold_refused_v1")
+	intents := qualified(schema, "leasehold_intents")
+	intentMS := strconv.FormatInt(lock.IntentTTL.Milliseconds(), 10)
+	// intent is the remaining ms of the live writer's mark on $1, NULL
+	// when there is none.
+	intent := `(SELECT (extract(epoch FROM i.until - clock_timestamp()) * 1000)::int8 FROM ` + intents + ` i
+		WHERE i.id = $1::int8 AND i.until > clock_timestamp())`
 	// $1 the id (one key) or ids, $2 the backend pid the client was told,
 	// $3 pooler allowed, $4 ttl setting name, $5 ttl ms, $6 owner, [$7 the
 	// key name or names, $8 namespace].
@@ -104,16 +117,18 @@ func buildStatements(schema string, serverMajor int) statements {
 	grant := grantWith(`nextval('` + seq + `'::regclass)`)
 	sameSession := `($3::bool OR pg_backend_pid() = $2::int4)`
 	hint := func(ids string) string { return `'h' || COALESCE(` + fn + `(` + ids + `)::text, '')` }
+	hintRefused := `'h' || COALESCE(` + refused + `(ARRAY[$1::int8], ` + intentMS + `)::text, '')`
 	// one tries one key; queued waits in the server's queue for it
 	// (pg_advisory_lock returns void, never NULL: the test only orders the
 	// wait before the grant).
-	// (oneShared takes a shared grant of it.)
-	oneWith := func(try string) string {
-		return `SELECT pg_backend_pid(), CASE WHEN NOT ` + sameSession + ` THEN NULL
-	WHEN ` + try + `($1::int8) THEN '1 ' || ` + grant + `
+	// (oneShared takes a shared grant of it unless a writer's mark lives.)
+	one := `SELECT pg_backend_pid(), CASE WHEN NOT ` + sameSession + ` THEN NULL
+	WHEN pg_try_advisory_lock($1::int8) THEN '1 ' || ` + grant + `
+	ELSE ` + hintRefused + ` END`
+	oneShared := `SELECT pg_backend_pid(), CASE WHEN NOT ` + sameSession + ` THEN NULL
+	WHEN ` + intent + ` IS NOT NULL THEN 'h' || ` + intent + `
+	WHEN pg_try_advisory_lock_shared($1::int8) THEN '1 ' || ` + grant + `
 	ELSE ` + hint(`ARRAY[$1::int8]`) + ` END`
-	}
-	one, oneShared := oneWith("pg_try_advisory_lock"), oneWith("pg_try_advisory_lock_shared")
 	queued := `SELECT pg_backend_pid(), CASE WHEN NOT ` + sameSession + ` THEN NULL
 	WHEN pg_advisory_lock($1::int8) IS NOT NULL THEN '1 ' || ` + grant + `
 	ELSE 'h' END`
@@ -172,7 +187,7 @@ SELECT pg_backend_pid(), CASE WHEN idx IS NULL THEN NULL
 )
 SELECT pg_backend_pid(), CASE WHEN a.bad IS NULL OR u.n IS NULL THEN NULL
 	WHEN a.bad = 0 THEN array_to_string(t.toks, ',') || ' ' || ` + grantWith(`t.toks[1]`) + `
-	ELSE 'h' || a.bad || ' ' || COALESCE((SELECT CASE WHEN bool_and(h.rem IS NOT NULL) THEN max(h.rem) END
+	ELSE 'h' || a.bad || ' ' || left(COALESCE(` + refused + `($1::int8[], ` + intentMS + `)::text, ''), 0) || COALESCE((SELECT CASE WHEN bool_and(h.rem IS NOT NULL) THEN max(h.rem) END
 		FROM (SELECT ` + remaining + ` AS rem FROM ` + holders + ` AND ` + lockID + ` = ANY($1::int8[])
 			AND l.pid <> pg_backend_pid()) h)::text, '') END
 FROM a, t, u`
@@ -303,7 +318,8 @@ FROM me`,
 	to_regclass('` + seq + `') IS NOT NULL AND to_regclass('` + keys + `') IS NOT NULL
 	AND to_regclass('` + claims + `') IS NOT NULL AND to_regclass('` + incarnations + `') IS NOT NULL
 	AND to_regclass('` + groups + `') IS NOT NULL
-	AND to_regprocedure('` + fn + `(bigint[])') IS NOT NULL`,
+	AND to_regprocedure('` + fn + `(bigint[])') IS NOT NULL
+	AND to_regclass('` + intents + `') IS NOT NULL AND to_regprocedure('` + refused + `(bigint[],bigint)') IS NOT NULL`,
 		setup: []string{
 			`CREATE SEQUENCE IF NOT EXISTS ` + seq + ` AS bigint MINVALUE 1`,
 			`CREATE TABLE IF NOT EXISTS ` + keys + ` (id bigint PRIMARY KEY, namespace text NOT NULL, key bytea NOT NULL)`,
@@ -319,6 +335,22 @@ FROM me`,
 			`CREATE FUNCTION ` + fn + `(ids bigint[]) RETURNS bigint LANGUAGE plpgsql STABLE AS $fn$
 BEGIN
 	RETURN (SELECT min(` + remaining + `) FROM ` + holders + ` AND ` + lockID + ` = ANY(ids));
+END
+$fn$`,
+			// Writers' marks (lock.IntentTTL), never needed after a crash.
+			`CREATE UNLOGGED TABLE IF NOT EXISTS ` + intents + ` (id bigint PRIMARY KEY, until timestamptz NOT NULL)`,
+			`CREATE FUNCTION ` + refused + `(ids bigint[], ms bigint) RETURNS bigint LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+	rem bigint;
+	shared bigint[];
+BEGIN
+	SELECT min(` + remaining + `), array_agg(DISTINCT ` + lockID + `) FILTER (WHERE l.mode = 'ShareLock')
+	  INTO rem, shared FROM ` + holders + ` AND ` + lockID + ` = ANY(ids);
+	IF shared IS NOT NULL THEN
+		INSERT INTO ` + intents + ` AS i (id, until) SELECT unnest(shared), clock_timestamp() + ms * interval '1 millisecond'
+		ON CONFLICT (id) DO UPDATE SET until = EXCLUDED.until;
+	END IF;
+	RETURN rem;
 END
 $fn$`,
 		},
