@@ -191,3 +191,50 @@ func TestOverlappingGroupWaiters(t *testing.T) {
 		}
 	}
 }
+
+// The rows a group leaves in leasehold_group_keys when its session ends
+// without a Release are deleted by later releases, and never show in
+// Inspect meanwhile.
+func TestGroupRowsOfEndedSessions(t *testing.T) {
+	srv := testenv.NewPostgres(t)
+	ctx := ctxFor(t, 30*time.Second)
+	admin := connect(t, srv.DSN())
+	l := newLock(t, srv.DSN())
+	rows := func() (n int) {
+		t.Helper()
+		if err := admin.QueryRow(ctx, "SELECT count(*) FROM leasehold_group_keys").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for i := range 3 {
+		g, err := l.TryAcquireAll(ctx, []string{fmt.Sprint("ended/", i, "/a"), fmt.Sprint("ended/", i, "/b")}, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.Exec(ctx, `SELECT pg_terminate_backend(pid, 5000) FROM pg_locks
+			WHERE locktype = 'advisory' AND objsubid = 1 AND ((classid::int8 << 32) | objid::int8) = $1`,
+			pglock.ID(pglock.DefaultNamespace, g.Keys()[0])); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Release(ctx); !errors.Is(err, lock.ErrLost) {
+			t.Fatalf("Release of a terminated group: %v, want ErrLost", err)
+		}
+	}
+	if n := rows(); n != 6 {
+		t.Fatalf("%d rows left by ended sessions, want 6", n)
+	}
+	if _, ok, err := l.Inspect(ctx, "ended/0/a"); err != nil || ok {
+		t.Fatalf("Inspect of an ended group's key: %v, %v", ok, err)
+	}
+	g, err := l.TryAcquireAll(ctx, []string{"ended/x", "ended/y"}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := rows(); n != 0 {
+		t.Fatalf("%d rows after a release, want 0", n)
+	}
+}

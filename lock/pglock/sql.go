@@ -209,12 +209,17 @@ FROM a, t, u`
 	WHEN ` + unlock + `($1::int8) THEN CASE WHEN pg_notify($6::text, $7::text) IS NOT NULL THEN 'n' END END`
 	}
 	// (A group holds one session's locks: only this statement's keys.
-	// The notifications go out first, as for one key.)
+	// The notifications go out first, as for one key. It deletes the
+	// session's rows of leasehold_group_keys, and a few left by sessions
+	// that ended without a release.)
 	releaseAll := `WITH w AS MATERIALIZED (
 	SELECT count(pg_notify($6::text, k.p)) AS n FROM unnest($4::int4[], $5::int4[], $7::text[]) AS k(hi, lo, p)
 	WHERE NOT pg_try_advisory_xact_lock(k.hi, k.lo)
 ), d AS (
-	DELETE FROM ` + groups + ` WHERE pid = pg_backend_pid()
+	DELETE FROM ` + groups + ` WHERE pid = pg_backend_pid() OR (pid, id) IN (
+		SELECT x.pid, x.id FROM ` + groups + ` x WHERE NOT EXISTS (
+			SELECT 1 FROM pg_stat_get_activity(x.pid) s WHERE s.backend_start = x.started)
+		LIMIT 8 FOR UPDATE SKIP LOCKED)
 )
 SELECT left(set_config($2::text, $3::text, false), 0)
 	|| (SELECT count(*) FILTER (WHERE pg_advisory_unlock(k.id)) FROM unnest($1::int8[]) AS k(id)) FROM w`
@@ -347,6 +352,8 @@ BEGIN
 	SELECT min(` + remaining + `), array_agg(DISTINCT ` + lockID + `) FILTER (WHERE l.mode = 'ShareLock')
 	  INTO rem, shared FROM ` + holders + ` AND ` + lockID + ` = ANY(ids);
 	IF shared IS NOT NULL THEN
+		DELETE FROM ` + intents + ` WHERE id IN (SELECT id FROM ` + intents + `
+			WHERE until < clock_timestamp() - interval '1 minute' LIMIT 8 FOR UPDATE SKIP LOCKED);
 		INSERT INTO ` + intents + ` AS i (id, until) SELECT unnest(shared), clock_timestamp() + ms * interval '1 millisecond'
 		ON CONFLICT (id) DO UPDATE SET until = EXCLUDED.until;
 	END IF;
