@@ -117,7 +117,10 @@ func ExampleSetupStatements() {
 	// CREATE TABLE IF NOT EXISTS "locks"."leasehold_claims"
 	// CREATE INDEX IF NOT EXISTS leasehold_claims_until ON "locks"."leasehold_claims"
 	// CREATE TABLE IF NOT EXISTS "locks"."leasehold_incarnations"
+	// CREATE UNLOGGED TABLE IF NOT EXISTS "locks"."leasehold_group_keys"
 	// CREATE FUNCTION "locks"."leasehold_remaining_v2"
+	// CREATE UNLOGGED TABLE IF NOT EXISTS "locks"."leasehold_intents"
+	// CREATE FUNCTION "locks"."leasehold_refused_v1"
 }
 
 // Through PgBouncer in session mode (pool_mode=session, port 6432): each
