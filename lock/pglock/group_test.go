@@ -48,6 +48,10 @@ func TestGroup(t *testing.T) {
 		t.Fatalf("List = %+v, %v", list, err)
 	}
 
+	_, err = b.TryAcquireShared(ctx, keys[2], time.Second)
+	if !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("a share of a group's key: %v, want ErrNotAcquired", err)
+	}
 	short, err := b.TryAcquire(ctx, p+"d", 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
