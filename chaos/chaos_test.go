@@ -64,6 +64,20 @@ func TestNemesisSemaphore(t *testing.T) {
 	}
 }
 
+// The reader-writer workload: four workers take one key shared or
+// exclusive at random; writers write to a fenced resource, and no share's
+// validity may overlap a writer's.
+func TestNemesisReadersWriter(t *testing.T) {
+	for name, tg := range map[string]func(*testing.T) target{"redis": redisTarget, "postgres": postgresTarget, "etcd": etcdTarget} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			c := chaosConfig(t)
+			c.rw = true
+			runNemesis(t, tg(t), c)
+		})
+	}
+}
+
 // The leader workload: four candidates, term-stamped writes.
 func TestNemesisLeader(t *testing.T) {
 	for name, tg := range map[string]func(*testing.T) target{"redis": redisTarget, "postgres": postgresTarget, "etcd": etcdTarget} {

@@ -16,6 +16,7 @@ func TestCheckerCatchesViolations(t *testing.T) {
 	ok := func(worker int, token uint64, from, to int) grant {
 		return grant{Worker: worker, Token: token, Start: at(from), End: at(to), ValidUntil: at(to + 100), Release: "ok", ReleaseEnd: at(to + 1)}
 	}
+	share := func(g grant) grant { g.Shared = true; return g }
 	for _, c := range []struct {
 		name string
 		h    *history
@@ -31,6 +32,13 @@ func TestCheckerCatchesViolations(t *testing.T) {
 		// work ended, while the Release was on its way; it was flagged.
 		{"a restart while the Release was on its way", &history{Grants: []grant{{Worker: 0, Token: 1, Start: at(0), End: at(50), ValidUntil: at(500), Release: "lost", ReleaseEnd: at(60)}},
 			Losses: []time.Time{at(55)}}, ""},
+		// The reader-writer workload: shares overlap each other only.
+		{"shares overlap", &history{Grants: []grant{share(ok(0, 1, 0, 200)), share(ok(1, 2, 100, 300)), ok(2, 3, 310, 400)}}, ""},
+		{"shares reply out of token order", &history{Grants: []grant{share(ok(0, 2, 0, 200)), share(ok(1, 1, 10, 300)), ok(2, 3, 310, 400)}}, ""},
+		{"a share overlaps a writer", &history{Grants: []grant{ok(0, 1, 0, 200), share(ok(1, 2, 150, 300))}}, "grant safety"},
+		{"a writer overlaps a share", &history{Grants: []grant{share(ok(0, 1, 0, 200)), share(ok(1, 2, 10, 100)), ok(2, 3, 150, 300)}}, "grant safety"},
+		{"a writer's token below a share's", &history{Grants: []grant{share(ok(0, 5, 0, 100)), ok(1, 4, 150, 300)}}, "fencing"},
+		{"a share's token below a writer's", &history{Grants: []grant{ok(0, 5, 0, 100), share(ok(1, 4, 150, 300))}}, "fencing"},
 		{"overlap with an earlier, longer grant", &history{Grants: []grant{ok(0, 1, 0, 500), ok(1, 2, 600, 700), ok(2, 3, 400, 450)}}, "grant safety"},
 		{"semaphore over its size", &history{Limit: 2, Grants: []grant{
 			{Worker: 0, Key: "s0", Token: 1, Start: at(0), End: at(100), ValidUntil: at(200), Release: "ok"},

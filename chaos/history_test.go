@@ -31,6 +31,9 @@ type grant struct {
 	// Kept: the worker kept the grant with lock.Keep, and ValidUntil is
 	// its lease's (the lock and semaphore workloads).
 	Kept bool
+	// Shared: a shared grant (the reader-writer workload), which may
+	// overlap other shared grants of its key, never an exclusive one.
+	Shared bool
 }
 
 // write is one write a worker sent to the fenced resource.
@@ -428,8 +431,11 @@ func (h *history) save() string {
 // check returns every violation of the contract in the history.
 //
 //   - Grant safety and conservative validity: no two grants' intervals
-//     overlap (the workers' intervals lie inside the real grants).
-//   - Fencing: between grants in time order, tokens strictly increase.
+//     overlap (the workers' intervals lie inside the real grants), except
+//     two shared grants'.
+//   - Fencing: between grants in time order, tokens strictly increase
+//     (a shared grant's only above the earlier exclusive grants': shares
+//     granted at once may reply in any order).
 //   - Loss reported: no worker that was not stalled wrote outside its
 //     grant's interval, and a grant whose interval ended before its
 //     release saw the loss.
@@ -456,25 +462,42 @@ func (h *history) check() []string {
 		}
 	}
 	sort.Slice(gs, func(i, j int) bool { return gs[i].Start.Before(gs[j].Start) })
-	bad = append(bad, h.checkLimit(gs)...)
-	last := map[string]grant{}    // the previous grant of each key
-	longest := map[string]grant{} // the grant of each key that ends last so far
+	bad = append(bad, h.checkLimit(exclusive(gs))...)
+	// Of each key, so far: the grant that ends last (all, and exclusive
+	// ones), and the one with the largest token (all, and exclusive ones).
+	longest, longestExcl := map[string]grant{}, map[string]grant{}
+	top, topExcl := map[string]grant{}, map[string]grant{}
 	for _, cur := range gs {
-		prev, seen := last[cur.Key]
-		last[cur.Key] = cur
-		if !seen {
-			longest[cur.Key] = cur
-			continue
+		// An exclusive grant overlaps no earlier grant; a shared one no
+		// earlier exclusive grant.
+		l, seen := longest[cur.Key]
+		if cur.Shared {
+			l, seen = longestExcl[cur.Key]
 		}
-		if l := longest[cur.Key]; cur.Start.Before(l.End) && !h.cutByRestart(l) {
+		if seen && cur.Start.Before(l.End) && !h.cutByRestart(l) {
 			bad = append(bad, fmt.Sprintf("grant safety: worker %d token %d [%s, %s] overlaps worker %d token %d [%s, %s]",
 				l.Worker, l.Token, ts(l.Start), ts(l.End), cur.Worker, cur.Token, ts(cur.Start), ts(cur.End)))
 		}
-		if cur.End.After(longest[cur.Key].End) {
+		prev, seen := top[cur.Key]
+		if cur.Shared {
+			prev, seen = topExcl[cur.Key]
+		}
+		if seen && cur.Token <= prev.Token {
+			bad = append(bad, fmt.Sprintf("fencing: token %d granted at %s after token %d at %s", cur.Token, ts(cur.Start), prev.Token, ts(prev.Start)))
+		}
+		if e, ok := longest[cur.Key]; !ok || cur.End.After(e.End) {
 			longest[cur.Key] = cur
 		}
-		if cur.Token <= prev.Token {
-			bad = append(bad, fmt.Sprintf("fencing: token %d granted at %s after token %d at %s", cur.Token, ts(cur.Start), prev.Token, ts(prev.Start)))
+		if t, ok := top[cur.Key]; !ok || cur.Token > t.Token {
+			top[cur.Key] = cur
+		}
+		if !cur.Shared {
+			if e, ok := longestExcl[cur.Key]; !ok || cur.End.After(e.End) {
+				longestExcl[cur.Key] = cur
+			}
+			if t, ok := topExcl[cur.Key]; !ok || cur.Token > t.Token {
+				topExcl[cur.Key] = cur
+			}
 		}
 	}
 	type keyToken struct {
@@ -511,6 +534,18 @@ func (h *history) check() []string {
 		}
 	}
 	return bad
+}
+
+// exclusive returns the grants of gs that are not shared: the ones the
+// limit counts.
+func exclusive(gs []grant) []grant {
+	var out []grant
+	for _, g := range gs {
+		if !g.Shared {
+			out = append(out, g)
+		}
+	}
+	return out
 }
 
 // overlaps measures the grant-safety violations of the history: the

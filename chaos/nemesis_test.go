@@ -66,6 +66,10 @@ type config struct {
 	timers   int  // n > 0: the timers workload, MaxConcurrency n
 	perTick  int  // the timers workload: WithRunsPerTick(perTick) when > 1
 	jobs     bool // the jobs workload: a jobs.Runner per worker, crashes, a completion ledger
+	// rw: the reader-writer workload: each worker takes the key shared
+	// (a reader, two times in three) or exclusive (a writer, with fenced
+	// writes), at random.
+	rw bool
 	// name tells apart runs that share a server (the failover runs): it
 	// ends the key.
 	name      string
@@ -291,6 +295,23 @@ func startRun(t *testing.T, tg target, c config, ctx context.Context) *run {
 			}
 			acquire = func(ctx context.Context) (lock.Handle, error) { return sem.AcquirePermit(ctx, tg.ttl) }
 		}
+		if c.rw {
+			sl, ok := l.(lock.SharedLock)
+			if !ok {
+				t.Fatalf("%s: %T is not a lock.SharedLock", tg.name, l)
+			}
+			pick := rand.New(rand.NewPCG(uint64(seed), 2))
+			acquire = func(ctx context.Context) (lock.Handle, error) {
+				if pick.IntN(3) == 0 {
+					return lock.Acquire(ctx, l, key, tg.ttl)
+				}
+				h, err := lock.AcquireShared(ctx, sl, key, tg.ttl)
+				if err != nil {
+					return nil, err
+				}
+				return sharedHandle{h}, nil
+			}
+		}
 		stall := r.stall[i]
 		switch {
 		case c.jobs:
@@ -487,7 +508,8 @@ func work(ctx context.Context, id int, acquire func(context.Context) (lock.Handl
 		if err != nil {
 			continue
 		}
-		g := grant{Worker: id, Key: hd.Key(), Token: hd.Token(), Start: time.Now()}
+		_, shared := hd.(sharedHandle)
+		g := grant{Worker: id, Key: hd.Key(), Token: hd.Token(), Start: time.Now(), Shared: shared}
 		fence := fenceFor(hd.Key())
 		ph := &pausable{Handle: hd}
 		lease, err := lock.Keep(context.Background(), ph, ttl)
@@ -510,16 +532,21 @@ func work(ctx context.Context, id int, acquire func(context.Context) (lock.Handl
 			case d := <-stall:
 				g.Stalled = true
 				ph.pause(d) // the pause: neither the work nor the renewals run
-				accepted := fence.Do(g.Token, nil) == nil
-				h.addWrite(write{Worker: id, Key: g.Key, Token: g.Token, At: time.Now(), Accepted: accepted, Stalled: true})
+				// Readers read: only writers write to the fenced resource.
+				if !shared {
+					accepted := fence.Do(g.Token, nil) == nil
+					h.addWrite(write{Worker: id, Key: g.Key, Token: g.Token, At: time.Now(), Accepted: accepted, Stalled: true})
+				}
 			default:
 			}
 			now := time.Now()
 			if lease.Context().Err() != nil || !now.Before(lease.ValidUntil()) {
 				break
 			}
-			accepted := fence.Do(g.Token, nil) == nil
-			h.addWrite(write{Worker: id, Key: g.Key, Token: g.Token, At: now, Accepted: accepted})
+			if !shared {
+				accepted := fence.Do(g.Token, nil) == nil
+				h.addWrite(write{Worker: id, Key: g.Key, Token: g.Token, At: now, Accepted: accepted})
+			}
 			time.Sleep(time.Duration(5+rng.IntN(20)) * time.Millisecond)
 			if g.Stalled {
 				break
@@ -562,6 +589,9 @@ func work(ctx context.Context, id int, acquire func(context.Context) (lock.Handl
 		h.addGrant(g)
 	}
 }
+
+// sharedHandle marks a shared grant of the reader-writer workload.
+type sharedHandle struct{ lock.Handle }
 
 // pausable stalls a handle's renewals as a paused process would.
 type pausable struct {

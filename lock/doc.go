@@ -38,6 +38,18 @@
 // the same for a grant already held. fn's context carries the token
 // (TokenFrom).
 //
+// # Shared and all-of grants
+//
+// Every backend is also a SharedLock and a GroupLock. A SharedLock grants
+// a key shared (TryAcquireShared: many readers at once) or exclusive (its
+// TryAcquire: one writer, and no reader beside it); a waiting writer stops
+// new shared grants, so readers cannot starve it, and every grant's token,
+// shared or exclusive, exceeds every earlier grant's of the key. A
+// GroupLock grants every key of a set or none (TryAcquireAll), each key
+// with its own token, extended and released together; since no attempt
+// holds part of a set, waiting for sets cannot deadlock. AcquireShared,
+// DoShared, AcquireAll and DoAll are the helpers of both shapes.
+//
 // # What no lease can promise
 //
 // A holder that is paused (GC, SIGSTOP, a VM migration) may go on writing

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -61,10 +62,18 @@ func (e *env) locks(ctx context.Context, src *ops.Source, prefix string) error {
 	}
 	shown := gs[:min(len(gs), e.c.limit)]
 	rows := make([]string, len(shown))
+	groups := slices.ContainsFunc(shown, func(g ops.Grant) bool { return g.Group != "" })
 	for i, g := range shown {
-		rows[i] = row(g.Key, g.Owner, g.Token, ops.MS(g.RemainingMS), ops.Ago(g.Since, e.now()))
+		rows[i] = row(g.Key, g.Holder(), g.Token, ops.MS(g.RemainingMS), ops.Ago(g.Since, e.now()))
+		if groups {
+			rows[i] += "\t" + g.Group
+		}
 	}
-	table(e.stdout, "KEY\tOWNER\tTOKEN\tREMAINING\tSINCE", rows)
+	header := "KEY\tOWNER\tTOKEN\tREMAINING\tSINCE"
+	if groups { // all-of grants: the keys granted together share a group
+		header += "\tGROUP"
+	}
+	table(e.stdout, header, rows)
 	e.more(int64(len(gs)-len(shown)), "grants")
 	return nil
 }
@@ -241,7 +250,7 @@ func (e *env) release(ctx context.Context, src *ops.Source, key string, force bo
 	}
 	if !force {
 		return usagef("--force is required to release a key held by someone else: %s is held by %s (token %d, %s left); re-run with --force to remove the grant (the holder's resource must check fencing tokens)",
-			strconv.Quote(key), ops.Show(g.Owner), g.Token, ops.MS(g.RemainingMS))
+			strconv.Quote(key), ops.Show(g.Holder()), g.Token, ops.MS(g.RemainingMS))
 	}
 	if err := src.ForceRelease(ctx, key); err != nil {
 		return err
@@ -249,6 +258,6 @@ func (e *env) release(ctx context.Context, src *ops.Source, key string, force bo
 	if e.c.json {
 		return e.printJSON(map[string]any{"released": g})
 	}
-	fmt.Fprintf(e.stdout, "released %q (was held by %s, token %d)\n", key, ops.Show(g.Owner), g.Token)
+	fmt.Fprintf(e.stdout, "released %q (was held by %s, token %d)\n", key, ops.Show(g.Holder()), g.Token)
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/leasehold-go/leasehold/jobs"
@@ -19,6 +21,11 @@ var ErrNotFound = errors.New("not found")
 
 // Grant is a grant as the views show it. Durations are in milliseconds in
 // JSON; Since is omitted when the backend does not record it.
+//
+// A key held shared (lock.SharedLock) is one Grant for all its shares:
+// Shares counts them, Owners lists their owners, and the rest describes
+// the share that expires first. Group names the all-of grant
+// (lock.GroupLock) a grant belongs to.
 type Grant struct {
 	Key         string     `json:"key"`
 	KeyBase64   string     `json:"key_base64,omitempty"` // the key's bytes when it is not valid UTF-8
@@ -26,10 +33,51 @@ type Grant struct {
 	Token       uint64     `json:"token"`
 	RemainingMS int64      `json:"remaining_ms"`
 	Since       *time.Time `json:"since,omitempty"`
+	Shares      int        `json:"shares,omitempty"`
+	Owners      []string   `json:"owners,omitempty"`
+	Group       string     `json:"group,omitempty"`
 }
 
 func grantOf(g lock.Grant) Grant {
-	return Grant{Key: g.Key, KeyBase64: Base64(g.Key), Owner: g.Owner, Token: g.Token, RemainingMS: g.Remaining.Milliseconds(), Since: timePtr(g.Since)}
+	v := Grant{Key: g.Key, KeyBase64: Base64(g.Key), Owner: g.Owner, Token: g.Token, RemainingMS: g.Remaining.Milliseconds(),
+		Since: timePtr(g.Since), Group: g.Group}
+	if g.Shared {
+		v.Shares, v.Owners = 1, []string{g.Owner}
+	}
+	return v
+}
+
+// Holder is who holds the grant, as a table shows it: the owner, or for a
+// key held shared the number of shares and their owners.
+func (g Grant) Holder() string {
+	if g.Shares == 0 {
+		return g.Owner
+	}
+	return fmt.Sprintf("%d shared: %s", g.Shares, strings.Join(g.Owners, ", "))
+}
+
+// foldShares makes one Grant of the shares of each key (gs sorted by key,
+// as lock.Inspector's List returns them): their count, their distinct
+// owners in order, and the share that expires first.
+func foldShares(gs []lock.Grant) []Grant {
+	out := make([]Grant, 0, len(gs))
+	for _, g := range gs {
+		v := grantOf(g)
+		if n := len(out); n > 0 && g.Shared && out[n-1].Shares > 0 && out[n-1].Key == g.Key {
+			last := &out[n-1]
+			if !slices.Contains(last.Owners, g.Owner) {
+				last.Owners = append(last.Owners, g.Owner)
+			}
+			shares, owners := last.Shares+1, last.Owners
+			if v.RemainingMS < last.RemainingMS {
+				*last = v
+			}
+			last.Shares, last.Owners = shares, owners
+			continue
+		}
+		out = append(out, v)
+	}
+	return out
 }
 
 func timePtr(t time.Time) *time.Time {
@@ -68,11 +116,7 @@ func (s *Source) Locks(ctx context.Context, prefix string) ([]Grant, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Grant, len(gs))
-	for i, g := range gs {
-		out[i] = grantOf(g)
-	}
-	return out, nil
+	return foldShares(gs), nil
 }
 
 // Slot is one slot of a semaphore.
@@ -415,6 +459,16 @@ func (s *Source) Holder(ctx context.Context, key string) (Grant, error) {
 	}
 	if !ok {
 		return Grant{}, fmt.Errorf("%w: %q is not held", ErrNotFound, key)
+	}
+	if g.Shared { // every share of key, folded into one
+		gs, err := in.List(ctx, key)
+		if err != nil {
+			return Grant{}, err
+		}
+		gs = slices.DeleteFunc(gs, func(o lock.Grant) bool { return o.Key != key || !o.Shared })
+		if len(gs) > 0 {
+			return foldShares(gs)[0], nil
+		}
 	}
 	return grantOf(g), nil
 }
