@@ -133,18 +133,18 @@ func ExampleLock_Inspect() {
 // Many readers hold a key at once; a writer waiting for it stops new
 // readers, so it is not starved.
 func ExampleLock_TryAcquireShared() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	client, err := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:2379"}, DialTimeout: 5 * time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer client.Close()
-	l, err := etcdlock.New(client)
+	l, err := etcdlock.New(client, etcdlock.WithPrefix("myapp/locks/"), etcdlock.WithCommon(lock.Common{Owner: "reader-3"}))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer l.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	// A reader: waits while a writer holds the config or waits for it.
 	err = lock.DoShared(ctx, l, "config/routes", func(ctx context.Context) error {
 		token, _ := lock.TokenFrom(ctx)
@@ -166,18 +166,18 @@ func ExampleLock_TryAcquireShared() {
 
 // Lock an order and its customer together, or neither: one Txn.
 func ExampleLock_TryAcquireAll() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	client, err := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:2379"}, DialTimeout: 5 * time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer client.Close()
-	l, err := etcdlock.New(client)
+	l, err := etcdlock.New(client, etcdlock.WithPrefix("myapp/locks/"))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer l.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	keys := []string{"orders/42", "customers/7"} // at most etcdlock.MaxGroupKeys
 	g, err := l.TryAcquireAll(ctx, keys, time.Minute)
 	var na *lock.NotAcquiredError
