@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -100,6 +101,10 @@ func fillMem(t *testing.T, url string) (stop func()) {
 		})
 	}()
 	<-elected
+	// A key held shared by both hosts, and an all-of grant of two keys.
+	must(a.(lock.SharedLock).TryAcquireShared(ctx, "config", 50*time.Second))
+	must(b.(lock.SharedLock).TryAcquireShared(ctx, "config", 40*time.Second))
+	must(a.(lock.GroupLock).TryAcquireAll(ctx, []string{"transfer/a", "transfer/b"}, 90*time.Second))
 	reg, _, err := ops.OpenRegistry(ctx, url, "", "")
 	if err != nil {
 		t.Fatal(err)
@@ -165,6 +170,16 @@ func TestJSON(t *testing.T) {
 		decode(&locks, "locks", "orders/")
 		if len(locks) != 2 || locks[0]["key"] != "orders/42" || locks[0]["owner"] != "host-a" || locks[0]["remaining_ms"] != 27000.0 {
 			t.Fatalf("locks %v", locks)
+		}
+		var shared []ops.Grant
+		decode(&shared, "locks", "config")
+		if len(shared) != 1 || shared[0].Shares != 2 || !slices.Equal(shared[0].Owners, []string{"host-a", "host-b"}) || shared[0].RemainingMS != 37000 {
+			t.Fatalf("a key held shared by two hosts: %+v", shared)
+		}
+		var group []ops.Grant
+		decode(&group, "locks", "transfer/")
+		if len(group) != 2 || group[0].Group == "" || group[0].Group != group[1].Group || group[0].Token == group[1].Token {
+			t.Fatalf("an all-of grant of two keys: %+v", group)
 		}
 		var sem ops.Semaphore
 		decode(&sem, "semaphore", "db")

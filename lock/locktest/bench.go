@@ -2,7 +2,10 @@ package locktest
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,18 +16,7 @@ import (
 // l: the hot path of every backend. Each backend's benchmark calls it so
 // that the numbers compare.
 func BenchTryAcquireRelease(b *testing.B, l lock.Lock) {
-	ctx := context.Background()
-	key := "locktest/bench/" + randomID()
-	b.ReportAllocs()
-	for b.Loop() {
-		h, err := l.TryAcquire(ctx, key, 30*time.Second)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := h.Release(ctx); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchAcquireRelease(b, l.TryAcquire)
 }
 
 // BenchHandoff measures the handoff latency from a Release on holder to a
@@ -122,4 +114,127 @@ func BenchHandoffProcess(b *testing.B, holder lock.Lock, env []string) {
 	slices.Sort(lat)
 	b.ReportMetric(float64(lat[len(lat)/2])/1e3, "p50-µs")
 	b.ReportMetric(float64(lat[len(lat)*99/100])/1e3, "p99-µs")
+}
+
+// BenchSharedAcquireRelease measures one uncontended TryAcquireShared plus
+// Release on l (sub-benchmark "shared"), and TryAcquire plus Release
+// ("exclusive") for comparison.
+func BenchSharedAcquireRelease(b *testing.B, l lock.SharedLock) {
+	b.Run("shared", func(b *testing.B) { benchAcquireRelease(b, l.TryAcquireShared) })
+	b.Run("exclusive", func(b *testing.B) { benchAcquireRelease(b, l.TryAcquire) })
+}
+
+func benchAcquireRelease(b *testing.B, try func(context.Context, string, time.Duration) (lock.Handle, error)) {
+	ctx := context.Background()
+	key := "locktest/bench/" + randomID()
+	b.ReportAllocs()
+	for b.Loop() {
+		h, err := try(ctx, key, 30*time.Second)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := h.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchGroup measures taking n keys together: TryAcquireAll plus the
+// group's Release (sub-benchmark "all-of"), against n sequential
+// TryAcquire calls plus n Releases ("sequential"). The keys share a hash
+// tag, as an all-of grant's must on Redis Cluster.
+func BenchGroup(b *testing.B, l lock.GroupLock, n int) {
+	ctx := context.Background()
+	keys := make([]string, n)
+	id := randomID()
+	for i := range keys {
+		keys[i] = fmt.Sprintf("locktest/bench/{%s}/%d", id, i)
+	}
+	b.Run("all-of", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			g, err := l.TryAcquireAll(ctx, keys, 30*time.Second)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := g.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("sequential", func(b *testing.B) {
+		b.ReportAllocs()
+		hs := make([]lock.Handle, n)
+		for b.Loop() {
+			for i, k := range keys {
+				h, err := l.TryAcquire(ctx, k, 30*time.Second)
+				if err != nil {
+					b.Fatal(err)
+				}
+				hs[i] = h
+			}
+			for _, h := range hs {
+				if err := h.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+}
+
+// BenchReadersWriter runs readers that re-acquire one key shared back to
+// back (AcquireShared, Release, again) and a writer that takes it
+// exclusively (lock.Acquire, Release, again) for the length of the
+// benchmark, each on its own instance. Run it with a fixed duration
+// (-benchtime 10s); b.N counts the writer's grants. It reports
+// reader-grants/s, writer-grants/s and the writer's longest wait
+// (writer-max-wait-ms).
+func BenchReadersWriter(b *testing.B, readers []lock.SharedLock, writer lock.SharedLock) {
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	key := "locktest/bench/rw/" + randomID()
+	const ttl = 30 * time.Second
+	var reads atomic.Int64
+	var wg sync.WaitGroup
+	for _, r := range readers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				h, err := lock.AcquireShared(ctx, r, key, ttl)
+				if err != nil {
+					if ctx.Err() == nil {
+						b.Error(err)
+					}
+					return
+				}
+				reads.Add(1)
+				if err := h.Release(context.Background()); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	var longest time.Duration
+	start := time.Now()
+	writes := 0
+	for b.Loop() {
+		t0 := time.Now()
+		h, err := lock.Acquire(ctx, writer, key, ttl)
+		if err != nil {
+			b.Fatal(err)
+		}
+		longest = max(longest, time.Since(t0))
+		writes++
+		if err := h.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	elapsed := time.Since(start).Seconds()
+	stop()
+	wg.Wait()
+	b.ReportMetric(float64(reads.Load())/elapsed, "reader-grants/s")
+	b.ReportMetric(float64(writes)/elapsed, "writer-grants/s")
+	b.ReportMetric(float64(longest)/float64(time.Millisecond), "writer-max-wait-ms")
 }

@@ -36,10 +36,7 @@ func Run(t *testing.T, newLock Factory, opts ...Option) {
 	// parallel subtests below start only once these have finished.
 	t.Run("CancelStorm", s.cancelStorm)
 
-	for _, tc := range []struct {
-		name string
-		fn   func(*testing.T)
-	}{
+	parallel(t, []subtest{
 		{"Basics", s.basics},
 		{"BadInput", s.badInput},
 		{"Validity", s.validity},
@@ -57,7 +54,56 @@ func Run(t *testing.T, newLock Factory, opts ...Option) {
 		{"MaxTTL", s.maxTTL},
 		{"MaxKeys", s.maxKeys},
 		{"Inspector", s.inspector},
-	} {
+		{"Shared", s.shared},
+		{"Group", s.group},
+	})
+}
+
+type subtest struct {
+	name string
+	fn   func(*testing.T)
+}
+
+// shared runs the checks of lock.SharedLock as subtests of t.
+func (s *suite) shared(t *testing.T) {
+	skipUnless[lock.SharedLock](t, s)
+	parallel(t, []subtest{
+		{"Basics", s.sharedBasics},
+		{"Intent", s.sharedIntent},
+		{"Exclusion", s.sharedExclusion},
+		{"WriterNotStarved", s.sharedWriterNotStarved},
+		{"Abandoned", s.sharedAbandoned},
+		{"ExtendRelease", s.sharedExtendRelease},
+		{"Keep", s.sharedKeep},
+		{"Tokens", s.sharedTokens},
+		{"Waiter", s.sharedWaiter},
+	})
+}
+
+// group runs the checks of lock.GroupLock as subtests of t.
+func (s *suite) group(t *testing.T) {
+	skipUnless[lock.GroupLock](t, s)
+	parallel(t, []subtest{
+		{"NoPartial", s.groupNoPartial}, {"Contention", s.groupContention},
+		{"Conflict", s.groupConflict}, {"Tokens", s.groupTokens},
+		{"ExtendRelease", s.groupExtendRelease}, {"Expiry", s.groupExpiry},
+		{"OverlappingWaiters", s.groupOverlappingWaiters}, {"BadInput", s.groupBadInput},
+	})
+}
+
+// skipUnless skips t unless the backend implements T.
+func skipUnless[T any](t *testing.T, s *suite) {
+	t.Helper()
+	if probe := s.newLock(t); !implements[T](probe) {
+		t.Skipf("%T does not implement %s", probe, strings.TrimPrefix(fmt.Sprintf("%T", (*T)(nil)), "*"))
+	}
+}
+
+func implements[T any](l lock.Lock) bool { _, ok := l.(T); return ok }
+
+// parallel runs tests as parallel subtests of t.
+func parallel(t *testing.T, tests []subtest) {
+	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			tc.fn(t)
@@ -299,22 +345,40 @@ func (s *suite) expiry(t *testing.T) {
 	a, b, c := s.newLock(t), s.newLock(t), s.newLock(t)
 	key := s.key(t, "k")
 	ha := s.mustAcquire(t, a, key, s.cfg.ttl)
-	hb := acquireWithin(t, b, key, s.cfg.longTTL, s.cfg.ttl+s.cfg.slack, "an abandoned key must free within ttl + slack")
-	if now := time.Now(); now.Before(ha.ValidUntil()) {
-		t.Fatalf("second grant exists %v before the first grant's ValidUntil", ha.ValidUntil().Sub(now))
-	}
-	if hb.Token() <= ha.Token() {
-		t.Fatalf("successor token %d, want > %d", hb.Token(), ha.Token())
-	}
-	expectLost(t, ha.Extend(ctxFor(t, 10*time.Second), s.cfg.ttl), "Extend of an expired, taken-over grant")
-	expectLost(t, ha.Release(ctxFor(t, 10*time.Second)), "Release of an expired, taken-over grant")
-	expectNotAcquired(t, c, key, s.cfg.ttl, "the successor must still hold the key after the old holder's Extend and Release")
+	hb := s.takeOver(t, "grant", ha, ha.Token(), b, c, key)
 	if err := hb.Extend(ctxFor(t, 10*time.Second), s.cfg.longTTL); err != nil {
 		t.Fatalf("successor's Extend after the old holder's Release: %v", err)
 	}
 	if err := hb.Release(ctxFor(t, 10*time.Second)); err != nil {
 		t.Fatalf("successor's Release: %v", err)
 	}
+}
+
+// abandoned is a grant left to expire: a Handle or a Group.
+type abandoned interface {
+	ValidUntil() time.Time
+	Extend(ctx context.Context, ttl time.Duration) error
+	Release(ctx context.Context) error
+}
+
+// takeOver checks the successor of an abandoned grant of key (old, of
+// token): b's Acquire gets key within ttl + slack, not before old's
+// ValidUntil, with a larger token; old's Extend and Release then return
+// ErrLost and leave the successor alone (c is still refused). It returns
+// the successor's grant.
+func (s *suite) takeOver(t testing.TB, what string, old abandoned, token uint64, b, c lock.Lock, key string) lock.Handle {
+	t.Helper()
+	hb := acquireWithin(t, b, key, s.cfg.longTTL, s.cfg.ttl+s.cfg.slack, "an abandoned "+what+" must free within ttl + slack")
+	if now := time.Now(); now.Before(old.ValidUntil()) {
+		t.Fatalf("a successor exists %v before the abandoned %s's ValidUntil", old.ValidUntil().Sub(now), what)
+	}
+	if hb.Token() <= token {
+		t.Fatalf("successor token %d, want > the abandoned %s's %d", hb.Token(), what, token)
+	}
+	expectLost(t, old.Extend(ctxFor(t, 10*time.Second), s.cfg.ttl), "Extend of an expired, taken-over "+what)
+	expectLost(t, old.Release(ctxFor(t, 10*time.Second)), "Release of an expired, taken-over "+what)
+	expectNotAcquired(t, c, key, s.cfg.ttl, "the successor must still hold the key after the old "+what+"'s Extend and Release")
+	return hb
 }
 
 func (s *suite) releaseTwice(t *testing.T) {

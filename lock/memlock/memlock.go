@@ -11,6 +11,13 @@
 // owner takes the key over after expiry, or when ForceRelease removes the
 // grant).
 //
+// It grants keys in both of lock's other shapes. SharedLock: shares with
+// their own expiries and tokens from the same counter; a writer waiting in
+// the queue, or refused because of shares within lock.IntentTTL, holds new
+// shares off, and the last share's release hands the key to the queue's
+// head. GroupLock: TryAcquireAll takes every key of a set or none, under
+// one lock of the table, each key with its own token.
+//
 // It is the embedded default: goroutines of one process share one *Lock.
 // It is not a distributed lock: two processes never see each other's
 // grants. It works under testing/synctest, where its clock is the bubble's.
@@ -28,6 +35,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -51,6 +59,8 @@ type table struct {
 	token    uint64
 	notifier backendkit.Notifier
 	queues   map[string][]*queued // AcquireQueued's waiters, head first
+	shares   map[string][]*grant  // TryAcquireShared's grants, oldest first
+	intents  map[string]time.Time // until when a refused writer holds new shares off
 }
 
 type grant struct {
@@ -59,17 +69,21 @@ type grant struct {
 	token   uint64
 	since   time.Time
 	expires time.Time
+	shared  bool          // a share (TryAcquireShared), in table.shares
+	group   string        // the TryAcquireAll that made it, if one did
 	lost    chan struct{} // made on first Handle.Lost call
 }
 
 var (
-	_ lock.Lock      = (*Lock)(nil)
-	_ lock.Waiter    = (*Lock)(nil)
-	_ lock.MultiLock = (*Lock)(nil)
-	_ lock.Inspector = (*Lock)(nil)
-	_ lock.Owned     = (*Lock)(nil)
-	_ lock.Queue     = (*Lock)(nil)
-	_ lock.Claimer   = (*Lock)(nil)
+	_ lock.Lock       = (*Lock)(nil)
+	_ lock.Waiter     = (*Lock)(nil)
+	_ lock.MultiLock  = (*Lock)(nil)
+	_ lock.Inspector  = (*Lock)(nil)
+	_ lock.Owned      = (*Lock)(nil)
+	_ lock.Queue      = (*Lock)(nil)
+	_ lock.Claimer    = (*Lock)(nil)
+	_ lock.SharedLock = (*Lock)(nil)
+	_ lock.GroupLock  = (*Lock)(nil)
 )
 
 // Option configures New and Share.
@@ -87,7 +101,12 @@ func WithCommon(c lock.Common) Option {
 // that backendkit.CheckOwner refuses), with an error that matches
 // lock.ErrInvalidArgument.
 func New(opts ...Option) (*Lock, error) {
-	return newLock(&table{grants: map[string]*grant{}, queues: map[string][]*queued{}}, opts)
+	return newLock(&table{
+		grants:  map[string]*grant{},
+		queues:  map[string][]*queued{},
+		shares:  map[string][]*grant{},
+		intents: map[string]time.Time{},
+	}, opts)
 }
 
 // Share returns another instance over the same grants, with its own owner
@@ -120,12 +139,18 @@ func (h *handle) Limits() lock.Limits { return lock.DefaultLimits }
 
 // TryAcquire implements lock.Lock.
 func (l *Lock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
+	return l.try(ctx, key, ttl, l.grantLocked)
+}
+
+// try is one attempt of TryAcquire or TryAcquireShared: grant under the
+// table's lock.
+func (l *Lock) try(ctx context.Context, key string, ttl time.Duration, grant func(string, time.Duration, time.Time) (*grant, error)) (lock.Handle, error) {
 	if err := backendkit.Validate(ctx, key, ttl, lock.DefaultLimits); err != nil {
 		return nil, err
 	}
 	start := time.Now()
 	l.mu.Lock()
-	g, err := l.grantLocked(key, ttl, start)
+	g, err := grant(key, ttl, start)
 	l.mu.Unlock()
 	l.metrics.Attempt(ctx, start, err)
 	if err != nil {
@@ -168,32 +193,69 @@ func (l *Lock) TryAcquireAny(ctx context.Context, keys []string, ttl time.Durati
 	return &handle{l: l, g: g}, nil
 }
 
-// grantLocked grants key if it is free or its grant has expired.
+// grantLocked grants key exclusively if it is free or its grant has
+// expired. Refused because of shares, it marks the key as wanted by a
+// writer for lock.IntentTTL; granted, it clears that mark.
 func (l *Lock) grantLocked(key string, ttl time.Duration, now time.Time) (*grant, error) {
+	if err := l.busyLocked(key, now, true); err != nil {
+		return nil, err
+	}
+	delete(l.intents, key)
+	return l.newGrantLocked(key, ttl, now, ""), nil
+}
+
+// busyLocked returns ErrNotAcquired if key has a live exclusive grant or
+// live shares, and drops the expired ones it meets. Refused because of
+// shares, it sets the writer's mark when mark is true.
+func (l *Lock) busyLocked(key string, now time.Time, mark bool) error {
 	if old, ok := l.grants[key]; ok {
 		if now.Before(old.expires) {
-			return nil, backendkit.NotAcquired(key, old.expires.Sub(now))
+			return backendkit.NotAcquired(key, old.expires.Sub(now))
 		}
 		old.markLost()
+		delete(l.grants, key)
 	}
+	if last := l.liveSharesLocked(key, now); !last.IsZero() {
+		if mark {
+			l.intents[key] = now.Add(lock.IntentTTL)
+		}
+		return backendkit.NotAcquired(key, last.Sub(now))
+	}
+	return nil
+}
+
+// newGrantLocked records a grant of key with the next token.
+func (l *Lock) newGrantLocked(key string, ttl time.Duration, now time.Time, group string) *grant {
 	l.token++
-	g := &grant{key: key, owner: l.owner, token: l.token, since: now, expires: now.Add(ttl)}
+	g := &grant{key: key, owner: l.owner, token: l.token, since: now, expires: now.Add(ttl), group: group}
 	l.grants[key] = g
-	return g, nil
+	return g
 }
 
 // currentLocked returns g if it is still the live grant of its key.
 func (l *Lock) currentLocked(g *grant, now time.Time) bool {
-	return l.grants[g.key] == g && now.Before(g.expires)
+	return l.presentLocked(g) && now.Before(g.expires)
 }
 
-// removeLocked drops g (if it is still the key's entry) and wakes the key's
-// subscribers.
-func (l *Lock) removeLocked(g *grant) {
-	if l.grants[g.key] != g {
-		return
+// presentLocked reports whether g is still recorded (live or expired).
+func (l *Lock) presentLocked(g *grant) bool {
+	if g.shared {
+		return slices.Contains(l.shares[g.key], g)
 	}
-	delete(l.grants, g.key)
+	return l.grants[g.key] == g
+}
+
+// removeLocked drops g (if it is still recorded) and, if that frees the
+// key, hands it to the head of its queue and wakes its subscribers.
+func (l *Lock) removeLocked(g *grant) {
+	if !g.shared {
+		if l.grants[g.key] != g {
+			return
+		}
+		delete(l.grants, g.key)
+	} else if !l.dropShareLocked(g) || len(l.shares[g.key]) > 0 {
+		return // a writer waits for the last share
+	}
 	l.handOverLocked(g.key, time.Now())
 	l.notifier.Notify(g.key)
 }
@@ -208,27 +270,32 @@ func (g *grant) markLost() {
 	}
 }
 
-// ForceRelease removes key's current grant whoever holds it, and wakes its
-// waiters. The holder finds out at its next Extend or Release (ErrLost) or
-// through its handle's Lost channel. It reports whether a grant was removed.
+// ForceRelease removes key's current grant whoever holds it (the
+// exclusive grant, or every share), and wakes its waiters. The holders
+// find out at their next Extend or Release (ErrLost) or through their
+// handles' Lost channels. It reports whether a live grant was removed.
 // It is an operator's tool: fencing tokens still protect the resource.
 func (l *Lock) ForceRelease(ctx context.Context, key string) (bool, error) {
 	if err := backendkit.ValidateKey(ctx, key); err != nil {
 		return false, err
 	}
+	now := time.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	g, ok := l.grants[key]
-	if !ok {
-		return false, nil
+	live := false
+	for _, g := range append(slices.Clone(l.shares[key]), l.grants[key]) {
+		if g == nil {
+			continue
+		}
+		live = live || now.Before(g.expires)
+		g.markLost()
+		l.removeLocked(g)
 	}
-	live := time.Now().Before(g.expires)
-	g.markLost()
-	l.removeLocked(g)
 	return live, nil
 }
 
-// Inspect implements lock.Inspector.
+// Inspect implements lock.Inspector: the exclusive grant of key, or of
+// its shares the one that expires first (Grant.Shared).
 func (l *Lock) Inspect(ctx context.Context, key string) (lock.Grant, bool, error) {
 	if err := backendkit.ValidateKey(ctx, key); err != nil {
 		return lock.Grant{}, false, err
@@ -236,14 +303,24 @@ func (l *Lock) Inspect(ctx context.Context, key string) (lock.Grant, bool, error
 	now := time.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	g, ok := l.grants[key]
-	if !ok || !now.Before(g.expires) {
+	if g, ok := l.grants[key]; ok && now.Before(g.expires) {
+		return g.info(now), true, nil
+	}
+	var first *grant
+	for _, g := range l.shares[key] {
+		if now.Before(g.expires) && (first == nil || g.expires.Before(first.expires)) {
+			first = g
+		}
+	}
+	if first == nil {
 		return lock.Grant{}, false, nil
 	}
-	return g.info(now), true, nil
+	return first.info(now), true, nil
 }
 
-// List implements lock.Inspector. It also drops the expired grants it meets.
+// List implements lock.Inspector: one entry per grant, so a key with
+// shares appears once per share. It also drops the expired grants it
+// meets.
 func (l *Lock) List(ctx context.Context, prefix string) ([]lock.Grant, error) {
 	if err := backendkit.CheckContext(ctx); err != nil {
 		return nil, err
@@ -261,13 +338,28 @@ func (l *Lock) List(ctx context.Context, prefix string) ([]lock.Grant, error) {
 		}
 		out = append(out, g.info(now))
 	}
+	for k := range l.shares {
+		if !strings.HasPrefix(k, prefix) {
+			continue
+		}
+		l.liveSharesLocked(k, now)
+		for _, g := range l.shares[k] {
+			out = append(out, g.info(now))
+		}
+	}
 	l.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Key != out[j].Key {
+			return out[i].Key < out[j].Key
+		}
+		return out[i].Token < out[j].Token
+	})
 	return out, nil
 }
 
 func (g *grant) info(now time.Time) lock.Grant {
-	return lock.Grant{Key: g.key, Owner: g.owner, Token: g.token, Remaining: g.expires.Sub(now), Since: g.since}
+	return lock.Grant{Key: g.key, Owner: g.owner, Token: g.token, Remaining: g.expires.Sub(now), Since: g.since,
+		Shared: g.shared, Group: g.group}
 }
 
 // handle is one grant. After Release it stays bound to its grant, which is
@@ -336,7 +428,7 @@ func (h *handle) Lost() <-chan struct{} {
 	defer h.l.mu.Unlock()
 	if h.g.lost == nil {
 		h.g.lost = make(chan struct{})
-		if h.l.grants[h.g.key] != h.g && !h.released {
+		if !h.l.presentLocked(h.g) && !h.released {
 			close(h.g.lost)
 		}
 	}

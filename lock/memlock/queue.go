@@ -2,6 +2,7 @@ package memlock
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/leasehold-go/leasehold/lock"
@@ -13,10 +14,12 @@ type queued struct {
 	l      *Lock         // the instance that waits: the grant is its owner's
 	ttl    time.Duration // the grant's ttl
 	handed chan *grant   // the grant, handed over by a release (buffered)
+	wake   chan struct{} // it became the head: look at the key again (buffered)
 }
 
 // AcquireQueued implements lock.Queue: callers wait for a key first come,
-// first served. A release hands the key to the head of its queue at once
+// first served. While a caller waits, no new share of the key is made
+// (TryAcquireShared), and the release of the last share hands it over. A release hands the key to the head of its queue at once
 // (no caller can take it in between); a grant that expires is taken by
 // the head when its ttl has passed.
 func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
@@ -24,7 +27,7 @@ func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration)
 		return nil, err
 	}
 	start := time.Now()
-	w := &queued{l: l, ttl: ttl, handed: make(chan *grant, 1)}
+	w := &queued{l: l, ttl: ttl, handed: make(chan *grant, 1), wake: make(chan struct{}, 1)}
 	l.mu.Lock()
 	if len(l.queues[key]) == 0 {
 		if g, err := l.grantLocked(key, ttl, start); err == nil {
@@ -38,7 +41,7 @@ func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration)
 		// The head takes an expired grant's key; everyone waits for a
 		// handover, the current grant's expiry, or the end of ctx.
 		now := time.Now()
-		if q := l.queues[key]; q[0] == w {
+		if q := l.queues[key]; len(q) > 0 && q[0] == w {
 			if g, err := l.grantLocked(key, ttl, now); err == nil {
 				l.dequeueLocked(key, w)
 				l.mu.Unlock()
@@ -49,6 +52,8 @@ func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration)
 		wait := time.Hour
 		if g, ok := l.grants[key]; ok && now.Before(g.expires) {
 			wait = g.expires.Sub(now)
+		} else if last := l.liveSharesLocked(key, now); !last.IsZero() {
+			wait = last.Sub(now) // no new share is made while we wait
 		}
 		l.mu.Unlock()
 		timer := time.NewTimer(wait)
@@ -58,6 +63,8 @@ func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration)
 			l.metrics.Attempt(ctx, start, nil)
 			return &handle{l: l, g: g}, nil
 		case <-timer.C:
+		case <-w.wake:
+			timer.Stop()
 		case <-ctx.Done():
 			timer.Stop()
 			l.mu.Lock()
@@ -86,19 +93,27 @@ func (l *Lock) Waiting(ctx context.Context, key string) (int, error) {
 	return len(l.queues[key]), nil
 }
 
-// dequeueLocked removes w from key's queue, if it is there.
+// dequeueLocked removes w from key's queue, if it is there. When w was the
+// head, the new head is woken to look at the key again: the key's grant
+// may be one it has not seen (the one w just took), whose expiry it must
+// wait for.
 func (l *Lock) dequeueLocked(key string, w *queued) {
 	q := l.queues[key]
-	for i, x := range q {
-		if x == w {
-			q = append(q[:i:i], q[i+1:]...)
-			break
-		}
+	i := slices.Index(q, w)
+	if i < 0 {
+		return
 	}
+	q = slices.Delete(slices.Clone(q), i, i+1)
 	if len(q) == 0 {
 		delete(l.queues, key)
-	} else {
-		l.queues[key] = q
+		return
+	}
+	l.queues[key] = q
+	if i == 0 {
+		select {
+		case q[0].wake <- struct{}{}:
+		default: // already told
+		}
 	}
 }
 

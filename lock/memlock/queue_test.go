@@ -68,3 +68,46 @@ func TestQueueIsFirstComeFirstServed(t *testing.T) {
 		}
 	})
 }
+
+// A waiter that queued behind the head while the key's grant had expired
+// (it found nothing to wait for) still gets the key when the grant that
+// the head then took expires: the head's grant wakes the next waiter.
+func TestQueueNextWaiterFollowsTheHeadsGrant(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := testkit.Must(memlock.New())
+		ctx := t.Context()
+		a, _ := l.TryAcquire(ctx, "k", 2*time.Second)
+		head := make(chan time.Time, 1)
+		go func() {
+			if _, err := testkit.Must(l.Share()).AcquireQueued(ctx, "k", time.Second); err == nil {
+				head <- time.Now() // and never releases
+			}
+		}()
+		synctest.Wait() // queued, its timer at a's expiry (2 s)
+		// a shortens its grant: it expires at 1.5 s, the head wakes at 2 s.
+		time.Sleep(time.Second)
+		if err := a.Extend(ctx, 500*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(700 * time.Millisecond)
+		next := make(chan time.Time, 1)
+		go func() {
+			if _, err := testkit.Must(l.Share()).AcquireQueued(ctx, "k", time.Second); err == nil {
+				next <- time.Now()
+			}
+		}()
+		synctest.Wait() // queued behind the head, with nothing live to wait for
+		start := time.Now().Add(-1700 * time.Millisecond)
+		if at := (<-head).Sub(start); at != 2*time.Second {
+			t.Fatalf("the head got the key at %v, want 2s", at)
+		}
+		select {
+		case at := <-next:
+			if d := at.Sub(start); d != 3*time.Second {
+				t.Fatalf("the next waiter got the key at %v, want 3s (the head's grant's expiry)", d)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("the next waiter did not get the key within a minute of the head's grant's expiry")
+		}
+	})
+}

@@ -116,6 +116,7 @@ func document(rep report, m machineInfo, rounds, contended int, short bool) stri
 	d.handoff(rounds)
 	d.semaphore(rounds)
 	d.memory()
+	d.shapes()
 	d.ticks()
 	d.recovery()
 	d.replicated(rounds)
@@ -483,6 +484,31 @@ func (d *doc) memory() {
 		}
 		d.p("| %s | %s |", be, strings.Join(cells, " | "))
 	}
+	d.p("")
+}
+
+// shapes is the section of the lock shapes beside the exclusive lease:
+// shared grants and all-of grants (BenchmarkShapes, run once).
+func (d *doc) shapes() {
+	d.use(plain)
+	d.p("## Shared and all-of grants")
+	d.p("")
+	d.p("`BenchmarkShapes`, run once through `lock/locktest`'s helpers: an uncontended shared acquire+release (`TryAcquireShared`, `Release`) against the exclusive one, 1 s each; an all-of grant of 4 keys (`TryAcquireAll` and the group's `Release`, one round trip each) against 4 sequential `TryAcquire` and 4 `Release`, 1 s each; and 8 readers re-acquiring one key back to back (`lock.AcquireShared`, `Release`) beside 1 writer doing the same with `lock.Acquire`, for 10 s, each on an instance of its own.")
+	d.p("")
+	d.p("| backend | shared | exclusive | shared ÷ exclusive | all-of, 4 keys | 4 sequential | sequential ÷ all-of | reader grants/s | writer grants/s | writer's longest wait |")
+	d.p("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	for _, be := range []string{"redis", "postgres", "etcd", "memlock"} {
+		n := "BenchmarkShapes/" + be + "/"
+		sh, ex := d.get(n+"acquire-release/shared", "ns/op")/1e3, d.get(n+"acquire-release/exclusive", "ns/op")/1e3
+		all, seq := d.get(n+"group=4/all-of", "ns/op")/1e3, d.get(n+"group=4/sequential", "ns/op")/1e3
+		d.p("| %s | %s (%s) | %s (%s) | %s× | %s (%s) | %s (%s) | %s× | %s | %s | %s ms |", be,
+			dur(sh), d.memCell(n+"acquire-release/shared"), dur(ex), d.memCell(n+"acquire-release/exclusive"), num(sh/ex, "%.2f"),
+			dur(all), d.memCell(n+"group=4/all-of"), dur(seq), d.memCell(n+"group=4/sequential"), num(seq/all, "%.2f"),
+			grouped(d.get(n+"readers=8", "reader-grants/s")), grouped(d.get(n+"readers=8", "writer-grants/s")),
+			num(d.get(n+"readers=8", "writer-max-wait-ms"), "%.0f"))
+	}
+	d.p("")
+	d.p("Cells are the time per operation with its B/op and allocs/op. A waiting writer stops new shared grants (`lock.SharedLock`), so the writer is served while the readers go on; its longest wait is bounded by the readers' holds and the wake-up, not by their number.")
 	d.p("")
 }
 

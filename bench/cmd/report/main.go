@@ -154,6 +154,8 @@ func run(ctx context.Context, o options) error {
 		{"bench", "^BenchmarkOncePerTick$", "1x"},
 		{"bench", "^BenchmarkRecovery$", "5x"},
 		{"bench", "^BenchmarkMemory$", "1x"},
+		{"bench", "^BenchmarkShapes$/.*/(acquire-release|group=4)", "1s"},
+		{"bench", "^BenchmarkShapes$/.*/readers=8", "10s"},
 		{"jobs", "^BenchmarkScan$", "3x"},
 		{"jobs", "^BenchmarkHeartbeat10k$", "20x"},
 		{"backend", "^BenchmarkFailoverRecovery$", "5x"},

@@ -57,6 +57,24 @@ BenchmarkHeartbeat10k/postgres-2      	      20	  77198643 ns/op	         1.000 
 	}
 }
 
+// BenchmarkShapes' lines (the benchmark's own output) land in the shapes
+// table, ratios included.
+func TestDocumentHasTheShapesTable(t *testing.T) {
+	rs := results{}
+	rs.parse(strings.NewReader(`BenchmarkShapes/redis/acquire-release/shared-2  	    2000	    200000 ns/op	     168 B/op	       4 allocs/op
+BenchmarkShapes/redis/acquire-release/exclusive-2         	    2000	    100000 ns/op	     152 B/op	       2 allocs/op
+BenchmarkShapes/redis/group=4/all-of-2                    	    2000	    150000 ns/op	     728 B/op	      10 allocs/op
+BenchmarkShapes/redis/group=4/sequential-2                	    2000	    600000 ns/op	     608 B/op	       8 allocs/op
+BenchmarkShapes/redis/readers=8-2                         	    2000	      2230 ns/op	    6233 reader-grants/s	    240 writer-grants/s	         12.058 writer-max-wait-ms
+`))
+	doc := document(report{settings: []string{plain}, by: map[string]results{plain: rs}}, machineInfo{}, 1, 1, false)
+	want := "| redis | " + dur(200) + " (168 B, 4) | " + dur(100) + " (152 B, 2) | 2.00× | " + dur(150) + " (728 B, 10) | " + dur(600) + " (608 B, 8) | 4.00× | " +
+		grouped(6233) + " | " + grouped(240) + " | 12 ms |"
+	if !strings.Contains(doc, want) {
+		t.Errorf("the document lacks %q:\n%s", want, doc[strings.Index(doc, "## Shared and all-of"):][:2000])
+	}
+}
+
 func TestParseSettings(t *testing.T) {
 	for in, want := range map[string]string{"plain,neighbour": "plain neighbour", "neighbour": "neighbour", " neighbour , plain": "neighbour plain"} {
 		got, err := parseSettings(in)

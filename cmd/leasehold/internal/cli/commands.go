@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -66,7 +67,7 @@ func (e *env) locks(ctx context.Context, src *ops.Source, prefix string) error {
 	for i, g := range shown {
 		rows[i] = row(g.Key, g.Holder(), g.Token, ops.MS(g.RemainingMS), ops.Ago(g.Since, e.now()))
 		if groups {
-			rows[i] += "\t" + g.Group
+			rows[i] += "\t" + cmp.Or(g.Group, "-")
 		}
 	}
 	header := "KEY\tOWNER\tTOKEN\tREMAINING\tSINCE"
