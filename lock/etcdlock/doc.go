@@ -10,11 +10,12 @@
 // range. Its fencing token is the grant key's create revision, strictly
 // increasing per key across restarts and leader changes, but not
 // consecutive. Acquire and TryAcquireAny are one Txn each (put the grant
-// key if the key's range is empty), Release is one delete of the grant
-// key, a renewal is one keepalive: an acquire and release cost two round
-// trips, as with concurrency.Mutex. Waiters are woken by one watch per
-// Lock. Handles are lock.LossNotifiers. This layout is not the one of
-// versions before it: instances that share a prefix must all use it.
+// key if the key's range holds no grant and no share), Release is one
+// delete of the grant key, a renewal is one keepalive: an acquire and
+// release cost two round trips, as with concurrency.Mutex. Waiters are
+// woken by one watch per Lock. Handles are lock.LossNotifiers. This layout
+// is not the one of versions before it: instances that share a prefix must
+// all use it.
 //
 // Shared grants (lock.SharedLock), in the manner of etcd's read-write
 // recipe: a share is a key of its own under the key's range (NUL 0x01,
