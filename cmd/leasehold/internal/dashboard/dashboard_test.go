@@ -186,6 +186,25 @@ func TestInChromium(t *testing.T) {
 	defer func() { stopSched(); <-schedDone }()
 	<-ticked
 
+	// A key held shared by two processes, and an all-of grant of two keys.
+	shared := "config-" + run
+	for _, sl := range []lock.Lock{l, b.New(t)} {
+		h, err := sl.(lock.SharedLock).TryAcquireShared(ctx, shared, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Release(context.WithoutCancel(ctx))
+	}
+	grp, err := l.(lock.GroupLock).TryAcquireAll(ctx, []string{"{transfer-" + run + "}/a", "{transfer-" + run + "}/b"}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer grp.Release(context.WithoutCancel(ctx))
+	gi, _, err := l.(lock.Inspector).Inspect(ctx, grp.Keys()[0])
+	if err != nil || gi.Group == "" {
+		t.Fatalf("Inspect of a group's key: %+v, %v", gi, err)
+	}
+
 	srv := httptest.NewServer(dashboard.New(src, dashboard.Options{AllowActions: true}))
 	defer srv.Close()
 	bctx := browser(t, ctx)
@@ -207,6 +226,9 @@ func TestInChromium(t *testing.T) {
 	}
 	if !strings.Contains(text, key) || !strings.Contains(text, owner) {
 		t.Fatalf("the locks table does not show %s held by %s:\n%s", key, owner, text)
+	}
+	if !strings.Contains(text, shared) || !strings.Contains(text, "2 shared: ") || !strings.Contains(text, gi.Group) {
+		t.Fatalf("the locks table does not show %s's two shares and the group %s:\n%s", shared, gi.Group, text)
 	}
 	leaders, err := chromedp.Run(bctx, chromedp.Text("#leaders"))
 	if err != nil {
