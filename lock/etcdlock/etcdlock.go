@@ -175,7 +175,7 @@ func (l *Lock) leaseSeconds(ttl time.Duration) int64 { return max(seconds(ttl), 
 // lease is rounded up, not refused, down to 10 ms. ValidUntil counts the
 // ttl asked for, and below 10 ms the drift allowance (2 ms and more) and a
 // round trip leave a grant that has expired when its reply arrives.
-var limits = lock.Limits{MinTTL: 10 * time.Millisecond, MaxTTL: MaxTTL, MaxKeys: MaxKeys}
+var limits = lock.Limits{MinTTL: 10 * time.Millisecond, MaxTTL: MaxTTL, MaxKeys: MaxKeys, MaxGroupKeys: MaxGroupKeys}
 
 // Limits implements lock.Limited: a ttl of at least 10 ms (one below
 // MinTTL is rounded up to it, not refused), MaxTTL and MaxKeys.

@@ -39,14 +39,12 @@ const MaxGroupKeys = 128
 // groupMark starts the value of a group's grant.
 const groupMark = "g"
 
-var groupLimits = lock.Limits{MinTTL: limits.MinTTL, MaxTTL: limits.MaxTTL, MaxKeys: MaxGroupKeys}
-
 // TryAcquireAll implements lock.GroupLock in one round trip with a spare
 // lease at hand (see the package documentation). When some key is held,
 // the error names the first held key in the order of keys, and its hint
 // is the longest remaining ttl of the holders read.
 func (l *Lock) TryAcquireAll(ctx context.Context, keys []string, ttl time.Duration) (lock.Group, error) {
-	if err := backendkit.ValidateGroup(ctx, keys, ttl, groupLimits); err != nil {
+	if err := backendkit.ValidateGroup(ctx, keys, ttl, limits); err != nil {
 		return nil, err
 	}
 	start := time.Now()
@@ -123,7 +121,7 @@ type group struct {
 
 func (g *group) Keys() []string      { return g.keys }
 func (g *group) Tokens() []uint64    { return g.tokens }
-func (g *group) Limits() lock.Limits { return groupLimits }
+func (g *group) Limits() lock.Limits { return limits }
 
 func (g *group) ValidUntil() time.Time {
 	g.mu.Lock()

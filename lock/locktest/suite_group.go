@@ -316,7 +316,11 @@ func (s *suite) groupBadInput(t *testing.T) {
 	keys := s.groupKeys(t, 2)
 	ttl := s.cfg.longTTL
 	lim := lock.LimitsOf(l)
-	tooMany := make([]string, lim.MaxKeys+1)
+	most := lim.MaxGroupKeys
+	if most <= 0 {
+		most = lim.MaxKeys
+	}
+	tooMany := make([]string, most+1)
 	for i := range tooMany {
 		tooMany[i] = s.key(t, fmt.Sprintf("{g}/many/%d", i))
 	}
@@ -340,7 +344,7 @@ func (s *suite) groupBadInput(t *testing.T) {
 	}{
 		{"duplicate keys", try(ctx, []string{keys[0], keys[1], keys[0]}, ttl)},
 		{"no keys", try(ctx, nil, ttl)},
-		{"MaxKeys+1 keys", try(ctx, tooMany, ttl)},
+		{"MaxGroupKeys+1 keys", try(ctx, tooMany, ttl)},
 		{"an empty key", try(ctx, []string{keys[0], ""}, ttl)},
 		{"zero ttl", try(ctx, keys, 0)},
 		{"nil context", try(nilCtx, keys, ttl)},
@@ -352,6 +356,17 @@ func (s *suite) groupBadInput(t *testing.T) {
 		if errors.Is(err, lock.ErrUnavailable) {
 			t.Errorf("TryAcquireAll %s: %v matches ErrUnavailable, which callers retry forever", c.name, err)
 		}
+	}
+	// The stated maximum is granted, not refused.
+	var full lock.Group
+	err := guarded(t, "TryAcquireAll of MaxGroupKeys keys", s.cfg.waitBound, func() (err error) {
+		full, err = l.TryAcquireAll(ctx, tooMany[:most], ttl)
+		return err
+	})
+	if err != nil {
+		t.Errorf("TryAcquireAll of MaxGroupKeys (%d) keys: %v", most, err)
+	} else if err := full.Release(ctx); err != nil {
+		t.Errorf("Release of a group of MaxGroupKeys keys: %v", err)
 	}
 	// Nothing above may have taken a key.
 	g := s.mustGroup(t, l, keys, ttl)

@@ -20,8 +20,6 @@ import (
 // its session's share.
 const MaxGroupKeys = 64
 
-// groupLimits are the bounds of TryAcquireAll's input.
-var groupLimits = lock.Limits{MinTTL: MinTTL, MaxTTL: MaxTTL, MaxKeys: MaxGroupKeys}
 
 // groupKeys are the advisory locks of a group, sorted by id, with the
 // arguments of its release.
@@ -43,7 +41,7 @@ type groupKeys struct {
 // TryAcquire's does. At most MaxGroupKeys keys; a full lock table gives
 // ErrLockTableFull.
 func (l *Lock) TryAcquireAll(ctx context.Context, keys []string, ttl time.Duration) (g lock.Group, err error) {
-	if err := backendkit.ValidateGroup(ctx, keys, ttl, groupLimits); err != nil {
+	if err := backendkit.ValidateGroup(ctx, keys, ttl, limits); err != nil {
 		return nil, err
 	}
 	start := time.Now()
@@ -190,7 +188,7 @@ func (g *group) Extend(ctx context.Context, ttl time.Duration) error { return g.
 func (g *group) Release(ctx context.Context) error { return g.h.Release(ctx) }
 
 // Limits implements lock.Limited for lock.DoAll's renewals.
-func (g *group) Limits() lock.Limits { return groupLimits }
+func (g *group) Limits() lock.Limits { return limits }
 
 // Lost implements lock.LossNotifier, as a Handle's.
 func (g *group) Lost() <-chan struct{} { return g.h.Lost() }

@@ -274,7 +274,7 @@ func NewFromDSN(ctx context.Context, dsn string, opts ...Option) (*Lock, error) 
 func (l *Lock) Owner() string { return l.owner }
 
 // limits are the bounds of every Lock's input.
-var limits = lock.Limits{MinTTL: MinTTL, MaxTTL: MaxTTL, MaxKeys: MaxKeys}
+var limits = lock.Limits{MinTTL: MinTTL, MaxTTL: MaxTTL, MaxKeys: MaxKeys, MaxGroupKeys: MaxGroupKeys}
 
 // Limits implements lock.Limited: MinTTL, MaxTTL and MaxKeys.
 func (l *Lock) Limits() lock.Limits { return limits }
