@@ -20,7 +20,6 @@ import (
 // its session's share.
 const MaxGroupKeys = 64
 
-
 // groupKeys are the advisory locks of a group, sorted by id, with the
 // arguments of its release.
 type groupKeys struct {
