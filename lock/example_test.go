@@ -608,3 +608,103 @@ func ExampleCommon_Merge() {
 	fmt.Println(c.Owner, c.Logger != nil)
 	// Output: host-a true
 }
+
+// Many readers hold a key at once; a writer waits for them to drain, and
+// while it waits no new reader gets in.
+func ExampleAcquireShared() {
+	l, err := memlock.New() // a lock.SharedLock
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r1, err := lock.AcquireShared(ctx, l, "config", 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	r2, err := lock.AcquireShared(ctx, l, "config", 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("two readers, tokens", r1.Token(), r2.Token())
+	_, err = l.TryAcquire(ctx, "config", 10*time.Second)
+	fmt.Println("writer:", errors.Is(err, lock.ErrNotAcquired))
+	_, err = l.TryAcquireShared(ctx, "config", 10*time.Second)
+	fmt.Println("a third reader while the writer waits:", errors.Is(err, lock.ErrNotAcquired))
+	_ = r1.Release(ctx)
+	_ = r2.Release(ctx)
+	w, err := lock.Acquire(ctx, l, "config", 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer w.Release(context.Background())
+	fmt.Println("writer, token", w.Token())
+	// Output:
+	// two readers, tokens 1 2
+	// writer: true
+	// a third reader while the writer waits: true
+	// writer, token 3
+}
+
+// DoShared reads under a shared grant; writers are kept out until fn
+// returns.
+func ExampleDoShared() {
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = lock.DoShared(context.Background(), l, "catalog", func(ctx context.Context) error {
+		token, _ := lock.TokenFrom(ctx)
+		fmt.Println("reading the catalog under token", token)
+		return nil
+	}, lock.WithTTL(10*time.Second))
+	fmt.Println("err:", err)
+	// Output:
+	// reading the catalog under token 1
+	// err: <nil>
+}
+
+// AcquireAll takes "order 42" and "customer 7" together, or neither: two
+// callers whose sets overlap cannot deadlock.
+func ExampleAcquireAll() {
+	l, err := memlock.New() // a lock.GroupLock
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	g, err := lock.AcquireAll(ctx, l, []string{"orders/42", "customers/7"}, 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(g.Keys(), g.Tokens())
+	_, err = l.TryAcquireAll(ctx, []string{"customers/7", "customers/8"}, 10*time.Second)
+	fmt.Println("an overlapping set:", errors.Is(err, lock.ErrNotAcquired))
+	if err := g.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// [orders/42 customers/7] [1 2]
+	// an overlapping set: true
+}
+
+// DoAll runs fn holding every key of the set, each with its own token for
+// its own fenced resource.
+func ExampleDoAll() {
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	var orders, customers lock.Fence
+	err = lock.DoAll(context.Background(), l, []string{"orders/42", "customers/7"}, func(ctx context.Context, g lock.Group) error {
+		t := g.Tokens()
+		if err := orders.Do(t[0], nil); err != nil {
+			return err
+		}
+		return customers.Do(t[1], func() { fmt.Println("moved order 42 to customer 7 under tokens", t) })
+	}, lock.WithTTL(10*time.Second))
+	fmt.Println("err:", err)
+	// Output:
+	// moved order 42 to customer 7 under tokens [1 2]
+	// err: <nil>
+}

@@ -17,7 +17,7 @@ type GroupLock interface {
 	// held, and returns ErrNotAcquired (a *NotAcquiredError naming a held
 	// key, whose Remaining is the longest remaining ttl among the held
 	// keys: when they may all be free) otherwise, holding none. keys must
-	// be distinct; at most the backend's Limits().MaxKeys of them.
+	// be distinct; at most the backend's Limits().MaxGroupKeys of them.
 	TryAcquireAll(ctx context.Context, keys []string, ttl time.Duration) (Group, error)
 }
 
@@ -102,6 +102,9 @@ func DoAll(ctx context.Context, l GroupLock, keys []string, fn func(ctx context.
 func validateGroup(ctx context.Context, keys []string, ttl time.Duration, lim Limits) error {
 	if err := checkContext(ctx); err != nil {
 		return err
+	}
+	if n := lim.MaxGroupKeys; n > 0 && len(keys) > n {
+		return fmt.Errorf("%w: %d keys in one all-of grant, this backend's maximum is %d (Limits.MaxGroupKeys)", ErrInvalidKey, len(keys), n)
 	}
 	if err := lim.CheckKeys(keys); err != nil {
 		return err

@@ -32,6 +32,11 @@ type Limits struct {
 	MinTTL  time.Duration // smallest ttl (0: any positive ttl)
 	MaxTTL  time.Duration // largest ttl, at most lock.MaxTTL
 	MaxKeys int           // most keys in one multi-key call, at most lock.MaxKeys
+	// MaxGroupKeys is the most keys of one all-of grant (GroupLock's
+	// TryAcquireAll), at most MaxKeys; 0 means MaxKeys. A backend grants a
+	// group in one atomic server call, which may hold fewer keys than
+	// its other multi-key calls spread over several.
+	MaxGroupKeys int
 }
 
 // DefaultLimits are the limits of a backend that states none.

@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
+	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/locktest"
 )
 
@@ -129,4 +130,26 @@ func BenchmarkEtcdHandoff(b *testing.B) {
 func BenchmarkEtcdHandoffProcess(b *testing.B) {
 	srv := testenv.Etcd(b)
 	locktest.BenchHandoffProcess(b, newLock(b, srv.Endpoints()), srv.Env())
+}
+
+// BenchmarkEtcdShared: TryAcquireShared+Release against TryAcquire+Release.
+func BenchmarkEtcdShared(b *testing.B) {
+	locktest.BenchSharedAcquireRelease(b, newLock(b, testenv.Etcd(b).Endpoints()))
+}
+
+// BenchmarkEtcdGroup4: TryAcquireAll of 4 keys (one Txn) + Release (one
+// Txn) against 4 sequential TryAcquire + Release.
+func BenchmarkEtcdGroup4(b *testing.B) {
+	locktest.BenchGroup(b, newLock(b, testenv.Etcd(b).Endpoints()), 4)
+}
+
+// BenchmarkEtcdReadersWriter: 8 readers and 1 writer on one key, each on
+// its own Lock (client and watch). Run with -benchtime 10s.
+func BenchmarkEtcdReadersWriter(b *testing.B) {
+	srv := testenv.Etcd(b)
+	readers := make([]lock.SharedLock, 8)
+	for i := range readers {
+		readers[i] = newLock(b, srv.Endpoints())
+	}
+	locktest.BenchReadersWriter(b, readers, newLock(b, srv.Endpoints()))
 }

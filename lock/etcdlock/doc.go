@@ -10,11 +10,36 @@
 // range. Its fencing token is the grant key's create revision, strictly
 // increasing per key across restarts and leader changes, but not
 // consecutive. Acquire and TryAcquireAny are one Txn each (put the grant
-// key if the key's range is empty), Release is one delete of the grant
-// key, a renewal is one keepalive: an acquire and release cost two round
-// trips, as with concurrency.Mutex. Waiters are woken by one watch per
-// Lock. Handles are lock.LossNotifiers. This layout is not the one of
-// versions before it: instances that share a prefix must all use it.
+// key if the key's range holds no grant and no share), Release is one
+// delete of the grant key, a renewal is one keepalive: an acquire and
+// release cost two round trips, as with concurrency.Mutex. Waiters are
+// woken by one watch per Lock. Handles are lock.LossNotifiers. This layout
+// is not the one of versions before it: instances that share a prefix must
+// all use it.
+//
+// Shared grants (lock.SharedLock), in the manner of etcd's read-write
+// recipe: a share is a key of its own under the key's range (NUL 0x01,
+// "s", its id), on its own lease, put by TryAcquireShared's one Txn if the
+// range holds no exclusive grant and no writer's intent key; an exclusive
+// grant is put only if the range holds no grant and no share. A TryAcquire
+// refused because of shares puts the intent key (NUL 0x01, "w") on a lease
+// of its own of lock.IntentTTL rounded up to whole seconds and MinTTL (a
+// lease grant and a put, on that refused path only), and the writer that
+// gets the key revokes it: a reader is refused while a writer holds or
+// waits, and at most that lease's ttl (2 s by default, plus up to 500 ms)
+// after the last attempt of a writer that gave up. TryAcquireAny does not
+// mark the intent. Every grant's token is its create revision, so it
+// exceeds every earlier grant's of the key, shared or exclusive. A share
+// is a handle like an exclusive grant: Extend, Release, ErrLost, loss
+// notification, and its release wakes waiters.
+//
+// All-of grants (lock.GroupLock): TryAcquireAll is one Txn that compares
+// every key's whole range empty (no grant, no share, no intent) and puts
+// every key's grant key on one lease, else nothing. All the keys of a
+// group have the same token, the Txn's revision: per key it still exceeds
+// every earlier grant's. Extend is one keepalive of that lease, Release one
+// Txn that deletes every key. Inspect and List name the group (its lease
+// id). At most MaxGroupKeys (128, etcd's default --max-txn-ops) keys.
 //
 // etcd leases count whole seconds and cannot be shorter than 1.5 × the
 // election timeout: a ttl is rounded up to whole seconds and to MinTTL
@@ -30,6 +55,10 @@
 //
 //   - ttl: above 0 (rounded up to whole seconds and MinTTL) to MaxTTL
 //     (lock.MaxTTL, 366 days), at every entry point;
+//   - keys per TryAcquireAll: MaxGroupKeys (128): one Txn of a compare,
+//     a put and a read per key, within etcd's default --max-txn-ops; a
+//     server run with a smaller one refuses bigger groups
+//     (lock.ErrInvalidArgument);
 //   - keys per TryAcquireAny or Subscribe: MaxKeys (lock.MaxKeys, 4096).
 //     One Txn takes at most 64 keys (etcd's --max-txn-ops, 128 by default,
 //     counts two per key); over more TryAcquireAny sends several, one round

@@ -68,6 +68,10 @@ type Lock struct {
 	w        watchState
 	hints    hintCache
 	txnKeys  atomic.Int32 // keys per Txn of TryAcquireAny (see maxTxnKeys)
+
+	intentMu sync.Mutex
+	intents  map[string]clientv3.LeaseID // the last intent lease made per key (shared.go)
+	intentN  atomic.Int32                // len(intents)
 }
 
 var (
@@ -171,7 +175,7 @@ func (l *Lock) leaseSeconds(ttl time.Duration) int64 { return max(seconds(ttl), 
 // lease is rounded up, not refused, down to 10 ms. ValidUntil counts the
 // ttl asked for, and below 10 ms the drift allowance (2 ms and more) and a
 // round trip leave a grant that has expired when its reply arrives.
-var limits = lock.Limits{MinTTL: 10 * time.Millisecond, MaxTTL: MaxTTL, MaxKeys: MaxKeys}
+var limits = lock.Limits{MinTTL: 10 * time.Millisecond, MaxTTL: MaxTTL, MaxKeys: MaxKeys, MaxGroupKeys: MaxGroupKeys}
 
 // Limits implements lock.Limited: a ttl of at least 10 ms (one below
 // MinTTL is rounded up to it, not refused), MaxTTL and MaxKeys.
@@ -237,9 +241,11 @@ func (l *Lock) acquire(ctx context.Context, keys []string, ttl time.Duration) (l
 }
 
 // txnFor builds the nested Txn over the grant keys gks[i:]: put gks[i] if
-// its key's range is empty, else read the range's grant and try the rest.
+// its key holds no grant and no share, else read the first of them (an
+// exclusive grant sorts before the shares) and try the rest.
 func txnFor(gks []string, value string, lease clientv3.LeaseID) (cmps []clientv3.Cmp, then, els []clientv3.Op) {
-	start, end := grantRange(gks[0])
+	start := grantStart(gks[0])
+	end := start + holdEndMark
 	cmps = []clientv3.Cmp{rangeEmpty(start, end)}
 	then = []clientv3.Op{clientv3.OpPut(gks[0], value, clientv3.WithLease(lease))}
 	els = []clientv3.Op{clientv3.OpGet(start, clientv3.WithRange(end), clientv3.WithLimit(1))}
@@ -264,26 +270,48 @@ func rangeEmpty(start, end string) clientv3.Cmp {
 }
 
 func (l *Lock) tryAcquire(ctx context.Context, keys []string, ttl time.Duration) (lock.Handle, error) {
+	return l.attempt(ctx, ttl, func(sp spare) (lock.Handle, error) {
+		h, holders, err := l.tryChunks(ctx, keys, ttl, sp)
+		switch {
+		case err != nil:
+			return nil, err
+		case h != nil:
+			l.dropIntent(h.Key())
+			return h, nil
+		}
+		if len(keys) == 1 && len(holders) == 1 && holders[0].intent != "" {
+			// Refused because of shares: keep them from growing.
+			l.markIntent(ctx, keys[0], holders[0].intent)
+		}
+		return nil, backendkit.NotAcquiredAny(keys, l.remaining(ctx, holders, false))
+	})
+}
+
+// attempt runs try with a lease of ttl, a spare if there is one. try
+// returns the grant, a refusal (lock.ErrNotAcquired, or
+// lock.ErrInvalidArgument: nothing was written, the lease goes back to
+// the spares) or another error, whose outcome is unknown.
+func (l *Lock) attempt(ctx context.Context, ttl time.Duration, try func(sp spare) (lock.Handle, error)) (lock.Handle, error) {
 	sec := l.leaseSeconds(ttl)
 	for attempt := 0; ; attempt++ {
 		sp, err := l.lease(ctx, sec, ttl)
 		if err != nil {
 			return nil, err
 		}
-		h, holders, err := l.tryChunks(ctx, keys, ttl, sp)
+		h, err := try(sp)
 		switch {
 		case errors.Is(err, rpctypes.ErrLeaseNotFound) && attempt == 0:
 			// The spare is gone (revoked by an operator, or the server
 			// lost it): nothing was written. Try once more with a new lease.
 			continue
+		case errors.Is(err, lock.ErrNotAcquired), errors.Is(err, lock.ErrInvalidArgument):
+			l.giveBack(sp)
+			return nil, err
 		case err != nil:
 			// Unknown outcome: the key may be ours. Revoking the lease
 			// deletes it if so, and frees the lease otherwise.
 			l.revokeLater(sp.id)
 			return nil, backendkit.Unavailable("etcdlock: acquire", err)
-		case h == nil:
-			l.giveBack(sp)
-			return nil, backendkit.NotAcquiredAny(keys, l.remaining(ctx, holders))
 		}
 		return backendkit.Deliver(h, nil)
 	}
@@ -363,14 +391,7 @@ func granted(r *clientv3.TxnResponse) (int, []holder) {
 		}
 		var next *clientv3.TxnResponse
 		for _, op := range r.Responses {
-			if rr := op.GetResponseRange(); rr != nil && len(rr.Kvs) > 0 {
-				kv := rr.Kvs[0]
-				h := holder{lease: kv.Lease}
-				if v, ok := parseValue(string(kv.Value)); ok {
-					h.end = v.end
-				}
-				hs = append(hs, h)
-			}
+			hs = appendHolder(hs, op.GetResponseRange())
 			if tr := op.GetResponseTxn(); tr != nil {
 				next = (*clientv3.TxnResponse)(tr)
 			}
@@ -378,6 +399,25 @@ func granted(r *clientv3.TxnResponse) (int, []holder) {
 		r = next
 	}
 	return -1, hs
+}
+
+// appendHolder appends the first key-value of a range read, if any, as a
+// holder. When it is a share, the holder names the key's intent key.
+func appendHolder(hs []holder, rr *pb.RangeResponse) []holder {
+	if rr == nil || len(rr.Kvs) == 0 {
+		return hs
+	}
+	kv := rr.Kvs[0]
+	h := holder{lease: kv.Lease}
+	if v, ok := parseValue(string(kv.Value)); ok {
+		h.end = v.end
+	}
+	if k := string(kv.Key); len(k) > idLen+len(shareMark) {
+		if start := k[:len(k)-idLen-len(shareMark)]; strings.HasSuffix(start, keyEnd) && k[len(start):len(start)+len(shareMark)] == shareMark {
+			h.intent = start + intentMark
+		}
+	}
+	return append(hs, h)
 }
 
 // Close ends the release watch, revokes the spare leases and waits for

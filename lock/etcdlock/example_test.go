@@ -2,6 +2,7 @@ package etcdlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"time"
@@ -127,4 +128,66 @@ func ExampleLock_Inspect() {
 	default:
 		fmt.Printf("held by %s, token %d, %v left\n", g.Owner, g.Token, g.Remaining)
 	}
+}
+
+// Many readers hold a key at once; a writer waiting for it stops new
+// readers, so it is not starved.
+func ExampleLock_TryAcquireShared() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	client, err := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:2379"}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	l, err := etcdlock.New(client, etcdlock.WithPrefix("myapp/locks/"), etcdlock.WithCommon(lock.Common{Owner: "reader-3"}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	// A reader: waits while a writer holds the config or waits for it.
+	err = lock.DoShared(ctx, l, "config/routes", func(ctx context.Context) error {
+		token, _ := lock.TokenFrom(ctx)
+		fmt.Println("reading the routes under token", token)
+		return nil
+	}, lock.WithTTL(30*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	// The writer: lock.Do's exclusive grant excludes every reader.
+	err = lock.Do(ctx, l, "config/routes", func(ctx context.Context) error {
+		fmt.Println("reloading the routes")
+		return nil
+	}, lock.WithTTL(30*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+// Lock an order and its customer together, or neither: one Txn.
+func ExampleLock_TryAcquireAll() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	client, err := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:2379"}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	l, err := etcdlock.New(client, etcdlock.WithPrefix("myapp/locks/"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	keys := []string{"orders/42", "customers/7"} // at most etcdlock.MaxGroupKeys
+	g, err := l.TryAcquireAll(ctx, keys, time.Minute)
+	var na *lock.NotAcquiredError
+	switch {
+	case errors.As(err, &na):
+		fmt.Printf("%s is held; all may be free in %v\n", na.Key, na.Remaining)
+		return
+	case err != nil:
+		log.Fatal(err)
+	}
+	defer g.Release(ctx)
+	fmt.Println("holding", g.Keys(), "tokens", g.Tokens())
 }

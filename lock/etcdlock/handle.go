@@ -96,17 +96,15 @@ func (h *handle) lostErr(what string) error {
 // unknown, the key is on one of the two leases: ValidUntil is the earlier
 // of their ends, and the next Extend reads the key to settle which.
 func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
-	if err := backendkit.CheckContext(ctx); err != nil {
-		return err
-	}
 	if err := limits.CheckTTL(ttl); err != nil {
 		return err
 	}
-	h.op.Lock()
+	var released bool
+	lost, err := begin(ctx, &h.op, &h.mu, func() bool { released = h.released; return released || h.isLost })
+	if err != nil {
+		return err
+	}
 	defer h.op.Unlock()
-	h.mu.Lock()
-	released, lost := h.released, h.isLost
-	h.mu.Unlock()
 	if released {
 		return h.lostErr("extend after release")
 	}
@@ -121,17 +119,14 @@ func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
 	if sec := h.l.leaseSeconds(ttl); sec != h.lease.sec {
 		return h.swap(ctx, sec, ttl)
 	}
-	sent := time.Now()
-	r, err := h.l.client.KeepAliveOnce(requireLeader(ctx), h.lease.id)
-	switch {
-	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+	vu, err := h.l.renew(ctx, &h.lease, ttl)
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		h.markLost()
 		return h.lostErr("extend")
-	case err != nil:
-		return backendkit.Unavailable("etcdlock: extend", err)
 	}
-	h.lease.sent, h.lease.granted = sent, time.Duration(r.TTL)*time.Second
-	vu := validUntil(sent, ttl, h.lease)
+	if err != nil {
+		return err
+	}
 	h.mu.Lock()
 	h.validUntil = vu
 	h.mu.Unlock()
@@ -205,18 +200,10 @@ func (h *handle) settle(ctx context.Context) error {
 // grant (see the package documentation); when the outcome is unknown it
 // is revoked instead, which deletes the key if the delete did not.
 func (h *handle) Release(ctx context.Context) error {
-	if err := backendkit.CheckContext(ctx); err != nil {
-		return err
+	if err := beginRelease(ctx, &h.op, &h.mu, &h.released); err != nil {
+		return h.releaseErr(err)
 	}
-	h.op.Lock()
 	defer h.op.Unlock()
-	h.mu.Lock()
-	released := h.released
-	h.released = true
-	h.mu.Unlock()
-	if released {
-		return h.lostErr("second release")
-	}
 	h.l.unwatchLoss(h)
 	if h.moving != nil { // the key is on one of two leases: the other goes after the delete
 		defer h.l.revokeLater(h.moving.id)
@@ -236,4 +223,59 @@ func (h *handle) Release(ctx context.Context) error {
 	}
 	h.l.metrics.Release(ctx, err)
 	return err
+}
+
+// begin starts an Extend or a Release of a grant or group: it checks ctx,
+// takes op (the caller unlocks it unless begin fails) and runs state under
+// mu, returning its answer.
+func begin(ctx context.Context, op, mu *sync.Mutex, state func() bool) (bool, error) {
+	if err := backendkit.CheckContext(ctx); err != nil {
+		return false, err
+	}
+	op.Lock()
+	mu.Lock()
+	defer mu.Unlock()
+	return state(), nil
+}
+
+// errAgain is beginRelease's answer to a second Release.
+var errAgain = errors.New("second release")
+
+// beginRelease starts a Release: it checks ctx, takes op (the caller
+// unlocks it unless beginRelease fails) and marks the grant released,
+// failing with errAgain if it was already.
+func beginRelease(ctx context.Context, op, mu *sync.Mutex, released *bool) error {
+	again, err := begin(ctx, op, mu, func() bool { r := *released; *released = true; return r })
+	switch {
+	case err != nil:
+		return err
+	case again:
+		op.Unlock()
+		return errAgain
+	}
+	return nil
+}
+
+// releaseErr is Release's error when beginRelease failed.
+func (h *handle) releaseErr(err error) error {
+	if err == errAgain {
+		return h.lostErr("second release")
+	}
+	return err
+}
+
+// renew keeps lease s alive with one keepalive and returns the ValidUntil
+// of a grant of ttl on it: rpctypes.ErrLeaseNotFound when the lease is
+// gone, an unavailable error when the outcome is unknown.
+func (l *Lock) renew(ctx context.Context, s *spare, ttl time.Duration) (time.Time, error) {
+	sent := time.Now()
+	r, err := l.client.KeepAliveOnce(requireLeader(ctx), s.id)
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		return time.Time{}, err
+	case err != nil:
+		return time.Time{}, backendkit.Unavailable("etcdlock: extend", err)
+	}
+	s.sent, s.granted = sent, time.Duration(r.TTL)*time.Second
+	return validUntil(sent, ttl, *s), nil
 }

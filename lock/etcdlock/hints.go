@@ -27,8 +27,9 @@ import (
 // holder is a grant read by a failed acquire: its lease and the lease's
 // end as its value gives it (zero if unknown).
 type holder struct {
-	lease int64
-	end   time.Time
+	lease  int64
+	end    time.Time
+	intent string // the key's intent key, when the holder is a share
 }
 
 // maxHintLeases is the most holder leases remaining asks about: the hint
@@ -71,11 +72,11 @@ func (c *hintCache) put(id int64, end time.Time) {
 	c.ends[id] = end
 }
 
-// remaining is the shortest remaining lease ttl among the first
-// maxHintLeases distinct holders (0 when unknown): from the grant's value
+// remaining is the shortest (longest: the longest) remaining lease ttl
+// among the first maxHintLeases distinct holders (0 when unknown): from the grant's value
 // or the cache, or from the server, one request per lease neither gives,
 // in parallel when there are several.
-func (l *Lock) remaining(ctx context.Context, holders []holder) time.Duration {
+func (l *Lock) remaining(ctx context.Context, holders []holder, longest bool) time.Duration {
 	var (
 		mu   sync.Mutex
 		best time.Duration
@@ -83,7 +84,7 @@ func (l *Lock) remaining(ctx context.Context, holders []holder) time.Duration {
 	)
 	keep := func(d time.Duration) {
 		mu.Lock()
-		if best == 0 || d < best {
+		if best == 0 || (d < best) != longest {
 			best = d
 		}
 		mu.Unlock()

@@ -16,14 +16,15 @@ import (
 	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
-// Inspect implements lock.Inspector in two round trips: the key's grant,
-// then its lease's remaining ttl (whole seconds, rounded down).
+// Inspect implements lock.Inspector in two round trips: the key's grants,
+// then their leases' remaining ttl (whole seconds, rounded down). Of
+// several shares it reports the one that expires first.
 func (l *Lock) Inspect(ctx context.Context, key string) (lock.Grant, bool, error) {
 	if err := backendkit.ValidateKey(ctx, key); err != nil {
 		return lock.Grant{}, false, err
 	}
-	start, end := l.keyRange(key)
-	r, err := l.client.Get(requireLeader(ctx), start, clientv3.WithRange(end), clientv3.WithLimit(1))
+	start := l.keyStart(key)
+	r, err := l.client.Get(requireLeader(ctx), start, clientv3.WithRange(start+holdEndMark))
 	if err != nil {
 		return lock.Grant{}, false, backendkit.Unavailable("etcdlock: inspect", err)
 	}
@@ -34,11 +35,18 @@ func (l *Lock) Inspect(ctx context.Context, key string) (lock.Grant, bool, error
 	if err != nil || len(gs) == 0 {
 		return lock.Grant{}, false, err
 	}
-	return gs[0], true, nil
+	first := gs[0]
+	for _, g := range gs[1:] {
+		if g.Remaining < first.Remaining {
+			first = g
+		}
+	}
+	return first, true, nil
 }
 
 // List implements lock.Inspector: one range read of the keys under prefix
-// (sorted by key, as etcd returns them), then the remaining ttl of their
+// (sorted by key, as etcd returns them; one Grant per share, writers'
+// intent keys left out), then the remaining ttl of their
 // leases, read in parallel.
 func (l *Lock) List(ctx context.Context, prefix string) ([]lock.Grant, error) {
 	if err := backendkit.CheckContext(ctx); err != nil {
@@ -60,13 +68,18 @@ func (l *Lock) grants(ctx context.Context, kvs []*mvccpb.KeyValue) ([]lock.Grant
 	sem := make(chan struct{}, 8)
 	var wg sync.WaitGroup
 	for i, kv := range kvs {
-		key, ok := userKey(string(kv.Key)[len(l.prefix):])
-		if !ok || kv.Lease == 0 {
+		ek := string(kv.Key)
+		key, kind, ok := parseKey(ek[len(l.prefix):])
+		if !ok || kind == kindIntent || kv.Lease == 0 {
 			continue
 		}
-		g, ok := parseGrant(key, string(kv.Value), kv.CreateRevision)
+		v, ok := parseValue(string(kv.Value))
 		if !ok {
 			continue
+		}
+		g := lock.Grant{Key: key, Owner: v.owner, Token: uint64(kv.CreateRevision), Since: v.since, Shared: kind == kindShare}
+		if v.group {
+			g.Group = ek[len(ek)-idLen:]
 		}
 		wg.Go(func() {
 			sem <- struct{}{}
@@ -95,14 +108,17 @@ func (l *Lock) grants(ctx context.Context, kvs []*mvccpb.KeyValue) ([]lock.Grant
 }
 
 // grantValue is a grant's value, "<granted at>|<lease end>|<owner>" (µs
-// since the epoch).
+// since the epoch), after groupMark for a group's grant.
 type grantValue struct {
 	since, end time.Time
 	owner      string
+	group      bool
 }
 
 // parseValue reads a grant's value.
 func parseValue(value string) (grantValue, bool) {
+	group := strings.HasPrefix(value, groupMark)
+	value = strings.TrimPrefix(value, groupMark)
 	at, rest, ok := strings.Cut(value, "|")
 	if !ok {
 		return grantValue{}, false
@@ -116,16 +132,7 @@ func parseValue(value string) (grantValue, bool) {
 	if err1 != nil || err2 != nil {
 		return grantValue{}, false
 	}
-	return grantValue{since: time.UnixMicro(us), end: time.UnixMicro(eus), owner: owner}, true
-}
-
-// parseGrant reads a grant's key-value.
-func parseGrant(key, value string, createRev int64) (lock.Grant, bool) {
-	v, ok := parseValue(value)
-	if !ok {
-		return lock.Grant{}, false
-	}
-	return lock.Grant{Key: key, Owner: v.owner, Token: uint64(createRev), Since: v.since}, true
+	return grantValue{since: time.UnixMicro(us), end: time.UnixMicro(eus), owner: owner, group: group}, true
 }
 
 // leaseRemaining converts a remaining lease ttl as etcd reports it (whole
@@ -141,46 +148,48 @@ func leaseRemaining(ttl int64) time.Duration {
 	return time.Millisecond
 }
 
-// ForceRelease deletes key's grant whoever holds it, then revokes the
-// grant's lease; it reports whether there was a grant. The deletion wakes
-// the key's waiters through their watch. The holder learns of it at once
-// (LossNotifier, through its Lock's watch) or at its next Extend (the
-// lease is gone) or Release (the key is gone). The delete is a Txn on the
-// create revision and lease that were read, so a newer grant made in
-// between is left alone; the lease is revoked only after that delete
-// succeeded, when no Release of the holder can hand it back to a spare
-// pool any more. An operator's tool: fencing still protects the resource
-// from the evicted holder, which may have been paused mid-write.
+// ForceRelease deletes key's grants whoever holds them (the exclusive
+// grant, or every share), then revokes their leases; it reports whether
+// there was a grant. The deletion wakes the key's waiters through their
+// watch. A holder learns of it at once (LossNotifier, through its Lock's
+// watch) or at its next Extend (the lease is gone) or Release (the key is
+// gone). Each delete is a Txn on the create revision and lease that were
+// read, so a newer grant made in between is left alone; a lease is revoked
+// only after its delete succeeded, when no Release of the holder can hand
+// it back to a spare pool any more. An operator's tool: fencing still
+// protects the resource from the evicted holder, which may have been
+// paused mid-write. A group's grant is deleted with its lease, which
+// deletes the group's other keys too.
 func (l *Lock) ForceRelease(ctx context.Context, key string) (bool, error) {
 	if err := backendkit.ValidateKey(ctx, key); err != nil {
 		return false, err
 	}
-	start, end := l.keyRange(key)
-	r, err := l.client.Get(requireLeader(ctx), start, clientv3.WithRange(end), clientv3.WithLimit(1))
+	start := l.keyStart(key)
+	r, err := l.client.Get(requireLeader(ctx), start, clientv3.WithRange(start+holdEndMark))
 	if err != nil {
 		return false, backendkit.Unavailable("etcdlock: force release", err)
 	}
-	if len(r.Kvs) == 0 {
-		return false, nil
-	}
-	kv := r.Kvs[0]
-	ekey := string(kv.Key)
-	t, err := l.client.Txn(requireLeader(ctx)).If(
-		clientv3.Compare(clientv3.CreateRevision(ekey), "=", kv.CreateRevision),
-		clientv3.Compare(clientv3.LeaseValue(ekey), "=", kv.Lease),
-	).Then(clientv3.OpDelete(ekey)).Commit()
-	switch {
-	case err != nil:
-		return false, backendkit.Unavailable("etcdlock: force release", err)
-	case !t.Succeeded:
-		return false, nil // released or expired meanwhile
-	}
-	if kv.Lease != 0 {
-		if _, err := l.client.Revoke(requireLeader(ctx), clientv3.LeaseID(kv.Lease)); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			// The key is gone already; the holder's Release or Lost still
-			// tells it, and the lease expires with its ttl.
-			l.log.Debug("leasehold: etcdlock revoke after force release failed", "key", key, "err", err)
+	found := false
+	for _, kv := range r.Kvs {
+		ekey := string(kv.Key)
+		t, err := l.client.Txn(requireLeader(ctx)).If(
+			clientv3.Compare(clientv3.CreateRevision(ekey), "=", kv.CreateRevision),
+			clientv3.Compare(clientv3.LeaseValue(ekey), "=", kv.Lease),
+		).Then(clientv3.OpDelete(ekey)).Commit()
+		switch {
+		case err != nil:
+			return found, backendkit.Unavailable("etcdlock: force release", err)
+		case !t.Succeeded:
+			continue // released or expired meanwhile
+		}
+		found = true
+		if kv.Lease != 0 {
+			if _, err := l.client.Revoke(requireLeader(ctx), clientv3.LeaseID(kv.Lease)); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				// The key is gone already; the holder's Release or Lost still
+				// tells it, and the lease expires with its ttl.
+				l.log.Debug("leasehold: etcdlock revoke after force release failed", "key", key, "err", err)
+			}
 		}
 	}
-	return true, nil
+	return found, nil
 }

@@ -7,8 +7,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Grant keys decode to their key, every grant key of a key lies in that
-// key's range and in no other key's, whatever bytes the keys hold.
+// Grant, share and intent keys decode to their key and kind, every one of
+// them lies in that key's range and in no other key's, whatever bytes the
+// keys hold, and the kinds sort as the acquires' compares assume:
+// exclusive grants below start+exclEndMark, shares in [start+exclEndMark,
+// start+holdEndMark), the intent key above.
 func TestGrantKeys(t *testing.T) {
 	l := &Lock{prefix: DefaultPrefix}
 	keys := []string{"a", "a/", "ab", "a\x00", "a\x00\x01", "a\x00\x010123456789abcdef", "\x00", "\x00\xff", "a\xff", "a\x00\x02"}
@@ -22,15 +25,25 @@ func TestGrantKeys(t *testing.T) {
 			if !ok || got != k {
 				t.Fatalf("userKey(grantKey(%q, %x)) = %q, %v", k, id, got, ok)
 			}
-			start, end := grantRange(gk)
-			if s, e := l.keyRange(k); s != start || e != end {
-				t.Fatalf("keyRange(%q) = %q, %q; grantRange = %q, %q", k, s, e, start, end)
+			start := grantStart(gk)
+			if s := l.keyStart(k); s != start {
+				t.Fatalf("keyStart(%q) = %q; grantStart = %q", k, s, start)
 			}
-			for _, other := range keys {
-				s, e := l.keyRange(other)
-				if in := s <= gk && gk < e; in != (other == k) {
-					t.Fatalf("grant key %q of %q in the range [%q, %q) of %q: %v", gk, k, s, e, other, in)
+			sk, ik := l.shareKey(k, id), start+intentMark
+			for ek, kind := range map[string]keyKind{gk: kindExclusive, sk: kindShare, ik: kindIntent} {
+				got, gotKind, ok := parseKey(ek[len(l.prefix):])
+				if !ok || got != k || gotKind != kind {
+					t.Fatalf("parseKey(%q) = %q, %v, %v; want %q, %v", ek, got, gotKind, ok, k, kind)
 				}
+				for _, other := range keys {
+					s, e := l.keyRange(other)
+					if in := s <= ek && ek < e; in != (other == k) {
+						t.Fatalf("key %q of %q in the range [%q, %q) of %q: %v", ek, k, s, e, other, in)
+					}
+				}
+			}
+			if !(gk < start+exclEndMark && start+exclEndMark <= sk && sk < start+holdEndMark && start+holdEndMark <= ik) {
+				t.Fatalf("key %q: grant %q, share %q, intent %q out of order", k, gk, sk, ik)
 			}
 			// List's range read of a user prefix p finds the grant exactly
 			// when p is a prefix of the key.

@@ -195,3 +195,39 @@ func TestAllocsPerAcquireRelease(t *testing.T) {
 		t.Logf("TryAcquire+Release: %.0f allocations", got)
 	}
 }
+
+// A share costs what an exclusive grant does: a Txn and a delete. An
+// all-of grant of four keys and its release are a Txn each.
+func TestRoundTripsSharedAndGroup(t *testing.T) {
+	l, rc := countingLock(t, testenv.Etcd(t).Endpoints())
+	ctx := context.WithValue(ctxFor(t, time.Minute), callerKey{}, true)
+	const n = 100
+	p := "rpcs/" + t.Name() + "/"
+	keys := []string{p + "a", p + "b", p + "c", p + "d"}
+	for range n {
+		h, err := l.TryAcquireShared(ctx, p+"a", 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := rc.counts()
+	if got["/etcdserverpb.KV/Txn"] != n || got["/etcdserverpb.KV/DeleteRange"] != n || got["/etcdserverpb.Lease/LeaseGrant"] > 1 {
+		t.Errorf("%d shared acquire+release made %v; want one Txn and one DeleteRange each", n, got)
+	}
+	for range n {
+		g, err := l.TryAcquireAll(ctx, keys, 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got = rc.counts()
+	if got["/etcdserverpb.KV/Txn"] != 3*n || got["/etcdserverpb.KV/DeleteRange"] != n || got["/etcdserverpb.Lease/LeaseGrant"] > 1 {
+		t.Errorf("then %d all-of acquire+release made %v; want two Txns each", n, got)
+	}
+}

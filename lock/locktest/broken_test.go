@@ -63,6 +63,40 @@ var brokenBackends = map[string]struct {
 		mustFail: []string{"MaxKeys"},
 		mustSay:  []string{"TryAcquireAny with MaxKeys"},
 	},
+	// A share is granted beside an exclusive grant (a script that checks
+	// the writer's intent but not the writer).
+	"shares-ignore-exclusive": {
+		wrap:     func(l *memlock.Lock) lock.Lock { return &sharesIgnoreExclusive{l} },
+		mustFail: []string{"Shared/Basics", "Shared/Exclusion"},
+		mustSay:  []string{"shared grant safety violated"},
+	},
+	// A refused writer never marks the key as wanted, and waits without a
+	// queue: readers that come back to back starve it.
+	"writer-intent-never-set": {
+		wrap:     func(l *memlock.Lock) lock.Lock { return &noWriterIntent{l} },
+		mustFail: []string{"Shared/Intent", "Shared/WriterNotStarved"},
+		mustSay:  []string{"a writer was starved by continuous readers"},
+	},
+	// Shares draw their tokens from a counter of their own, above the
+	// exclusive grants': a writer's token is below earlier readers'.
+	"share-tokens-apart": {
+		wrap:     func(l *memlock.Lock) lock.Lock { return &shareTokensApart{l} },
+		mustFail: []string{"Shared/Tokens"},
+	},
+	// TryAcquireAll takes the free keys of a set one by one and, at the
+	// first held key, reports the conflict and keeps what it took.
+	"all-of-partial": {
+		wrap:     func(l *memlock.Lock) lock.Lock { return &partialGroups{l} },
+		mustFail: []string{"Group/NoPartial"},
+		mustSay:  []string{"left a partial grant"},
+	},
+	// A refused TryAcquireAll reports the shortest remaining ttl of the
+	// held keys, not the longest: AcquireAll then retries too early.
+	"all-of-shortest-remaining": {
+		wrap:     func(l *memlock.Lock) lock.Lock { return &shortestRemaining{l} },
+		mustFail: []string{"Group/Conflict"},
+		mustSay:  []string{"want the longest held key's"},
+	},
 	// Every failed attempt leaves a goroutine behind.
 	"leaks-goroutines": {
 		wrap:     func(l *memlock.Lock) lock.Lock { return &leaksGoroutines{l} },
@@ -281,4 +315,122 @@ func (l *fewKeysUnavailable) TryAcquireAny(ctx context.Context, keys []string, t
 		return nil, backendkit.Unavailable("acquire", errors.New("too many operations in txn request"))
 	}
 	return l.Lock.TryAcquireAny(ctx, keys, ttl)
+}
+
+// sharesIgnoreExclusive grants a share refused because of an exclusive
+// grant anyway, with a fresh token from a shadow key.
+type sharesIgnoreExclusive struct{ *memlock.Lock }
+
+func (l *sharesIgnoreExclusive) TryAcquireShared(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
+	h, err := l.Lock.TryAcquireShared(ctx, key, ttl)
+	if g, held, _ := l.Inspect(ctx, key); errors.Is(err, lock.ErrNotAcquired) && held && !g.Shared {
+		shadow, serr := l.Lock.TryAcquireShared(ctx, key+"#shadow"+time.Now().String(), ttl)
+		if serr == nil {
+			return &renamed{shadow, key}, nil // the bug
+		}
+	}
+	return h, err
+}
+
+// noWriterIntent hides memlock's queue and all-of grants, and refuses an
+// exclusive attempt on a key with shares without asking memlock, so that
+// no intent is ever marked.
+type noWriterIntent struct{ m *memlock.Lock }
+
+func (l *noWriterIntent) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
+	if g, held, err := l.m.Inspect(ctx, key); err == nil && held && g.Shared {
+		return nil, backendkit.NotAcquired(key, g.Remaining) // the bug: no mark
+	}
+	return l.m.TryAcquire(ctx, key, ttl)
+}
+
+func (l *noWriterIntent) TryAcquireShared(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
+	return l.m.TryAcquireShared(ctx, key, ttl)
+}
+
+func (l *noWriterIntent) Subscribe(ctx context.Context, keys ...string) (lock.Subscription, error) {
+	return l.m.Subscribe(ctx, keys...)
+}
+
+func (l *noWriterIntent) Owner() string { return l.m.Owner() }
+
+// shareTokensApart adds 1<<40 to every share's token.
+type shareTokensApart struct{ *memlock.Lock }
+
+func (l *shareTokensApart) TryAcquireShared(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
+	h, err := l.Lock.TryAcquireShared(ctx, key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return &fixedToken{h, h.Token() + 1<<40}, nil
+}
+
+// partialGroups takes a set's keys one by one and keeps them on conflict.
+type partialGroups struct{ *memlock.Lock }
+
+func (l *partialGroups) TryAcquireAll(ctx context.Context, keys []string, ttl time.Duration) (lock.Group, error) {
+	if err := backendkit.ValidateGroup(ctx, keys, ttl, lock.DefaultLimits); err != nil {
+		return nil, err
+	}
+	g := &handleGroup{keys: keys}
+	for _, k := range keys {
+		h, err := l.TryAcquire(ctx, k, ttl)
+		if err != nil {
+			return nil, err // the bug: what was taken stays taken
+		}
+		g.hs = append(g.hs, h)
+	}
+	return g, nil
+}
+
+type handleGroup struct {
+	keys []string
+	hs   []lock.Handle
+}
+
+func (g *handleGroup) Keys() []string        { return g.keys }
+func (g *handleGroup) ValidUntil() time.Time { return g.hs[0].ValidUntil() }
+
+func (g *handleGroup) Tokens() []uint64 {
+	var t []uint64
+	for _, h := range g.hs {
+		t = append(t, h.Token())
+	}
+	return t
+}
+
+func (g *handleGroup) Extend(ctx context.Context, ttl time.Duration) error {
+	var errs []error
+	for _, h := range g.hs {
+		errs = append(errs, h.Extend(ctx, ttl))
+	}
+	return errors.Join(errs...)
+}
+
+func (g *handleGroup) Release(ctx context.Context) error {
+	var errs []error
+	for _, h := range g.hs {
+		errs = append(errs, h.Release(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// shortestRemaining reports the held key that frees first.
+type shortestRemaining struct{ *memlock.Lock }
+
+func (l *shortestRemaining) TryAcquireAll(ctx context.Context, keys []string, ttl time.Duration) (lock.Group, error) {
+	g, err := l.Lock.TryAcquireAll(ctx, keys, ttl)
+	if !errors.Is(err, lock.ErrNotAcquired) {
+		return g, err
+	}
+	var first *lock.NotAcquiredError
+	for _, k := range keys {
+		if h, held, _ := l.Inspect(ctx, k); held && (first == nil || h.Remaining < first.Remaining) {
+			first = &lock.NotAcquiredError{Key: k, Remaining: h.Remaining} // the bug
+		}
+	}
+	if first == nil {
+		return nil, err
+	}
+	return nil, first
 }

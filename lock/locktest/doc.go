@@ -45,6 +45,36 @@
 // and, when the backend has them, Waiter (no lost wake-up, handoff without
 // waiting for the ttl), MultiLock and Inspector.
 //
+// When the backend is a lock.SharedLock, Shared/… checks its shared
+// grants: shares of several instances coexist and exclude an exclusive
+// grant, and an exclusive grant excludes them (Basics); a refused writer
+// holds new shares off for lock.IntentTTL, and no longer than that plus
+// slack (Intent); readers and writers of 4 instances contend and never
+// overlap, by occupancy counters, by tokens, and by the ValidUntil of
+// grants left to expire (Exclusion); a writer's lock.Acquire wins within
+// the readers' ttl + IntentTTL + slack against readers that re-acquire
+// back to back (WriterNotStarved); an abandoned share frees within ttl +
+// slack and its Extend and Release then return ErrLost (Abandoned);
+// Extend and Release of shares, ErrLost after Release (ExtendRelease);
+// lock.Keep on a share (Keep); every grant's token exceeds every earlier
+// one's, so a writer's fenced write refuses earlier readers (Tokens); and,
+// on a Waiter, a blocked AcquireShared wakes at the writer's release and a
+// blocked Acquire at the last share's, not by polling (Waiter); on an
+// Inspector, List reports each share (Grant.Shared) and Inspect the one
+// that expires first (Inspector).
+//
+// When the backend is a lock.GroupLock, Group/… checks its all-of grants:
+// a refused TryAcquireAll holds none of its keys (NoPartial); overlapping
+// sets and single keys contend with per-key occupancy counters and fenced
+// writes (Contention); a refusal names a held key and reports the longest
+// remaining ttl (Conflict); each key has its own token, above that key's
+// earlier ones (Tokens); Extend and Release of the whole group
+// (ExtendRelease); an abandoned group's keys free within ttl + slack and
+// its Extend and Release return ErrLost (Expiry); two overlapping
+// AcquireAll waiters both finish (OverlappingWaiters); duplicate keys, no
+// keys or too many are refused with ErrInvalidArgument (BadInput); on an
+// Inspector, the grants of one group share a Group id (Inspector).
+//
 // RunProcessFaults runs a holder in a child process (the test binary,
 // re-executed; its TestMain must call HolderMain) and kills it with SIGKILL
 // or stops it with SIGSTOP past its ttl, as a crashed or stalled host: the
@@ -55,5 +85,13 @@
 // wrappers of memlock (a Release that ignores ownership, tokens that repeat,
 // a backend that grants twice, one that leaks a goroutine per failed
 // attempt, one whose ttl conversion overflows, one that fails as
-// unavailable below its stated MaxKeys) and check that it reports each one.
+// unavailable below its stated MaxKeys, shares granted beside a writer, a
+// writer whose intent is never marked, share tokens apart from the
+// writers', an all-of grant that keeps the keys it took on conflict, one
+// whose refusal reports the shortest remaining ttl) and check that it
+// reports each one.
+//
+// BenchSharedAcquireRelease, BenchGroup and BenchReadersWriter measure the
+// shared and all-of shapes, as BenchTryAcquireRelease and BenchHandoff do
+// the exclusive one.
 package locktest

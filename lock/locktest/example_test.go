@@ -79,3 +79,47 @@ func ExampleBenchTryAcquireRelease() {
 	}
 	_ = BenchmarkTryAcquireRelease
 }
+
+// The shared-grant benchmark: TryAcquireShared against TryAcquire.
+func ExampleBenchSharedAcquireRelease() {
+	BenchmarkShared := func(b *testing.B) {
+		l, err := memlock.New()
+		if err != nil {
+			b.Fatal(err)
+		}
+		locktest.BenchSharedAcquireRelease(b, l)
+	}
+	_ = BenchmarkShared
+}
+
+// The all-of benchmark over 4 keys: one TryAcquireAll against 4
+// TryAcquire calls.
+func ExampleBenchGroup() {
+	BenchmarkGroup4 := func(b *testing.B) {
+		l, err := memlock.New()
+		if err != nil {
+			b.Fatal(err)
+		}
+		locktest.BenchGroup(b, l, 4)
+	}
+	_ = BenchmarkGroup4
+}
+
+// 8 readers and a writer on one key, each its own instance (run with
+// -benchtime 10s).
+func ExampleBenchReadersWriter() {
+	BenchmarkReadersWriter := func(b *testing.B) {
+		l, err := memlock.New()
+		if err != nil {
+			b.Fatal(err)
+		}
+		readers := make([]lock.SharedLock, 8)
+		for i := range readers {
+			if readers[i], err = l.Share(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		locktest.BenchReadersWriter(b, readers, l)
+	}
+	_ = BenchmarkReadersWriter
+}

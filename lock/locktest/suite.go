@@ -77,6 +77,7 @@ func (s *suite) shared(t *testing.T) {
 		{"Keep", s.sharedKeep},
 		{"Tokens", s.sharedTokens},
 		{"Waiter", s.sharedWaiter},
+		{"Inspector", s.sharedInspector},
 	})
 }
 
@@ -88,6 +89,7 @@ func (s *suite) group(t *testing.T) {
 		{"Conflict", s.groupConflict}, {"Tokens", s.groupTokens},
 		{"ExtendRelease", s.groupExtendRelease}, {"Expiry", s.groupExpiry},
 		{"OverlappingWaiters", s.groupOverlappingWaiters}, {"BadInput", s.groupBadInput},
+		{"Inspector", s.groupInspector},
 	})
 }
 

@@ -544,3 +544,45 @@ func waitFor(t testing.TB, bound time.Duration, what string, cond func() bool) {
 		time.Sleep(time.Millisecond) // polling with a bound
 	}
 }
+
+// sharedInspector, on an Inspector: List reports each share of a key
+// (Shared, its holder's owner and token), Inspect the one that expires
+// first; an exclusive grant is not Shared.
+func (s *suite) sharedInspector(t *testing.T) {
+	skipUnless[lock.Inspector](t, s)
+	a, b := s.newShared(t), s.newShared(t)
+	in := a.(lock.Inspector)
+	prefix := s.key(t, "")
+	key := prefix + "k"
+	ra := s.mustShare(t, a, key, s.cfg.longTTL)
+	rb := s.mustShare(t, b, key, s.cfg.longTTL/2)
+	ctx := ctxFor(t, 30*time.Second)
+	g, ok, err := in.Inspect(ctx, key)
+	if err != nil || !ok || !g.Shared || g.Token != rb.Token() {
+		t.Fatalf("Inspect of a key with two shares = %+v, %v, %v; want the share that expires first (token %d), Shared", g, ok, err, rb.Token())
+	}
+	list, err := in.List(ctx, prefix)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("List of a key with two shares = %+v, %v; want one entry per share", list, err)
+	}
+	tokens := map[uint64]bool{}
+	for _, g := range list {
+		if g.Key != key || !g.Shared || g.Group != "" || g.Remaining <= 0 {
+			t.Fatalf("List entry %+v: want a share of %q", g, key)
+		}
+		tokens[g.Token] = true
+	}
+	if !tokens[ra.Token()] || !tokens[rb.Token()] {
+		t.Fatalf("List tokens %v, want %d and %d", tokens, ra.Token(), rb.Token())
+	}
+	if o, ok := b.(lock.Owned); ok && g.Owner != o.Owner() {
+		t.Fatalf("Inspect owner %q, want the holder's %q", g.Owner, o.Owner())
+	}
+	release(t, ra, "share")
+	release(t, rb, "share")
+	hw := s.mustAcquire(t, b, key, s.cfg.longTTL)
+	if g, ok, err := in.Inspect(ctx, key); err != nil || !ok || g.Shared || g.Token != hw.Token() {
+		t.Fatalf("Inspect of an exclusive grant = %+v, %v, %v; want token %d, not Shared", g, ok, err, hw.Token())
+	}
+	release(t, hw, "writer")
+}

@@ -218,3 +218,61 @@ func ExampleLock_Claim() {
 	// 1 <nil>
 	// true
 }
+
+func ExampleLock_TryAcquireShared() {
+	l, err := memlock.New(memlock.WithCommon(lock.Common{Owner: "host-a"}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	r1, _ := l.TryAcquireShared(ctx, "schema", time.Minute)
+	r2, _ := l.TryAcquireShared(ctx, "schema", 2*time.Minute)
+	grants, _ := l.List(ctx, "schema")
+	for _, g := range grants {
+		fmt.Println(g.Key, g.Token, g.Shared)
+	}
+	first, _, _ := l.Inspect(ctx, "schema")
+	fmt.Println("expires first:", first.Token)
+	// A refused writer holds new readers off for lock.IntentTTL.
+	_, err = l.TryAcquire(ctx, "schema", time.Minute)
+	fmt.Println(errors.Is(err, lock.ErrNotAcquired))
+	_, err = l.TryAcquireShared(ctx, "schema", time.Minute)
+	fmt.Println(errors.Is(err, lock.ErrNotAcquired))
+	_ = r1.Release(ctx)
+	_ = r2.Release(ctx)
+	w, err := l.TryAcquire(ctx, "schema", time.Minute)
+	fmt.Println(err, w.Token())
+	// Output:
+	// schema 1 true
+	// schema 2 true
+	// expires first: 1
+	// true
+	// true
+	// <nil> 3
+}
+
+func ExampleLock_TryAcquireAll() {
+	l, err := memlock.New(memlock.WithCommon(lock.Common{Owner: "host-a"}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	h, _ := l.TryAcquire(ctx, "customers/7", 30*time.Second)
+	_, err = l.TryAcquireAll(ctx, []string{"orders/42", "customers/7"}, time.Minute)
+	var na *lock.NotAcquiredError
+	fmt.Println(errors.As(err, &na), na.Key, na.Remaining.Round(time.Second))
+	_ = h.Release(ctx)
+	g, err := l.TryAcquireAll(ctx, []string{"orders/42", "customers/7"}, time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(g.Keys(), g.Tokens())
+	grants, _ := l.List(ctx, "")
+	fmt.Println(len(grants), grants[0].Group == grants[1].Group)
+	fmt.Println(g.Release(ctx), g.Release(ctx) != nil)
+	// Output:
+	// true customers/7 30s
+	// [orders/42 customers/7] [2 3]
+	// 2 true
+	// <nil> true
+}

@@ -89,6 +89,7 @@ func (g *group) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	for _, gr := range g.grants {
 		gr.expires = now.Add(ttl)
+		g.l.wakeHeadLocked(gr.key)
 	}
 	return nil
 }

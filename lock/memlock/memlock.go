@@ -22,13 +22,14 @@
 // It is not a distributed lock: two processes never see each other's
 // grants. It works under testing/synctest, where its clock is the bubble's.
 //
-// Expired grants are dropped when their key is next touched or listed, so a
-// process that takes many distinct keys once keeps their entries until then.
+// Expired grants (and writers' marks) are dropped when their key is next
+// touched or listed, so a process that takes many distinct keys once keeps
+// their entries until then.
 //
 // Limits: lock.DefaultLimits (any ttl above 0 up to lock.MaxTTL, 366 days;
-// up to lock.MaxKeys, 4096, keys per TryAcquireAny or Subscribe; keys of 1
-// to lock.MaxKeyLen bytes). Input out of them is an error matching
-// lock.ErrInvalidArgument.
+// up to lock.MaxKeys, 4096, keys per TryAcquireAny, TryAcquireAll or
+// Subscribe; keys of 1 to lock.MaxKeyLen bytes). Input out of them is an
+// error matching lock.ErrInvalidArgument.
 package memlock
 
 import (
@@ -253,8 +254,13 @@ func (l *Lock) removeLocked(g *grant) {
 			return
 		}
 		delete(l.grants, g.key)
-	} else if !l.dropShareLocked(g) || len(l.shares[g.key]) > 0 {
-		return // a writer waits for the last share
+	} else if !l.dropShareLocked(g) {
+		return
+	} else if len(l.shares[g.key]) > 0 {
+		// A queued writer waits for the last share: for the expiry of
+		// another one now.
+		l.wakeHeadLocked(g.key)
+		return
 	}
 	l.handOverLocked(g.key, time.Now())
 	l.notifier.Notify(g.key)
@@ -338,6 +344,11 @@ func (l *Lock) List(ctx context.Context, prefix string) ([]lock.Grant, error) {
 		}
 		out = append(out, g.info(now))
 	}
+	for k, until := range l.intents {
+		if strings.HasPrefix(k, prefix) && !now.Before(until) {
+			delete(l.intents, k)
+		}
+	}
 	for k := range l.shares {
 		if !strings.HasPrefix(k, prefix) {
 			continue
@@ -395,6 +406,7 @@ func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
 		return h.lostLocked()
 	}
 	h.g.expires = now.Add(ttl)
+	h.l.wakeHeadLocked(h.g.key) // a queued waiter waits for this expiry
 	return nil
 }
 

@@ -110,6 +110,14 @@ func (l *Lock) dequeueLocked(key string, w *queued) {
 	}
 	l.queues[key] = q
 	if i == 0 {
+		l.wakeHeadLocked(key)
+	}
+}
+
+// wakeHeadLocked tells the head of key's queue, if any, to look at the key
+// again: what it waits for has changed.
+func (l *Lock) wakeHeadLocked(key string) {
+	if q := l.queues[key]; len(q) > 0 {
 		select {
 		case q[0].wake <- struct{}{}:
 		default: // already told

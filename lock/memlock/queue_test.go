@@ -3,6 +3,7 @@ package memlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -69,45 +70,67 @@ func TestQueueIsFirstComeFirstServed(t *testing.T) {
 	})
 }
 
-// A waiter that queued behind the head while the key's grant had expired
-// (it found nothing to wait for) still gets the key when the grant that
-// the head then took expires: the head's grant wakes the next waiter.
+// A waiter that finds the key's grant expired while it is not the head
+// (the head's timer and its own fire at the same instant, and it runs
+// first) has nothing to wait for; when the head then takes the key itself
+// and never releases it, the next waiter must still get the key at that
+// grant's expiry. Which of the two runs first is the scheduler's choice:
+// many rounds make the bad order certain.
 func TestQueueNextWaiterFollowsTheHeadsGrant(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := testkit.Must(memlock.New())
 		ctx := t.Context()
-		a, _ := l.TryAcquire(ctx, "k", 2*time.Second)
-		head := make(chan time.Time, 1)
-		go func() {
-			if _, err := testkit.Must(l.Share()).AcquireQueued(ctx, "k", time.Second); err == nil {
-				head <- time.Now() // and never releases
+		for round := range 50 {
+			key := fmt.Sprint("k", round)
+			_, _ = l.TryAcquire(ctx, key, time.Second) // abandoned
+			got := make(chan time.Time, 2)
+			for range 2 {
+				go func() {
+					if _, err := testkit.Must(l.Share()).AcquireQueued(ctx, key, time.Second); err == nil {
+						got <- time.Now() // and never releases
+					}
+				}()
+				synctest.Wait() // queued, its timer at the grant's expiry
 			}
-		}()
-		synctest.Wait() // queued, its timer at a's expiry (2 s)
-		// a shortens its grant: it expires at 1.5 s, the head wakes at 2 s.
-		time.Sleep(time.Second)
-		if err := a.Extend(ctx, 500*time.Millisecond); err != nil {
-			t.Fatal(err)
+			start := time.Now()
+			first := <-got
+			select {
+			case second := <-got:
+				if d := second.Sub(first); d != time.Second {
+					t.Fatalf("round %d: the second waiter got the key %v after the first, want 1s", round, d)
+				}
+			case <-time.After(time.Minute):
+				t.Fatalf("round %d: the second waiter did not get the key within a minute of the first's grant (at %v)", round, first.Sub(start))
+			}
 		}
-		time.Sleep(700 * time.Millisecond)
-		next := make(chan time.Time, 1)
-		go func() {
-			if _, err := testkit.Must(l.Share()).AcquireQueued(ctx, "k", time.Second); err == nil {
-				next <- time.Now()
+	})
+}
+
+// A holder that shortens its grant with Extend and then abandons it: the
+// queued waiter gets the key at the new expiry, not the old one.
+func TestQueueFollowsAShortenedGrant(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := testkit.Must(memlock.New())
+		ctx := t.Context()
+		for _, shared := range []bool{false, true} {
+			try := l.TryAcquire
+			if shared {
+				try = l.TryAcquireShared
 			}
-		}()
-		synctest.Wait() // queued behind the head, with nothing live to wait for
-		start := time.Now().Add(-1700 * time.Millisecond)
-		if at := (<-head).Sub(start); at != 2*time.Second {
-			t.Fatalf("the head got the key at %v, want 2s", at)
-		}
-		select {
-		case at := <-next:
-			if d := at.Sub(start); d != 3*time.Second {
-				t.Fatalf("the next waiter got the key at %v, want 3s (the head's grant's expiry)", d)
+			h, _ := try(ctx, "k", time.Hour)
+			got := make(chan lock.Handle, 1)
+			go func() {
+				w, _ := testkit.Must(l.Share()).AcquireQueued(ctx, "k", time.Minute)
+				got <- w
+			}()
+			synctest.Wait()
+			_ = h.Extend(ctx, time.Second)
+			start := time.Now()
+			w := <-got
+			if d := time.Since(start); d != time.Second {
+				t.Fatalf("shared %v: the queued waiter got the key %v after the Extend, want 1s", shared, d)
 			}
-		case <-time.After(time.Minute):
-			t.Fatalf("the next waiter did not get the key within a minute of the head's grant's expiry")
+			_ = w.Release(ctx)
 		}
 	})
 }

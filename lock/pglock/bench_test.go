@@ -86,6 +86,28 @@ func BenchmarkPgHandoffProcess(b *testing.B) {
 	locktest.BenchHandoffProcess(b, newLock(b, srv.DSN()), srv.Env())
 }
 
+// BenchmarkPgShared: TryAcquireShared+Release against TryAcquire+Release.
+func BenchmarkPgShared(b *testing.B) {
+	locktest.BenchSharedAcquireRelease(b, newLock(b, testenv.Postgres(b).DSN()))
+}
+
+// BenchmarkPgGroup4: TryAcquireAll of 4 keys and the group's Release
+// against 4 TryAcquire and 4 Release.
+func BenchmarkPgGroup4(b *testing.B) {
+	locktest.BenchGroup(b, newLock(b, testenv.Postgres(b).DSN()), 4)
+}
+
+// BenchmarkPgReadersWriter: 8 readers and 1 writer on one key, each its
+// own Lock. Run with -benchtime 10s.
+func BenchmarkPgReadersWriter(b *testing.B) {
+	dsn := testenv.Postgres(b).DSN()
+	readers := make([]lock.SharedLock, 8)
+	for i := range readers {
+		readers[i] = newLock(b, dsn)
+	}
+	locktest.BenchReadersWriter(b, readers, newLock(b, dsn))
+}
+
 // TestAllocations bounds the client's allocations on the hot paths, pgx's
 // included: the hot statements go through pgconn with text arguments built
 // once per grant, and read their one text column without pgx's scanning.

@@ -23,7 +23,31 @@
 //     idle_session_timeout), at every entry point (TryAcquire, Extend,
 //     AcquireQueued, TryAcquireAny, Claim, lock.Keep);
 //   - keys per TryAcquireAny or Subscribe: MaxKeys (lock.MaxKeys, 4096);
+//     per TryAcquireAll: MaxGroupKeys (64);
 //   - key: 1 to lock.MaxKeyLen bytes.
+//
+// Shared grants (lock.SharedLock): TryAcquireShared takes the server's
+// shared advisory lock (pg_try_advisory_lock_shared) on a session of its
+// own, with the ttl, quarantine, loss reports and token sequence of an
+// exclusive grant: every grant's token, shared or exclusive, is larger
+// than every earlier grant's of the key. A reader is refused while a
+// writer holds the key; while a writer waits in the server's queue
+// (AcquireQueued, which lock.Acquire uses), as the server's lock manager
+// refuses a request that conflicts with a queued one; and for
+// lock.IntentTTL after an exclusive TryAcquire or TryAcquireAll was
+// refused because the key was held shared (a mark in the unlogged table
+// leasehold_intents). A release, shared or exclusive, wakes the key's
+// waiters (lock.AcquireShared waits on Subscribe).
+//
+// All-of grants (lock.GroupLock): TryAcquireAll tries every key's
+// advisory lock in one statement on one session, in the order of their
+// ids, and unlocks what it took when a key is held, so it never holds a
+// part of its set and groups never deadlock; the error names the held key
+// with the longest remaining ttl among the set's holders. Each key draws
+// its own token. The session keeps the keys and their tokens in the
+// unlogged table leasehold_group_keys, where Inspect and List find them
+// (Grant.Group is the group's first token). Extend and Release are one
+// round trip each.
 //
 // Failure modes:
 //

@@ -117,7 +117,10 @@ func ExampleSetupStatements() {
 	// CREATE TABLE IF NOT EXISTS "locks"."leasehold_claims"
 	// CREATE INDEX IF NOT EXISTS leasehold_claims_until ON "locks"."leasehold_claims"
 	// CREATE TABLE IF NOT EXISTS "locks"."leasehold_incarnations"
+	// CREATE UNLOGGED TABLE IF NOT EXISTS "locks"."leasehold_group_keys"
 	// CREATE FUNCTION "locks"."leasehold_remaining_v2"
+	// CREATE UNLOGGED TABLE IF NOT EXISTS "locks"."leasehold_intents"
+	// CREATE FUNCTION "locks"."leasehold_refused_v1"
 }
 
 // Through PgBouncer in session mode (pool_mode=session, port 6432): each
@@ -244,4 +247,63 @@ func ExampleLock_Inspect() {
 	default:
 		fmt.Printf("held by %s since %v, token %d\n", g.Owner, g.Since, g.Token)
 	}
+}
+
+// Many readers of a configuration at once, one writer that reloads it:
+// lock.DoShared for the readers, lock.Do for the writer, which waits in
+// the server's queue and holds new readers off while it waits.
+func ExampleLock_TryAcquireShared() {
+	ctx := context.Background()
+	l, err := pglock.NewFromDSN(ctx, "postgres://app@db.internal/app")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	h, err := l.TryAcquireShared(ctx, "config", 30*time.Second)
+	switch {
+	case errors.Is(err, lock.ErrNotAcquired):
+		fmt.Println("a writer holds the configuration or waits for it")
+	case err != nil:
+		log.Fatal(err)
+	default:
+		fmt.Println("reading the configuration under token", h.Token())
+		_ = h.Release(ctx)
+	}
+	// Or block until a share is granted, keep it while fn runs:
+	err = lock.DoShared(ctx, l, "config", func(ctx context.Context) error {
+		return nil // read
+	}, lock.WithTTL(30*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+// Locking an order and its customer together, all or none: lock.DoAll
+// waits without ever holding a part of the set, so overlapping sets never
+// deadlock.
+func ExampleLock_TryAcquireAll() {
+	ctx := context.Background()
+	l, err := pglock.NewFromDSN(ctx, "postgres://app@db.internal/app")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	g, err := l.TryAcquireAll(ctx, []string{"order/42", "customer/7"}, time.Minute)
+	if err != nil {
+		log.Fatal(err) // lock.ErrNotAcquired names a held key and when all may be free
+	}
+	fmt.Println("tokens", g.Tokens()) // one per key, in the order of g.Keys()
+	_ = g.Release(ctx)
+
+	err = lock.DoAll(ctx, l, []string{"order/42", "customer/7"}, func(ctx context.Context, g lock.Group) error {
+		return nil // fence each key's write with its token
+	}, lock.WithTTL(time.Minute))
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+func ExampleMaxGroupKeys() {
+	fmt.Println(pglock.MaxGroupKeys, "keys at most in one TryAcquireAll")
+	// Output: 64 keys at most in one TryAcquireAll
 }

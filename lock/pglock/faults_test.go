@@ -269,8 +269,9 @@ func TestPgBouncerSessionMode(t *testing.T) {
 	}
 }
 
-// A server with a small lock table: exhausting it gives ErrLockTableFull,
-// held grants keep working, and acquisition recovers once locks are freed.
+// A server with a small lock table: exhausting it gives ErrLockTableFull
+// (to TryAcquire, TryAcquireShared and TryAcquireAll), held grants keep
+// working, and acquisition recovers once locks are freed.
 func TestLockTableFull(t *testing.T) {
 	srv := testenv.NewPostgres(t, testenv.PostgresSetting("max_locks_per_transaction", "10"))
 	l := newLock(t, srv.DSN())
@@ -280,17 +281,19 @@ func TestLockTableFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for range 3 { // idle connections in the pool for the attempts below
-		w, err := l.TryAcquire(ctx, "full/warm", ttl)
+	// Idle connections in the pool for the attempts below (a failed
+	// attempt closes its own; a new one cannot connect while the table is
+	// full).
+	var warm []lock.Handle
+	for i := range 4 {
+		w, err := l.TryAcquire(ctx, fmt.Sprint("full/warm", i), ttl)
 		if err != nil {
 			t.Fatal(err)
 		}
-		w2, err := l.TryAcquire(ctx, "full/warm2", ttl)
-		if err != nil {
-			t.Fatal(err)
-		}
+		warm = append(warm, w)
+	}
+	for _, w := range warm {
 		_ = w.Release(ctx)
-		_ = w2.Release(ctx)
 	}
 	filler := connect(t, srv.DSN())
 	_, err = filler.Exec(ctx, "SELECT count(pg_advisory_lock(g)) FROM generate_series(1, 1000000) g")
@@ -302,6 +305,14 @@ func TestLockTableFull(t *testing.T) {
 		t.Fatalf("TryAcquire with a full lock table: %v, want ErrLockTableFull", err)
 	}
 	t.Logf("refused with: %v", err)
+	_, err = l.TryAcquireShared(ctx, "full/shared", ttl)
+	if !errors.Is(err, pglock.ErrLockTableFull) {
+		t.Fatalf("TryAcquireShared with a full lock table: %v, want ErrLockTableFull", err)
+	}
+	_, err = l.TryAcquireAll(ctx, []string{"full/a", "full/b", "full/c"}, ttl)
+	if !errors.Is(err, pglock.ErrLockTableFull) || !errors.Is(err, lock.ErrUnavailable) {
+		t.Fatalf("TryAcquireAll with a full lock table: %v, want ErrLockTableFull", err)
+	}
 	if err := h.Extend(ctx, ttl); err != nil {
 		t.Fatalf("Extend of a held grant while the lock table is full: %v", err)
 	}

@@ -22,6 +22,10 @@ type handle struct {
 	id    int64
 	token uint64
 	pid   int32 // the holding session
+	// shared: a shared grant (TryAcquireShared); group: the keys of a
+	// group (TryAcquireAll), nil for one key.
+	shared bool
+	group  *groupKeys
 
 	// The grant's arguments as text, built once (see Lock.acquireOne):
 	// slices of buf.
@@ -265,11 +269,15 @@ func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
 	var held bool
 	if err == nil {
 		h.setTTL(ttl)
-		pg := h.conn.Conn().PgConn()
-		args := [...][]byte{h.pidText, h.idText, l.ttlGUCText, h.ttlText, h.appHead, h.appTail}
-		var cols [1][]byte
-		err = exec(ctx, pg, l.preparedOf(h.conn).extend, args[:], cols[:], nil)
-		held = cols[0] != nil
+		if h.group != nil {
+			held, err = h.group.extend(ctx, h)
+		} else {
+			pg := h.conn.Conn().PgConn()
+			args := [...][]byte{h.pidText, h.idText, l.ttlGUCText, h.ttlText, h.appHead, h.appTail}
+			var cols [1][]byte
+			err = exec(ctx, pg, l.preparedOf(h.conn).extend, args[:], cols[:], nil)
+			held = cols[0] != nil
+		}
 	}
 	switch {
 	case err != nil && h.broken():
@@ -312,10 +320,19 @@ func (h *handle) Release(ctx context.Context) (err error) {
 	}
 	h.unwatch()
 	l := h.l
-	args := [...][]byte{h.idText, l.ttlGUCText, l.ttlResetText, h.hiText, h.loText, l.channelText, h.payload}
-	var cols [1][]byte
-	err = exec(ctx, h.conn.Conn().PgConn(), l.preparedOf(h.conn).release, args[:], cols[:], nil)
-	ok := cols[0] != nil
+	var ok bool
+	if h.group != nil {
+		ok, err = h.group.release(ctx, h)
+	} else {
+		stmt := l.preparedOf(h.conn).release
+		if h.shared {
+			stmt = l.preparedOf(h.conn).releaseShared
+		}
+		args := [...][]byte{h.idText, l.ttlGUCText, l.ttlResetText, h.hiText, h.loText, l.channelText, h.payload}
+		var cols [1][]byte
+		err = exec(ctx, h.conn.Conn().PgConn(), stmt, args[:], cols[:], nil)
+		ok = cols[0] != nil
+	}
 	switch {
 	case err != nil && h.broken() && ctx.Err() == nil:
 		h.markLost(fmt.Errorf("the holding session ended: %w", err))

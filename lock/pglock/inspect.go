@@ -17,7 +17,8 @@ import (
 // session has been idle, as idle_session_timeout counts it (the ttl itself
 // while a statement runs on it, and 0 when the role reading it may not see
 // the holder's activity: grant it pg_read_all_stats). Since is the grant's
-// server time, to the millisecond.
+// server time, to the millisecond. Of a key's shared grants it reports the
+// one that expires first.
 func (l *Lock) Inspect(ctx context.Context, key string) (lock.Grant, bool, error) {
 	if err := backendkit.ValidateKey(ctx, key); err != nil {
 		return lock.Grant{}, false, err
@@ -25,27 +26,48 @@ func (l *Lock) Inspect(ctx context.Context, key string) (lock.Grant, bool, error
 	if err := l.ensureSetup(ctx); err != nil {
 		return lock.Grant{}, false, err
 	}
-	var app *string
-	var rem *int64
 	rows, err := l.pool.Query(ctx, l.sql.inspect, l.id(key))
 	if err != nil {
 		return lock.Grant{}, false, backendkit.Unavailable("pglock: inspect", err)
 	}
 	defer rows.Close()
-	found := false
+	var (
+		first lock.Grant
+		found bool
+	)
 	for rows.Next() {
-		if err := rows.Scan(&app, &rem); err != nil {
+		var r grantRow
+		if err := rows.Scan(&r.app, &r.rem, &r.shared, &r.group); err != nil {
 			return lock.Grant{}, false, backendkit.Unavailable("pglock: inspect", err)
 		}
-		found = true
+		if g := r.grant(key); !found || g.Remaining < first.Remaining {
+			first, found = g, true
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return lock.Grant{}, false, backendkit.Unavailable("pglock: inspect", err)
 	}
-	if !found {
-		return lock.Grant{}, false, nil
+	return first, found, nil
+}
+
+// grantRow is a row of the inspect and list statements.
+type grantRow struct {
+	app    *string
+	rem    *int64
+	shared bool
+	group  *string // "<token> <group>" for a key of a group
+}
+
+func (r grantRow) grant(key string) lock.Grant {
+	g := parseGrant(key, r.app, r.rem)
+	g.Shared = r.shared
+	if r.group != nil {
+		tok, grp, _ := strings.Cut(*r.group, " ")
+		if t, err := strconv.ParseUint(tok, 10, 64); err == nil {
+			g.Token, g.Group = t, grp
+		}
 	}
-	return parseGrant(key, app, rem), true, nil
+	return g
 }
 
 // parseGrant reads "<token> <ttl ms> <since ms> <owner>" from a holder's
@@ -76,7 +98,8 @@ func parseGrant(key string, app *string, rem *int64) lock.Grant {
 }
 
 // List implements lock.Inspector: the held locks of this namespace whose
-// key names start with prefix. Names come from the table leasehold_keys,
+// key names start with prefix, one Grant per shared grant and per key of
+// a group. Names come from the table leasehold_keys,
 // where each Lock instance records a key the first time it tries it.
 func (l *Lock) List(ctx context.Context, prefix string) ([]lock.Grant, error) {
 	if err := backendkit.CheckContext(ctx); err != nil {
@@ -94,13 +117,12 @@ func (l *Lock) List(ctx context.Context, prefix string) ([]lock.Grant, error) {
 	for rows.Next() {
 		var (
 			key []byte
-			app *string
-			rem *int64
+			r   grantRow
 		)
-		if err := rows.Scan(&key, &app, &rem); err != nil {
+		if err := rows.Scan(&key, &r.app, &r.rem, &r.shared, &r.group); err != nil {
 			return nil, backendkit.Unavailable("pglock: list", err)
 		}
-		out = append(out, parseGrant(string(key), app, rem))
+		out = append(out, r.grant(string(key)))
 	}
 	if err := rows.Err(); err != nil {
 		return nil, backendkit.Unavailable("pglock: list", err)

@@ -111,12 +111,14 @@ type Lock struct {
 }
 
 var (
-	_ lock.Lock      = (*Lock)(nil)
-	_ lock.Waiter    = (*Lock)(nil)
-	_ lock.MultiLock = (*Lock)(nil)
-	_ lock.Queue     = (*Lock)(nil)
-	_ lock.Inspector = (*Lock)(nil)
-	_ lock.Owned     = (*Lock)(nil)
+	_ lock.Lock       = (*Lock)(nil)
+	_ lock.Waiter     = (*Lock)(nil)
+	_ lock.MultiLock  = (*Lock)(nil)
+	_ lock.Queue      = (*Lock)(nil)
+	_ lock.Inspector  = (*Lock)(nil)
+	_ lock.Owned      = (*Lock)(nil)
+	_ lock.SharedLock = (*Lock)(nil)
+	_ lock.GroupLock  = (*Lock)(nil)
 )
 
 // Option configures New and NewFromDSN.
@@ -272,7 +274,7 @@ func NewFromDSN(ctx context.Context, dsn string, opts ...Option) (*Lock, error) 
 func (l *Lock) Owner() string { return l.owner }
 
 // limits are the bounds of every Lock's input.
-var limits = lock.Limits{MinTTL: MinTTL, MaxTTL: MaxTTL, MaxKeys: MaxKeys}
+var limits = lock.Limits{MinTTL: MinTTL, MaxTTL: MaxTTL, MaxKeys: MaxKeys, MaxGroupKeys: MaxGroupKeys}
 
 // Limits implements lock.Limited: MinTTL, MaxTTL and MaxKeys.
 func (l *Lock) Limits() lock.Limits { return limits }
@@ -416,12 +418,14 @@ func ms(d time.Duration) string {
 }
 
 // TryAcquire implements lock.Lock in one round trip on a connection of its
-// own, which the grant keeps until Release.
+// own, which the grant keeps until Release. Refused because the key is
+// held shared, it holds new shared grants off for lock.IntentTTL (see
+// TryAcquireShared).
 func (l *Lock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
 	if err := backendkit.Validate(ctx, key, ttl, limits); err != nil {
 		return nil, err
 	}
-	return l.acquireOne(ctx, key, ttl, false)
+	return l.acquireOne(ctx, key, ttl, try)
 }
 
 // AcquireQueued implements lock.Queue: one statement waits in the server's
@@ -438,12 +442,12 @@ func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration)
 		// Record the key's name with a plain attempt first: a statement
 		// that waits must not hold an uncommitted insert that another
 		// instance's attempt on the same name would block on.
-		h, err := l.acquireOne(ctx, key, ttl, false)
+		h, err := l.acquireOne(ctx, key, ttl, try)
 		if !errors.Is(err, lock.ErrNotAcquired) {
 			return h, err
 		}
 	}
-	return l.acquireOne(ctx, key, ttl, true)
+	return l.acquireOne(ctx, key, ttl, queued)
 }
 
 // Waiting implements lock.Queue: the sessions waiting in the server's
@@ -469,7 +473,7 @@ func (l *Lock) TryAcquireAny(ctx context.Context, keys []string, ttl time.Durati
 		return nil, err
 	}
 	if len(keys) == 1 {
-		return l.acquireOne(ctx, keys[0], ttl, false)
+		return l.acquireOne(ctx, keys[0], ttl, try)
 	}
 	off := rand.N(len(keys))
 	keys = append(append([]string(nil), keys[off:]...), keys[:off]...)
@@ -508,11 +512,21 @@ func (l *Lock) TryAcquireAny(ctx context.Context, keys []string, ttl time.Durati
 	return l.granted(ctx, hd, c, keys, ids, sent, expect, pid, res, err)
 }
 
-// acquireOne takes one key, trying (TryAcquire) or waiting in the server's
-// queue, in one round trip: the statement is prepared on the connection
-// and its arguments are text built once into the grant, so that the hot
-// path goes through pgconn without pgx's encoding and scanning.
-func (l *Lock) acquireOne(ctx context.Context, key string, ttl time.Duration, queued bool) (h lock.Handle, err error) {
+// mode is how acquireOne takes its key.
+type mode int
+
+const (
+	try    mode = iota // exclusive, if free (TryAcquire)
+	queued             // exclusive, waiting in the server's queue (AcquireQueued)
+	shared             // shared, if no writer holds or waits (TryAcquireShared)
+)
+
+// acquireOne takes one key, trying (TryAcquire, TryAcquireShared) or
+// waiting in the server's queue, in one round trip: the statement is
+// prepared on the connection and its arguments are text built once into
+// the grant, so that the hot path goes through pgconn without pgx's
+// encoding and scanning.
+func (l *Lock) acquireOne(ctx context.Context, key string, ttl time.Duration, m mode) (h lock.Handle, err error) {
 	start := time.Now()
 	defer func() { l.metrics.Attempt(ctx, start, err) }()
 	if err := l.ensureSetup(ctx); err != nil {
@@ -520,11 +534,11 @@ func (l *Lock) acquireOne(ctx context.Context, key string, ttl time.Duration, qu
 	}
 	id := l.id(key)
 	keys := []string{key}
-	c, err := l.conn(ctx, keys, ttl, queued)
+	c, err := l.conn(ctx, keys, ttl, m == queued)
 	if err != nil {
 		return nil, err
 	}
-	hd := &handle{l: l, key: key, id: id}
+	hd := &handle{l: l, key: key, id: id, shared: m == shared}
 	pg := c.Conn().PgConn()
 	expect := int32(pg.PID())
 	hd.build(expect)
@@ -534,18 +548,20 @@ func (l *Lock) acquireOne(ctx context.Context, key string, ttl time.Duration, qu
 		res []byte
 	)
 	sent := time.Now()
-	if !queued && l.unregistered(id) {
+	if m != queued && l.unregistered(id) {
 		// The first attempt on a key records its name (List), through pgx.
-		err = c.QueryRow(ctx, l.sql.acquireRegister[0], id, expect, l.pooled, l.ttlGUC, string(hd.ttlText), l.appOwner,
+		sql := l.sql.acquireRegister[0]
+		if m == shared {
+			sql = l.sql.shared[1]
+		}
+		err = c.QueryRow(ctx, sql, id, expect, l.pooled, l.ttlGUC, string(hd.ttlText), l.appOwner,
 			[]byte(key), l.namespace).Scan(&pid, &res)
 		if err == nil {
 			l.registered(id)
 		}
 	} else {
-		stmt := l.preparedOf(c).acquire
-		if queued {
-			stmt = l.preparedOf(c).queued
-		}
+		p := l.preparedOf(c)
+		stmt := [...]*pgconn.StatementDescription{try: p.acquire, queued: p.queued, shared: p.shared}[m]
 		args := [...][]byte{hd.idText, hd.pidText, l.pooledText, l.ttlGUCText, hd.ttlText, l.ownerText}
 		var cols [2][]byte
 		err = exec(ctx, pg, stmt, args[:], cols[:], hd.reply())
@@ -562,27 +578,10 @@ func (l *Lock) granted(ctx context.Context, hd *handle, c *pgxpool.Conn, keys []
 	expect, pid int32, res []byte, err error) (lock.Handle, error) {
 	switch {
 	case err != nil:
-		// The statement may have taken the lock before it failed: end the
-		// session so that nothing stays behind.
-		destroy(c)
-		if perr := poolerError(err); perr != nil {
-			return nil, perr
-		}
-		if isCode(err, "53200") {
-			return nil, fmt.Errorf("%w: %w: acquire %q: %w", lock.ErrUnavailable, ErrLockTableFull, keys[0], err)
-		}
-		if isCode(err, "42P01", "42704", "42883") { // the sequence, table or function was dropped
-			l.setupMu.Lock()
-			l.setupOK.Store(false)
-			l.setupMu.Unlock()
-		}
-		return nil, backendkit.Unavailable("pglock: acquire", err)
+		return nil, l.failed(c, keys[0], err)
 	case pid != expect && !l.pooled:
 		c.Release()
-		return nil, fmt.Errorf("%w: the server session answering is pid %d, the connection was opened for pid %d: "+
-			"a pooler sits in between, and unless it pins the session (PgBouncer pool_mode=session, then use "+
-			"pglock.WithSessionPooler) a session advisory lock would not stay with this connection; connect to "+
-			"PostgreSQL directly", ErrPooler, pid, expect)
+		return nil, poolerMismatch(pid, expect)
 	case len(res) > 0 && res[0] == 'h':
 		c.Release()
 		var rem time.Duration
@@ -604,6 +603,13 @@ func (l *Lock) granted(ctx context.Context, hd *handle, c *pgxpool.Conn, keys []
 		destroy(c)
 		return nil, backendkit.Unavailable("pglock: acquire", fmt.Errorf("unexpected application_name %q", app))
 	}
+	return l.handOut(hd, c, pid, sent, ran)
+}
+
+// handOut makes hd, granted on c's session pid by a statement sent at sent
+// that ran ran µs before the grant, the holder's: tracked, reaped if left
+// to expire, and delivered unless its reply came too late.
+func (l *Lock) handOut(hd *handle, c *pgxpool.Conn, pid int32, sent time.Time, ran int64) (lock.Handle, error) {
 	hd.pid, hd.conn = pid, c
 	hd.validUntil = backendkit.ValidUntil(sent.Add(time.Duration(ran)*time.Microsecond), hd.ttl)
 	if !l.track(hd) {
@@ -612,6 +618,34 @@ func (l *Lock) granted(ctx context.Context, hd *handle, c *pgxpool.Conn, keys []
 	}
 	l.reap.arm(hd.validUntil.Add(abandonGrace))
 	return backendkit.Deliver(hd, nil)
+}
+
+// failed ends c's session after an acquire statement failed with err (it
+// may have taken locks before failing, so that nothing stays behind) and
+// returns the error to report for key.
+func (l *Lock) failed(c *pgxpool.Conn, key string, err error) error {
+	destroy(c)
+	if perr := poolerError(err); perr != nil {
+		return perr
+	}
+	if isCode(err, "53200") {
+		return fmt.Errorf("%w: %w: acquire %q: %w", lock.ErrUnavailable, ErrLockTableFull, key, err)
+	}
+	if isCode(err, "42P01", "42704", "42883") { // the sequence, table or function was dropped
+		l.setupMu.Lock()
+		l.setupOK.Store(false)
+		l.setupMu.Unlock()
+	}
+	return backendkit.Unavailable("pglock: acquire", err)
+}
+
+// poolerMismatch is the error of an acquire statement answered by another
+// server session than the connection was opened for.
+func poolerMismatch(pid, expect int32) error {
+	return fmt.Errorf("%w: the server session answering is pid %d, the connection was opened for pid %d: "+
+		"a pooler sits in between, and unless it pins the session (PgBouncer pool_mode=session, then use "+
+		"pglock.WithSessionPooler) a session advisory lock would not stay with this connection; connect to "+
+		"PostgreSQL directly", ErrPooler, pid, expect)
 }
 
 // parseGrantReply splits "<idx> <µs> <application_name>".
@@ -731,6 +765,7 @@ func (l *Lock) prepare(ctx context.Context, c *pgxpool.Conn) error {
 	}{
 		{&p.acquire, l.sql.acquire[0]}, {&p.queued, l.sql.acquire[2]}, {nil, l.sql.acquireRegister[0]},
 		{&p.extend, l.sql.extend}, {&p.release, l.sql.release},
+		{&p.shared, l.sql.shared[0]}, {&p.releaseShared, l.sql.releaseShared},
 	} {
 		// Named by their text, pgx runs them as prepared when they go
 		// through it (see pgx.Conn.Prepare).
@@ -755,6 +790,7 @@ const customKey = "leasehold/pglock/prepared/"
 // connection.
 type prepared struct {
 	acquire, queued, extend, release *pgconn.StatementDescription
+	shared, releaseShared            *pgconn.StatementDescription
 }
 
 // preparedOf returns the statements prepared on c by Lock.prepare.

@@ -273,6 +273,28 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 	count("TryAcquire", func() (err error) { h, err = l.TryAcquire(ctx, key, time.Minute); return err })
 	count("Extend", func() error { return h.Extend(ctx, time.Minute) })
 	count("Release", func() error { return h.Release(ctx) })
+
+	// Shares and groups too, once their statements are prepared.
+	keys := []string{key + "/a", key + "/b", key + "/c", key + "/d"}
+	for range 2 { // one connection: one grant at a time
+		h, err := l.TryAcquireShared(ctx, key, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = h.Extend(ctx, time.Minute), h.Release(ctx)
+		g, err := l.TryAcquireAll(ctx, keys, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = g.Extend(ctx, time.Minute), g.Release(ctx)
+	}
+	count("TryAcquireShared", func() (err error) { h, err = l.TryAcquireShared(ctx, key, time.Minute); return err })
+	count("Extend of a share", func() error { return h.Extend(ctx, time.Minute) })
+	count("Release of a share", func() error { return h.Release(ctx) })
+	var g lock.Group
+	count("TryAcquireAll", func() (err error) { g, err = l.TryAcquireAll(ctx, keys, time.Minute); return err })
+	count("Group.Extend", func() error { return g.Extend(ctx, time.Minute) })
+	count("Group.Release", func() error { return g.Release(ctx) })
 }
 
 // Two Locks on one pool with different schemas each draw their tokens from

@@ -1,9 +1,12 @@
 package pglock
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/leasehold-go/leasehold/lock"
 )
 
 // The statements. Every operation on a grant is one of them, sent as one
@@ -40,14 +43,18 @@ const holders = `pg_locks l JOIN pg_stat_get_activity(NULL) s ON s.pid = l.pid
 	  AND l.database = (SELECT datid FROM pg_stat_get_activity(pg_backend_pid()))`
 
 type statements struct {
-	acquire              [3]string // [0] one key, [1] several, [2] one key, queued
-	acquireRegister      [2]string // [0] one key, [1] several; never queued (see AcquireQueued)
-	extend, release      string
-	inspect, list, force string
-	waiting, claim       string
-	visit                string
-	setupCheck           string
-	setup                []string
+	acquire               [3]string // [0] one key, [1] several, [2] one key, queued
+	acquireRegister       [2]string // [0] one key, [1] several; never queued (see AcquireQueued)
+	shared                [2]string // one key shared: [0] plain, [1] registering its name
+	all                   [2]string // every key of a group: [0] plain, [1] registering their names
+	extend, release       string
+	releaseShared         string
+	extendAll, releaseAll string
+	inspect, list, force  string
+	waiting, claim        string
+	visit                 string
+	setupCheck            string
+	setup                 []string
 }
 
 func buildStatements(schema string, serverMajor int) statements {
@@ -55,6 +62,7 @@ func buildStatements(schema string, serverMajor int) statements {
 	keys := qualified(schema, "leasehold_keys")
 	claims := qualified(schema, "leasehold_claims")
 	incarnations := qualified(schema, "leasehold_incarnations")
+	groups := qualified(schema, "leasehold_group_keys")
 	// A live claim as a holder row: "<token> <ttl ms> <since ms> <owner>"
 	// and its remaining ttl in ms (see Claim).
 	claimRow := `c.token || ' ' || c.ttl_ms || ' ' || (extract(epoch FROM c.since) * 1000)::int8 || ' ' || c.owner,
@@ -65,6 +73,16 @@ func buildStatements(schema string, serverMajor int) statements {
 	// than the rest of an acquire; PL/pgSQL plans the query once per session.
 	// v2: v1 cast a ttl of any length (see remaining); v1 is no longer used.
 	fn := qualified(schema, "leasehold_remaining_v2")
+	// refused is fn for a refused exclusive attempt, which also marks the
+	// ids that are held shared as wanted by a writer for lock.IntentTTL
+	// (table intents): TryAcquireShared is refused while the mark lives.
+	refused := qualified(schema, "leasehold_refused_v1")
+	intents := qualified(schema, "leasehold_intents")
+	intentMS := strconv.FormatInt(lock.IntentTTL.Milliseconds(), 10)
+	// intent is the remaining ms of the live writer's mark on $1, NULL
+	// when there is none.
+	intent := `(SELECT (extract(epoch FROM i.until - clock_timestamp()) * 1000)::int8 FROM ` + intents + ` i
+		WHERE i.id = $1::int8 AND i.until > clock_timestamp())`
 	// $1 the id (one key) or ids, $2 the backend pid the client was told,
 	// $3 pooler allowed, $4 ttl setting name, $5 ttl ms, $6 owner, [$7 the
 	// key name or names, $8 namespace].
@@ -90,17 +108,26 @@ func buildStatements(schema string, serverMajor int) statements {
 	// prepared statement's generic plan instead of planning every run
 	// anew, which costs more than the rest of the work. The hint is a
 	// function (see fn) called only when nothing was granted.
-	grant := `(date_part('epoch', clock_timestamp() - statement_timestamp()) * 1000000)::int8
+	grantWith := func(token string) string {
+		return `(date_part('epoch', clock_timestamp() - statement_timestamp()) * 1000000)::int8
 		|| ' ' || left(set_config($4::text, $5::text, false), 0)
-		|| set_config('application_name', nextval('` + seq + `'::regclass) || ' ' || $5::text || ' '
+		|| set_config('application_name', ` + token + ` || ' ' || $5::text || ' '
 			|| (date_part('epoch', clock_timestamp()) * 1000)::int8 || ' ' || $6::text, false)`
+	}
+	grant := grantWith(`nextval('` + seq + `'::regclass)`)
 	sameSession := `($3::bool OR pg_backend_pid() = $2::int4)`
 	hint := func(ids string) string { return `'h' || COALESCE(` + fn + `(` + ids + `)::text, '')` }
+	hintRefused := `'h' || COALESCE(` + refused + `(ARRAY[$1::int8], ` + intentMS + `)::text, '')`
 	// one tries one key; queued waits in the server's queue for it
 	// (pg_advisory_lock returns void, never NULL: the test only orders the
 	// wait before the grant).
+	// (oneShared takes a shared grant of it unless a writer's mark lives.)
 	one := `SELECT pg_backend_pid(), CASE WHEN NOT ` + sameSession + ` THEN NULL
 	WHEN pg_try_advisory_lock($1::int8) THEN '1 ' || ` + grant + `
+	ELSE ` + hintRefused + ` END`
+	oneShared := `SELECT pg_backend_pid(), CASE WHEN NOT ` + sameSession + ` THEN NULL
+	WHEN ` + intent + ` IS NOT NULL THEN 'h' || ` + intent + `
+	WHEN pg_try_advisory_lock_shared($1::int8) THEN '1 ' || ` + grant + `
 	ELSE ` + hint(`ARRAY[$1::int8]`) + ` END`
 	queued := `SELECT pg_backend_pid(), CASE WHEN NOT ` + sameSession + ` THEN NULL
 	WHEN pg_advisory_lock($1::int8) IS NOT NULL THEN '1 ' || ` + grant + `
@@ -129,6 +156,77 @@ SELECT pg_backend_pid(), CASE WHEN idx IS NULL THEN NULL
 	ON CONFLICT (id) DO NOTHING
 ), `
 	}
+	// all takes every key of a group ($1: their ids, sorted) or none: a
+	// recursive CTE tries them in order and stops at the first that is
+	// held (bad, its 1-based index; 0 when every one was taken); u unlocks
+	// those taken before it, t draws a token per key, ins records the
+	// tokens and the group for Inspect and List (keyed by the session:
+	// rows of an ended session no longer match its backend_start). The
+	// reply is "<tokens, comma-separated> <µs> <application_name>" when
+	// granted, whose token is the group's first; "h<bad> <ms>" when key
+	// bad is held, <ms> the longest remaining ttl of the other sessions
+	// holding keys of the set (empty when some is unknown).
+	all := func(reg string) string {
+		return `WITH RECURSIVE r(i, got) AS (
+	SELECT 0, true
+	UNION ALL
+	SELECT i + 1, pg_try_advisory_lock(($1::int8[])[i + 1]) FROM r
+	 WHERE got AND i < cardinality($1::int8[])
+), ` + reg + `a AS MATERIALIZED (
+	SELECT CASE WHEN ` + sameSession + ` THEN (SELECT CASE WHEN bool_and(got) THEN 0 ELSE max(i) END FROM r) END AS bad
+), u AS MATERIALIZED (
+	SELECT count(pg_advisory_unlock(($1::int8[])[g])) AS n FROM a, generate_series(1, a.bad - 1) g WHERE a.bad > 0
+), t AS MATERIALIZED (
+	SELECT array_agg(nextval('` + seq + `'::regclass) ORDER BY g) AS toks
+	FROM a, generate_series(1, cardinality($1::int8[])) g WHERE a.bad = 0
+), ins AS (
+	INSERT INTO ` + groups + ` AS x (pid, started, id, token, grp)
+	SELECT pg_backend_pid(), (SELECT backend_start FROM pg_stat_get_activity(pg_backend_pid())), k.id, k.token, t.toks[1]
+	FROM t, unnest($1::int8[], t.toks) AS k(id, token) WHERE t.toks IS NOT NULL
+	ON CONFLICT (pid, id) DO UPDATE SET started = EXCLUDED.started, token = EXCLUDED.token, grp = EXCLUDED.grp
+)
+SELECT pg_backend_pid(), CASE WHEN a.bad IS NULL OR u.n IS NULL THEN NULL
+	WHEN a.bad = 0 THEN array_to_string(t.toks, ',') || ' ' || ` + grantWith(`t.toks[1]`) + `
+	ELSE 'h' || a.bad || ' ' || left(COALESCE(` + refused + `($1::int8[], ` + intentMS + `)::text, ''), 0) || COALESCE((SELECT CASE WHEN bool_and(h.rem IS NOT NULL) THEN max(h.rem) END
+		FROM (SELECT ` + remaining + ` AS rem FROM ` + holders + ` AND ` + lockID + ` = ANY($1::int8[])
+			AND l.pid <> pg_backend_pid()) h)::text, '') END
+FROM a, t, u`
+	}
+	// A group's extend and release: as one key's, over every id.
+	heldAll := `(SELECT count(*) FROM pg_locks l WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted
+		   AND l.pid = pg_backend_pid() AND ` + lockID + ` = ANY($2::int8[])) = cardinality($2::int8[])`
+	heldOne := `EXISTS (
+		SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted
+		   AND l.pid = pg_backend_pid() AND ` + lockID + ` = $2::int8)`
+	extend := func(held string) string {
+		return `SELECT CASE WHEN pg_backend_pid() = $1::int4 AND ` + held + `
+	THEN left(set_config($3::text, $4::text, false), 0)
+		|| set_config('application_name', $5::text || $4::text || $6::text, false) END`
+	}
+	release := func(unlock string) string {
+		return `SELECT left(set_config($2::text, $3::text, false), 0) || CASE
+	WHEN pg_try_advisory_xact_lock($4::int4, $5::int4) THEN CASE WHEN ` + unlock + `($1::int8) THEN 'r' END
+	WHEN ` + unlock + `($1::int8) THEN CASE WHEN pg_notify($6::text, $7::text) IS NOT NULL THEN 'n' END END`
+	}
+	// (A group holds one session's locks: only this statement's keys.
+	// The notifications go out first, as for one key. It deletes the
+	// session's rows of leasehold_group_keys, and a few left by sessions
+	// that ended without a release.)
+	releaseAll := `WITH w AS MATERIALIZED (
+	SELECT count(pg_notify($6::text, k.p)) AS n FROM unnest($4::int4[], $5::int4[], $7::text[]) AS k(hi, lo, p)
+	WHERE NOT pg_try_advisory_xact_lock(k.hi, k.lo)
+), d AS (
+	DELETE FROM ` + groups + ` WHERE pid = pg_backend_pid() OR (pid, id) IN (
+		SELECT x.pid, x.id FROM ` + groups + ` x WHERE NOT EXISTS (
+			SELECT 1 FROM pg_stat_get_activity(x.pid) s WHERE s.backend_start = x.started)
+		LIMIT 8 FOR UPDATE SKIP LOCKED)
+)
+SELECT left(set_config($2::text, $3::text, false), 0)
+	|| (SELECT count(*) FILTER (WHERE pg_advisory_unlock(k.id)) FROM unnest($1::int8[]) AS k(id)) FROM w`
+	// grantOf reads a holder's token and group from the groups table, as
+	// "<token> <group>", NULL for a grant of one key.
+	grantOf := `(SELECT g.token || ' ' || g.grp FROM ` + groups + ` g
+		WHERE g.pid = l.pid AND g.id = ` + lockID + ` AND g.started = s.backend_start)`
 	terminate := "pg_terminate_backend(l.pid)"
 	if serverMajor >= 14 {
 		terminate = "pg_terminate_backend(l.pid, 5000)" // waits until the session is gone
@@ -139,14 +237,17 @@ SELECT pg_backend_pid(), CASE WHEN idx IS NULL THEN NULL
 			`WITH ` + strings.TrimSuffix(register(`$1::int8`, `$7::bytea`), ", ") + "\n" + one,
 			several(register(`unnest($1::int8[])`, `unnest($7::bytea[])`)),
 		},
+		shared: [2]string{
+			oneShared,
+			`WITH ` + strings.TrimSuffix(register(`$1::int8`, `$7::bytea`), ", ") + "\n" + oneShared,
+		},
+		all: [2]string{all(""), all(register(`unnest($1::int8[])`, `unnest($7::bytea[])`))},
 		// $1 pid at acquire, $2 id, $3 ttl setting, $4 ttl ms, $5 and $6
 		// the application_name before and after the ttl. NULL: the session
 		// does not hold the lock.
-		extend: `SELECT CASE WHEN pg_backend_pid() = $1::int4 AND EXISTS (
-		SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted
-		   AND l.pid = pg_backend_pid() AND ` + lockID + ` = $2::int8)
-	THEN left(set_config($3::text, $4::text, false), 0)
-		|| set_config('application_name', $5::text || $4::text || $6::text, false) END`,
+		extend: extend(heldOne),
+		// extendAll: as extend, $2 the group's ids.
+		extendAll: extend(heldAll),
 		// $1 id, $2 ttl setting, $3 its value outside grants,
 		// $4 and $5 the interest lock, $6 channel, $7 payload. NULL: the
 		// session did not hold the lock; else "n" when waiters were
@@ -160,14 +261,20 @@ SELECT pg_backend_pid(), CASE WHEN idx IS NULL THEN NULL
 		// that takes its interest meanwhile waits for the commit, and its
 		// attempt after that finds the key free. The NOTIFY goes out at
 		// the commit either way.
-		release: `SELECT left(set_config($2::text, $3::text, false), 0) || CASE
-	WHEN pg_try_advisory_xact_lock($4::int4, $5::int4) THEN CASE WHEN pg_advisory_unlock($1::int8) THEN 'r' END
-	WHEN pg_advisory_unlock($1::int8) THEN CASE WHEN pg_notify($6::text, $7::text) IS NOT NULL THEN 'n' END END`,
+		release:       release("pg_advisory_unlock"),
+		releaseShared: release("pg_advisory_unlock_shared"),
+		// releaseAll: $1 the ids, $2 and $3 as release, $4 and $5 the
+		// interest locks (arrays), $6 channel, $7 payloads. The count of
+		// locks it released.
+		releaseAll: releaseAll,
 		// $1 id: the sessions waiting in the server's queue for the lock.
 		waiting: `SELECT count(*) FROM pg_locks l WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND NOT l.granted
 	AND l.database = (SELECT datid FROM pg_stat_get_activity(pg_backend_pid())) AND ` + lockID + ` = $1::int8`,
-		inspect: `SELECT s.application_name, ` + remaining + ` FROM ` + holders + ` AND ` + lockID + ` = $1::int8
-UNION ALL SELECT ` + claimRow + ` FROM ` + claims + ` c WHERE c.id = $1::int8 AND c.until > clock_timestamp()`,
+		// inspect and list: application_name, remaining ttl, shared, and
+		// the token and group of a group's key.
+		inspect: `SELECT s.application_name, ` + remaining + `, l.mode = 'ShareLock', ` + grantOf + `
+FROM ` + holders + ` AND ` + lockID + ` = $1::int8
+UNION ALL SELECT ` + claimRow + `, false, NULL FROM ` + claims + ` c WHERE c.id = $1::int8 AND c.until > clock_timestamp()`,
 		// $1 id, $2 namespace, $3 key, $4 owner, $5 ttl ms. Takes the claim
 		// when there is none or it lapsed (no row back: claimed), and
 		// deletes a few lapsed claims of other keys on the way, so the
@@ -183,10 +290,10 @@ ON CONFLICT (id) DO UPDATE SET namespace = EXCLUDED.namespace, key = EXCLUDED.ke
 	token = EXCLUDED.token, ttl_ms = EXCLUDED.ttl_ms, since = EXCLUDED.since, until = EXCLUDED.until
 	WHERE c.until <= clock_timestamp()
 RETURNING token`,
-		list: `SELECT k.key, s.application_name, ` + remaining + `
+		list: `SELECT k.key, s.application_name, ` + remaining + `, l.mode = 'ShareLock', ` + grantOf + `
 FROM ` + keys + ` k, ` + holders + ` AND ` + lockID + ` = k.id
   AND k.namespace = $1::text AND substring(k.key FROM 1 FOR octet_length($2::bytea)) = $2::bytea
-UNION ALL SELECT c.key, ` + claimRow + ` FROM ` + claims + ` c
+UNION ALL SELECT c.key, ` + claimRow + `, false, NULL FROM ` + claims + ` c
 WHERE c.namespace = $1::text AND substring(c.key FROM 1 FOR octet_length($2::bytea)) = $2::bytea
   AND c.until > clock_timestamp()`,
 		// $1 id, $2 channel, $3 payload.
@@ -215,7 +322,9 @@ FROM me`,
 	current_setting('idle_session_timeout', true),
 	to_regclass('` + seq + `') IS NOT NULL AND to_regclass('` + keys + `') IS NOT NULL
 	AND to_regclass('` + claims + `') IS NOT NULL AND to_regclass('` + incarnations + `') IS NOT NULL
-	AND to_regprocedure('` + fn + `(bigint[])') IS NOT NULL`,
+	AND to_regclass('` + groups + `') IS NOT NULL
+	AND to_regprocedure('` + fn + `(bigint[])') IS NOT NULL
+	AND to_regclass('` + intents + `') IS NOT NULL AND to_regprocedure('` + refused + `(bigint[],bigint)') IS NOT NULL`,
 		setup: []string{
 			`CREATE SEQUENCE IF NOT EXISTS ` + seq + ` AS bigint MINVALUE 1`,
 			`CREATE TABLE IF NOT EXISTS ` + keys + ` (id bigint PRIMARY KEY, namespace text NOT NULL, key bytea NOT NULL)`,
@@ -224,9 +333,31 @@ FROM me`,
 			`CREATE INDEX IF NOT EXISTS leasehold_claims_until ON ` + claims + ` (until)`,
 			`CREATE TABLE IF NOT EXISTS ` + incarnations + ` (started timestamptz PRIMARY KEY,
 	first_seen timestamptz NOT NULL, ttl_ms bigint NOT NULL)`,
+			// The keys of the groups held now (TryAcquireAll): written and
+			// deleted with each group, never needed after a crash.
+			`CREATE UNLOGGED TABLE IF NOT EXISTS ` + groups + ` (pid int4, started timestamptz NOT NULL,
+	id bigint, token bigint NOT NULL, grp bigint NOT NULL, PRIMARY KEY (pid, id))`,
 			`CREATE FUNCTION ` + fn + `(ids bigint[]) RETURNS bigint LANGUAGE plpgsql STABLE AS $fn$
 BEGIN
 	RETURN (SELECT min(` + remaining + `) FROM ` + holders + ` AND ` + lockID + ` = ANY(ids));
+END
+$fn$`,
+			// Writers' marks (lock.IntentTTL), never needed after a crash.
+			`CREATE UNLOGGED TABLE IF NOT EXISTS ` + intents + ` (id bigint PRIMARY KEY, until timestamptz NOT NULL)`,
+			`CREATE FUNCTION ` + refused + `(ids bigint[], ms bigint) RETURNS bigint LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+	rem bigint;
+	shared bigint[];
+BEGIN
+	SELECT min(` + remaining + `), array_agg(DISTINCT ` + lockID + `) FILTER (WHERE l.mode = 'ShareLock')
+	  INTO rem, shared FROM ` + holders + ` AND ` + lockID + ` = ANY(ids);
+	IF shared IS NOT NULL THEN
+		DELETE FROM ` + intents + ` WHERE id IN (SELECT id FROM ` + intents + `
+			WHERE until < clock_timestamp() - interval '1 minute' LIMIT 8 FOR UPDATE SKIP LOCKED);
+		INSERT INTO ` + intents + ` AS i (id, until) SELECT unnest(shared), clock_timestamp() + ms * interval '1 millisecond'
+		ON CONFLICT (id) DO UPDATE SET until = EXCLUDED.until;
+	END IF;
+	RETURN rem;
 END
 $fn$`,
 		},
