@@ -23,7 +23,8 @@
 //   - keys per TryAcquireAny or Subscribe: MaxKeys (lock.MaxKeys, 4096).
 //     One script looks at 1024 keys at most; over more keys TryAcquireAny
 //     runs several, one round trip each, until one grants a key;
-//   - keys per TryAcquireAll: 1024 (one script holds the whole group);
+//   - keys per TryAcquireAll: MaxGroupKeys (1024: one script holds the
+//     whole group);
 //   - key: 1 to lock.MaxKeyLen bytes.
 //
 // Shared grants (lock.SharedLock). TryAcquireShared makes a share of a key

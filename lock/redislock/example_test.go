@@ -255,7 +255,11 @@ func ExampleLock_TryAcquireAll() {
 	}
 	defer l.Close()
 	ctx := context.Background()
-	g, err := l.TryAcquireAll(ctx, []string{"order/{o42}", "customer/{o42}/7"}, 10*time.Second)
+	keys := []string{"order/{o42}", "customer/{o42}/7"}
+	if len(keys) > redislock.MaxGroupKeys { // one script holds the group
+		log.Fatal("too many keys for one all-of grant")
+	}
+	g, err := l.TryAcquireAll(ctx, keys, 10*time.Second)
 	if errors.Is(err, lock.ErrNotAcquired) {
 		fmt.Println("one of the keys is held:", err)
 		return

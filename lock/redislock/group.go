@@ -15,10 +15,6 @@ import (
 
 var _ lock.GroupLock = (*Lock)(nil)
 
-// groupLimits bound TryAcquireAll: one script holds the whole group, so it
-// takes at most scriptKeys keys (see TryAcquireAll).
-var groupLimits = lock.Limits{MinTTL: MinTTL, MaxTTL: MaxTTL, MaxKeys: scriptKeys}
-
 // TryAcquireAll implements lock.GroupLock in one round trip
 // (acquire_all.lua): every key of keys exclusively for ttl if none is
 // held, by a grant or by shares, or none of them. Queued waiters are not
@@ -26,10 +22,11 @@ var groupLimits = lock.Limits{MinTTL: MinTTL, MaxTTL: MaxTTL, MaxKeys: scriptKey
 // own token, from its own fence counter, and its value names the group (a
 // random id, Inspect's lock.Grant.Group). A key held by shares is marked as
 // wanted by a writer, as TryAcquire marks it (see TryAcquireShared). At
-// most 1024 keys (one script; more is invalid input); on Redis Cluster all
-// keys must share a hash tag ({…}), otherwise lock.ErrInvalidKey.
+// most MaxGroupKeys keys (one script; more is invalid input); on Redis
+// Cluster all keys must share a hash tag ({…}), otherwise
+// lock.ErrInvalidKey.
 func (l *Lock) TryAcquireAll(ctx context.Context, keys []string, ttl time.Duration) (lock.Group, error) {
-	if err := backendkit.ValidateGroup(ctx, keys, ttl, groupLimits); err != nil {
+	if err := backendkit.ValidateGroup(ctx, keys, ttl, limits); err != nil {
 		return nil, err
 	}
 	g := &group{l: l, keys: keys, rkeys: make([]redisKeys, len(keys))}

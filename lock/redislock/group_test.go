@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/redislock"
 )
 
 func groupKeys(t *testing.T, n int) []string {
@@ -134,12 +135,12 @@ func TestGroupAndShares(t *testing.T) {
 	_, err = l.TryAcquireShared(ctx, keys[1], time.Minute)
 	wantRefused(t, "TryAcquireShared of a group's key", err, time.Minute)
 
-	many := make([]string, 1025)
+	many := make([]string, redislock.MaxGroupKeys+1)
 	for i := range many {
 		many[i] = fmt.Sprintf("many/%d", i)
 	}
 	if _, err := l.TryAcquireAll(ctx, many, time.Minute); !errors.Is(err, lock.ErrInvalidArgument) {
-		t.Fatalf("TryAcquireAll of 1025 keys: %v, want ErrInvalidArgument", err)
+		t.Fatalf("TryAcquireAll of MaxGroupKeys+1 keys: %v, want ErrInvalidArgument", err)
 	}
 	if _, err := l.TryAcquireAll(ctx, []string{"a", "a"}, time.Minute); !errors.Is(err, lock.ErrInvalidArgument) {
 		t.Fatalf("TryAcquireAll of a key twice: %v, want ErrInvalidArgument", err)

@@ -88,6 +88,9 @@ const (
 	// MaxKeys is the most keys of one TryAcquireAny or Subscribe call
 	// (lock.MaxKeys): a script unpacks them within Lua's stack limit.
 	MaxKeys = lock.MaxKeys
+	// MaxGroupKeys is the most keys of one TryAcquireAll: one script holds
+	// the whole group, and looks at scriptKeys keys at most.
+	MaxGroupKeys = scriptKeys
 	// fenceLifetime is how long a fence counter outlives its last grant.
 	// Tokens are max(last+1, server µs), so the counter only matters while
 	// the server clock could fall behind a token already drawn (a clock
@@ -197,9 +200,9 @@ func New(client redis.UniversalClient, opts ...Option) (*Lock, error) {
 func (l *Lock) Owner() string { return l.owner }
 
 // limits are the bounds of every Lock's input.
-var limits = lock.Limits{MinTTL: MinTTL, MaxTTL: MaxTTL, MaxKeys: MaxKeys}
+var limits = lock.Limits{MinTTL: MinTTL, MaxTTL: MaxTTL, MaxKeys: MaxKeys, MaxGroupKeys: MaxGroupKeys}
 
-// Limits implements lock.Limited: MinTTL, MaxTTL and MaxKeys.
+// Limits implements lock.Limited: MinTTL, MaxTTL, MaxKeys and MaxGroupKeys.
 func (l *Lock) Limits() lock.Limits { return limits }
 
 // Limits implements lock.Limited for Keep.
