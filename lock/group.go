@@ -34,8 +34,10 @@ type Group interface {
 	ValidUntil() time.Time
 	// Extend renews every key for ttl from now in one round trip. It
 	// returns nil (every key renewed), ErrLost (some key's grant is gone:
-	// the group is no longer whole; the keys still held stay held until
-	// Release), or another error (unknown, as for a Handle).
+	// the group is no longer whole; call Release for the keys that may
+	// still be held, which a backend whose grants share a session, as
+	// pglock's, has freed already), or another error (unknown, as for a
+	// Handle).
 	Extend(ctx context.Context, ttl time.Duration) error
 	// Release gives every key up in one round trip, acting only on this
 	// group's grants. It returns ErrLost if some key's grant was gone
