@@ -56,9 +56,10 @@
 // back to back (WriterNotStarved); an abandoned share frees within ttl +
 // slack and its Extend and Release then return ErrLost (Abandoned);
 // Extend and Release of shares, ErrLost after Release (ExtendRelease);
-// lock.Keep on a share (Keep); every grant's token exceeds every earlier
-// one's, so a writer's fenced write refuses earlier readers (Tokens); and,
-// on a Waiter, a blocked AcquireShared wakes at the writer's release and a
+// lock.Keep on a share (SharedKeep, run alone with the other renewal
+// checks); every grant's token exceeds every earlier one's, so a
+// writer's fenced write refuses earlier readers (Tokens); and, on a
+// Waiter, a blocked AcquireShared wakes at the writer's release and a
 // blocked Acquire at the last share's, not by polling (Waiter); on an
 // Inspector, List reports each share (Grant.Shared) and Inspect the one
 // that expires first (Inspector).
