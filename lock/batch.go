@@ -42,8 +42,10 @@ type Batch interface {
 	// nil (renewed: the handle's ValidUntil has moved on), an error
 	// matching ErrLost (that grant alone is gone; the others are not
 	// affected by it), or another error (unknown: the grant may still be
-	// held until its ValidUntil). A handle not made by this batch gets an
-	// error matching ErrInvalidArgument.
+	// held until its ValidUntil). A handle the batch cannot renew gets an
+	// error matching ErrInvalidArgument, and a Keeper renews it on its own:
+	// on etcd and PostgreSQL that is a handle not made by the batch; on
+	// Redis and memory any handle of the same Lock can be renewed.
 	Renew(ctx context.Context, hs []Handle) []error
 	// Close ends the batch: it gives up what the batch itself holds, so
 	// the grants still held end with it (they need not be released
