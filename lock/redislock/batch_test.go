@@ -14,8 +14,27 @@ import (
 	"github.com/leasehold-go/leasehold/internal/testkit/faultproxy"
 	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/locktest"
 	"github.com/leasehold-go/leasehold/lock/redislock"
 )
+
+// The conformance suite on grants made through a Batch, and the batch
+// suite (many renewed, one lost alone, releases, foreign handles, a
+// Keeper), on a single server and on a three-master Cluster.
+func TestBatchConformance(t *testing.T) {
+	onBoth(t, func(t *testing.T, c redis.UniversalClient) {
+		var newL locktest.Factory
+		if cc, ok := c.(*redis.ClusterClient); ok {
+			addrs := cc.Options().Addrs
+			newL = func(t testing.TB) lock.Lock { return newLock(t, newClusterClient(t, addrs)) }
+		} else {
+			addr := c.(*redis.Client).Options().Addr
+			newL = func(t testing.TB) lock.Lock { return newLock(t, newClient(t, addr)) }
+		}
+		t.Run("Conformance", func(t *testing.T) { locktest.Run(t, locktest.Batched(newL)) })
+		t.Run("Batch", func(t *testing.T) { locktest.RunBatch(t, newL) })
+	})
+}
 
 // runID is new per test run (-count 2 reuses the shared server).
 func runID(t testing.TB) string {
