@@ -262,7 +262,8 @@ func TestBatchRefusals(t *testing.T) {
 
 // A server that stops answering: Renew ends within its deadline, every
 // outcome is unknown (ErrUnavailable, not ErrLost), and no ValidUntil
-// moves, so the leases end at their ValidUntil.
+// moves, so the leases end at their ValidUntil. ClaimEach ends within its
+// deadline too, every claim unknown.
 func TestBatchStalledRenew(t *testing.T) {
 	for _, honours := range []bool{false, true} {
 		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", honours), func(t *testing.T) {
@@ -290,6 +291,15 @@ func TestBatchStalledRenew(t *testing.T) {
 						}
 					}
 					return errs[0]
+				}},
+				faultproxy.Op{Name: "ClaimEach", Call: func(ctx context.Context) error {
+					res := l.ClaimEach(ctx, []lock.ClaimRequest{{Key: runID(t), TTL: time.Minute}, {Key: runID(t) + "/2", TTL: time.Minute}})
+					for _, r := range res {
+						if !errors.Is(r.Err, lock.ErrUnavailable) {
+							t.Errorf("ClaimEach on a stalled server: %v, want ErrUnavailable", r.Err)
+						}
+					}
+					return res[0].Err
 				}},
 			)
 		})

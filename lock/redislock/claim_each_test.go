@@ -1,6 +1,7 @@
 package redislock_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
 	"github.com/leasehold-go/leasehold/lock"
 	"github.com/leasehold-go/leasehold/lock/redislock"
 )
@@ -148,5 +150,48 @@ func TestClaimEachEmpty(t *testing.T) {
 	res := l.ClaimEach(t.Context(), []lock.ClaimRequest{{Key: strings.Repeat("k", lock.MaxKeyLen+1), TTL: time.Second}})
 	if !errors.Is(res[0].Err, lock.ErrInvalidKey) {
 		t.Fatalf("oversized key: %v", res[0].Err)
+	}
+}
+
+// replayPipeline runs the next pipeline twice, as go-redis does when the
+// replies of the first attempt are lost and it retries the pipeline.
+type replayPipeline struct{ replayHook }
+
+func (r *replayPipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if r.armed.CompareAndSwap(true, false) {
+			_ = next(ctx, cmds) // the attempt whose replies were lost
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (r *replayPipeline) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+// A ClaimEach whose pipeline is sent twice (its replies lost, the
+// pipeline retried by the client) reports the claims the first attempt
+// made, with their tokens, not as held by someone else.
+func TestClaimEachRetriedByTheClient(t *testing.T) {
+	c := newClient(t, testenv.Redis(t).Addr())
+	hook := &replayPipeline{}
+	c.AddHook(hook)
+	l := newLock(t, c)
+	ctx := t.Context()
+	keys := batchKeys(runID(t), 600)
+	reqs := make([]lock.ClaimRequest, len(keys))
+	for i, k := range keys {
+		reqs[i] = lock.ClaimRequest{Key: k, TTL: time.Minute}
+	}
+	l.ClaimEach(ctx, reqs[:1]) // loads the script: the replay is of EVALSHA
+	hook.armed.Store(true)
+	for i, r := range l.ClaimEach(ctx, reqs[1:]) {
+		if r.Err != nil {
+			t.Fatalf("retried claim of %q: %v", keys[i+1], r.Err)
+		}
+		if i%100 == 0 {
+			if g, ok, err := l.Inspect(ctx, keys[i+1]); err != nil || !ok || g.Token != r.Token {
+				t.Fatalf("Inspect(%q) = %+v %v %v, want token %d", keys[i+1], g, ok, err, r.Token)
+			}
+		}
 	}
 }
