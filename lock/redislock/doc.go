@@ -21,7 +21,7 @@
 //     point (TryAcquire, Extend, AcquireQueued, TryAcquireAny, lock.Claim,
 //     lock.Keep); ttls are whole milliseconds (rounded up);
 //   - keys per TryAcquireAny or Subscribe: MaxKeys (lock.MaxKeys, 4096).
-//     One script looks at 1024 keys at most; over more keys TryAcquireAny
+//     One script looks at 512 keys at most; over more keys TryAcquireAny
 //     runs several, one round trip each, until one grants a key;
 //   - handles per Batch.Renew and requests per ClaimEach: any number, in
 //     scripts of 1,000 and 250 keys;
@@ -63,8 +63,8 @@
 //
 // No script of this package works on an unbounded set, so that none
 // stalls the server's other clients for long (each bound below costs the
-// server about 2.5 ms at most; docs/redis.md, "Scale"): 1,000 keys per
-// renewal chunk, 250 per claim chunk, 1,024 per TryAcquireAny script,
+// server about 1.5 ms at most; docs/redis.md, "Scale"): 1,000 keys per
+// renewal chunk, 250 per claim chunk, 512 per TryAcquireAny script,
 // MaxGroupKeys (256) per TryAcquireAll, 1,000 expired shares dropped per
 // call, 1,000 queued waiters per Waiting script (a longer queue takes a
 // round trip per 1,000).

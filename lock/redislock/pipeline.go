@@ -15,7 +15,7 @@ import (
 // The most keys one script of Batch.Renew (renewChunk) or ClaimEach
 // (claimChunk) works on, so that no call blocks Redis for long: a renewal
 // costs the server about 1.3 µs a key, a claim (two keys written) about
-// 7 µs, so either chunk runs for under 2 ms (docs/redis.md, "Scale").
+// 5.6 µs, so either chunk runs for about 1.5 ms (docs/redis.md, "Scale").
 const (
 	renewChunk = 1000
 	claimChunk = 250

@@ -60,8 +60,8 @@ func BenchmarkScriptServerTime(b *testing.B) {
 				}
 			}
 		}},
-		{"acquire/any-of-1024-held", acquireScript, func(b *testing.B, l *Lock, c *redis.Client) func(context.Context, int) {
-			ks := keys("any", MaxKeys)
+		{"acquire/any-of-" + strconv.Itoa(scriptKeys) + "-held", acquireScript, func(b *testing.B, l *Lock, c *redis.Client) func(context.Context, int) {
+			ks := keys("any", scriptKeys)
 			for _, k := range ks {
 				if _, err := l.TryAcquire(b.Context(), k, time.Hour); err != nil {
 					b.Fatal(err)
