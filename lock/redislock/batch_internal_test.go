@@ -95,3 +95,43 @@ func TestWaitingCountsALongQueue(t *testing.T) {
 		t.Fatalf("Waiting = %d, %v; want 2400", n, err)
 	}
 }
+
+// List reads a key's shares in pages of sharesPage (no single read of an
+// unbounded set) and reports every live one.
+func TestListReadsManySharesInPages(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: testenv.Redis(t).Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	l, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	key := "shares/" + t.Name() + "/" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	now, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rk, _ := l.keysOf(key, nil)
+	shares, _ := l.shareKeys(rk)
+	const n = 2*sharesPage + 345
+	pipe := c.Pipeline()
+	pipe.Set(ctx, rk[0], "S|0", time.Minute)
+	for j := range n {
+		expiry := now.UnixMilli() + 60_000
+		if j%100 == 0 {
+			expiry = now.UnixMilli() - 1 // expired, not yet pruned
+		}
+		pipe.ZAdd(ctx, shares, redis.Z{Score: float64(expiry), Member: strconv.Itoa(j+1) + "|1|a" + strconv.Itoa(j) + "|o"})
+	}
+	pipe.Expire(ctx, shares, time.Minute)
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	grants, err := l.List(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := n - (n+99)/100; len(grants) != want {
+		t.Fatalf("List: %d shares, want %d", len(grants), want)
+	}
+}

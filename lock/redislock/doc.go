@@ -67,7 +67,7 @@
 // renewal chunk, 250 per claim chunk, 512 per TryAcquireAny script,
 // MaxGroupKeys (256) per TryAcquireAll, 1,000 expired shares dropped per
 // call, 1,000 queued waiters per Waiting script (a longer queue takes a
-// round trip per 1,000).
+// round trip per 1,000); List reads a key's shares 1,000 at a time.
 //
 // Values read back from Redis (remaining ttls, fence counters, queue
 // entries) are not trusted: they are clamped or dropped.
