@@ -27,10 +27,15 @@ type handle struct {
 	// moving is the lease of a swap whose outcome is unknown (under op): the
 	// key is attached to it or to lease. The next Extend finds out which.
 	moving *spare
+	// batch and bl are the batch and its lease a batch grant was made on
+	// (nil for other grants; see batch.go).
+	batch *batch
+	bl    *batchLease
 
 	mu         sync.Mutex
 	validUntil time.Time
 	released   bool
+	onShared   bool          // the key rests on bl, and is counted there (under mu)
 	isLost     bool          // the grant was seen gone (under mu)
 	lost       chan struct{} // made by the first Lost, closed once lost (under mu)
 }
@@ -71,12 +76,15 @@ func (h *handle) Lost() <-chan struct{} {
 // markLost records that the grant is gone and closes Lost's channel.
 func (h *handle) markLost() {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	if !h.isLost {
 		h.isLost = true
 		if h.lost != nil {
 			close(h.lost)
 		}
+	}
+	h.mu.Unlock()
+	if h.bl != nil {
+		h.detach()
 	}
 }
 
@@ -127,6 +135,12 @@ func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		return err
 	}
+	if h.isShared(h.lease.id) { // a batch's lease: the key may be gone while it lives
+		h.batch.renewed(h.bl, h.lease.sent, int64(h.lease.granted/time.Second))
+		if err := h.checkKey(ctx); err != nil {
+			return err
+		}
+	}
 	h.mu.Lock()
 	h.validUntil = vu
 	h.mu.Unlock()
@@ -138,6 +152,9 @@ func (h *handle) swap(ctx context.Context, sec int64, ttl time.Duration) error {
 	s, err := h.l.lease(ctx, sec, ttl)
 	if err != nil {
 		return err
+	}
+	if h.bl != nil {
+		h.detach() // leaving the batch's lease (Renew now leaves it to Extend)
 	}
 	sent := time.Now()
 	r, err := h.l.client.Txn(requireLeader(ctx)).If(
@@ -161,7 +178,7 @@ func (h *handle) swap(ctx context.Context, sec int64, ttl time.Duration) error {
 	}
 	old := h.lease
 	h.lease = s
-	h.l.revokeLater(old.id) // no key is attached to it any more
+	h.dropLease(old.id) // no key is attached to it any more
 	vu := validUntil(sent, ttl, s)
 	h.mu.Lock()
 	h.validUntil = vu
@@ -185,7 +202,7 @@ func (h *handle) settle(ctx context.Context) error {
 	}
 	switch clientv3.LeaseID(r.Kvs[0].Lease) {
 	case moving.id:
-		h.l.revokeLater(h.lease.id)
+		h.dropLease(h.lease.id)
 		h.lease = moving
 	default:
 		h.l.revokeLater(moving.id)
@@ -205,20 +222,26 @@ func (h *handle) Release(ctx context.Context) error {
 	}
 	defer h.op.Unlock()
 	h.l.unwatchLoss(h)
+	if h.bl != nil {
+		h.detach()
+	}
 	if h.moving != nil { // the key is on one of two leases: the other goes after the delete
 		defer h.l.revokeLater(h.moving.id)
 		h.moving = nil
 	}
 	r, err := h.l.client.Delete(requireLeader(ctx), h.ekey)
 	switch {
+	case err != nil && h.isShared(h.lease.id):
+		h.l.deleteLater(h.ekey) // the lease is the batch's: the key alone goes
+		err = backendkit.Unavailable("etcdlock: release", err)
 	case err != nil:
 		h.l.revokeLater(h.lease.id)
 		err = backendkit.Unavailable("etcdlock: release", err)
 	case r.Deleted == 0:
 		h.markLost()
-		h.l.revokeLater(h.lease.id) // expired already, or the key was deleted behind our back
+		h.dropLease(h.lease.id) // expired already, or the key was deleted behind our back
 		err = h.lostErr("release")
-	default:
+	case !h.isShared(h.lease.id):
 		h.l.giveBack(h.lease)
 	}
 	h.l.metrics.Release(ctx, err)
