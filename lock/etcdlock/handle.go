@@ -102,7 +102,10 @@ func (h *handle) lostErr(what string) error {
 // old lease. That costs a lease grant
 // too, unless a spare of that ttl is pooled. When the Txn's outcome is
 // unknown, the key is on one of the two leases: ValidUntil is the earlier
-// of their ends, and the next Extend reads the key to settle which.
+// of their ends, and the next Extend reads the key to settle which. A
+// batch's grant on its batch's lease is renewed by a keepalive and a read
+// of its key (it may be deleted while the shared lease lives); a move
+// leaves the shared lease alone.
 func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := limits.CheckTTL(ttl); err != nil {
 		return err
@@ -215,7 +218,9 @@ func (h *handle) settle(ctx context.Context) error {
 // needs no compare. The deletion wakes the waiters watching the key. The
 // lease, now without a key, goes back to the Lock's spares for a later
 // grant (see the package documentation); when the outcome is unknown it
-// is revoked instead, which deletes the key if the delete did not.
+// is revoked instead, which deletes the key if the delete did not. A
+// batch's grant leaves its lease, shared with the batch's other grants,
+// alone: an unknown outcome deletes the key again in the background.
 func (h *handle) Release(ctx context.Context) error {
 	if err := beginRelease(ctx, &h.op, &h.mu, &h.released); err != nil {
 		return h.releaseErr(err)
