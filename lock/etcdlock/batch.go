@@ -204,7 +204,7 @@ func (b *batch) TryAcquire(ctx context.Context, key string) (lock.Handle, error)
 }
 
 func (b *batch) tryAcquire(ctx context.Context, key string) (lock.Handle, error) {
-	for attempt := 0; ; attempt++ {
+	for attempt := 0; ; {
 		bl, sp, err := b.reserve(ctx)
 		if err != nil {
 			return nil, err
@@ -215,8 +215,8 @@ func (b *batch) tryAcquire(ctx context.Context, key string) (lock.Handle, error)
 			sent := time.Now()
 			r, err := b.l.client.KeepAliveOnce(requireLeader(ctx), bl.id)
 			switch {
-			case errors.Is(err, rpctypes.ErrLeaseNotFound) && attempt == 0:
-				b.renewed(bl, sent, 0)
+			case errors.Is(err, rpctypes.ErrLeaseNotFound):
+				b.renewed(bl, sent, 0) // expired unrenewed (its grants were released): dropped
 				continue
 			case err != nil:
 				b.unreserve(bl)
@@ -230,6 +230,7 @@ func (b *batch) tryAcquire(ctx context.Context, key string) (lock.Handle, error)
 		case errors.Is(err, rpctypes.ErrLeaseNotFound) && attempt == 0:
 			// The lease is gone (revoked by an operator, or expired):
 			// nothing was written. Once more, on another lease.
+			attempt++
 			b.renewed(bl, time.Time{}, 0)
 			continue
 		case err != nil:
@@ -498,7 +499,7 @@ func (l *Lock) readAll(ctx context.Context, lrs []*leaseRenewal) {
 			lr.rdErr = err
 			return
 		}
-		lr.ttlOK = r.TTL > 0
+		lr.ttlOK = r.TTL >= 0 // whole seconds, rounded down: 0 is under a second left; -1 is gone
 		lr.keys = make(map[string]bool, len(lr.items))
 		for _, it := range lr.items {
 			lr.keys[it.h.ekey] = false

@@ -420,3 +420,58 @@ func BenchmarkRenewBatch(b *testing.B) {
 		})
 	}
 }
+
+// A batch left without Renew past its ttl: its lease expires with the
+// grant on it (the key is free for others after its ValidUntil), and the
+// batch's next TryAcquire finds the lease gone and makes a new one.
+func TestBatchIdle(t *testing.T) {
+	srv := testenv.Etcd(t)
+	l, other := newLock(t, srv.Endpoints()), newLock(t, srv.Endpoints())
+	ctx := ctxFor(t, 30*time.Second)
+	b := newBatch(t, l, time.Second)
+	p := "batch/" + runID(t)
+	hs := fill(t, ctx, b, p, 2)
+	if err := hs[0].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g, err := lock.Acquire(ctx, other, hs[1].Key(), time.Minute)
+	if err != nil {
+		t.Fatalf("an unrenewed batch grant's key did not come free: %v", err)
+	}
+	if time.Now().Before(hs[1].ValidUntil()) {
+		t.Fatalf("the key was granted to another before the batch grant's ValidUntil")
+	}
+	_ = g.Release(ctx)
+	h, err := b.TryAcquire(ctx, p+"new")
+	if err != nil {
+		t.Fatalf("TryAcquire after the batch's lease expired: %v", err)
+	}
+	if err := b.Renew(ctx, []lock.Handle{h})[0]; err != nil {
+		t.Fatalf("Renew of the new grant: %v", err)
+	}
+	if err := hs[1].Extend(ctx, time.Second); !errors.Is(err, lock.ErrLost) {
+		t.Fatalf("Extend of the expired grant: %v, want ErrLost", err)
+	}
+}
+
+// A grant made on a batch lease last renewed more than ttl/2 ago is not
+// cut short by the lease's nearer end: TryAcquire renews the lease first
+// (without it, ValidUntil was the old lease's end, here under 0.8 s away
+// for a ttl of 2 s).
+func TestBatchAgingLease(t *testing.T) {
+	l := newLock(t, testenv.Etcd(t).Endpoints())
+	ctx := ctxFor(t, 30*time.Second)
+	const ttl = 2 * time.Second
+	b := newBatch(t, l, ttl)
+	p := "batch/" + runID(t)
+	fill(t, ctx, b, p, 1)
+	_ = backendkit.Sleep(ctx, 1200*time.Millisecond) // the lease ages past ttl/2: not a synchronisation
+	before := time.Now()
+	h, err := b.TryAcquire(ctx, p+"late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vu := h.ValidUntil(); vu.Before(before.Add(ttl - backendkit.DriftAllowance(ttl))) {
+		t.Fatalf("a grant on an aging lease is valid for %v, want the batch's ttl %v less the drift", vu.Sub(before), ttl)
+	}
+}
