@@ -121,6 +121,9 @@ func (bl *batchLease) spare(sec int64) spare {
 // lease when none has room (one grant at a time per batch).
 func (b *batch) reserve(ctx context.Context) (*batchLease, spare, error) {
 	for {
+		if b.l.isClosed() {
+			return nil, spare{}, fmt.Errorf("%w: %w", lock.ErrInvalidArgument, errClosed)
+		}
 		b.mu.Lock()
 		if b.closed {
 			b.mu.Unlock()
