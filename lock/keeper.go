@@ -138,7 +138,8 @@ func (k *Keeper) Acquire(ctx context.Context, key string, opts ...Option) (*Leas
 // Keep adopts h, a grant of the Keeper's Lock, and keeps it for the
 // Keeper's ttl as lock.Keep would, without a goroutine of its own. Where
 // the backend's Batch can renew h (Redis, memory) it is renewed with the
-// others; otherwise with its own Extend, from a small pool.
+// others; otherwise with its own Extend, from a small pool. A Wrapper is
+// renewed as the handle it wraps.
 func (k *Keeper) Keep(ctx context.Context, h Handle) (*Lease, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", ErrInvalidArgument)
@@ -367,7 +368,7 @@ func (k *Keeper) renewRound() (unknown bool) {
 	if len(batched) > 0 {
 		hs := make([]Handle, len(batched))
 		for i, l := range batched {
-			hs[i] = l.h
+			hs[i] = unwrapHandle(l.h)
 		}
 		for i, err := range k.batchOrNil().Renew(ctx, hs) {
 			l := batched[i]
@@ -468,6 +469,28 @@ func (k *Keeper) expire() {
 	}
 	if !next.IsZero() {
 		k.armLocked(next)
+	}
+}
+
+// Wrapper is implemented by a Handle that wraps another (a
+// semaphore.Permit): a Keeper renews the handle it wraps through the
+// backend's Batch.
+type Wrapper interface {
+	Unwrap() Handle
+}
+
+// unwrapHandle is the handle h wraps, through every layer.
+func unwrapHandle(h Handle) Handle {
+	for {
+		w, ok := h.(Wrapper)
+		if !ok {
+			return h
+		}
+		inner := w.Unwrap()
+		if inner == nil {
+			return h
+		}
+		h = inner
 	}
 }
 

@@ -20,7 +20,8 @@ import (
 type countingBatcher struct {
 	*memlock.Lock
 	renews  atomic.Int32
-	handles atomic.Int32
+	handles atomic.Int32 // offered to Renew
+	renewed atomic.Int32 // renewed by Renew
 	stalled atomic.Bool
 }
 
@@ -48,7 +49,13 @@ func (b *countingBatch) Renew(ctx context.Context, hs []lock.Handle) []error {
 		}
 		return errs
 	}
-	return b.Batch.Renew(ctx, hs)
+	errs := b.Batch.Renew(ctx, hs)
+	for _, err := range errs {
+		if err == nil {
+			b.c.renewed.Add(1)
+		}
+	}
+	return errs
 }
 
 func TestKeeperRenewsAllLeasesInOneCallPerPeriod(t *testing.T) {
@@ -306,4 +313,38 @@ func TestKeeperRefusesBadInput(t *testing.T) {
 			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
 		}
 	}
+}
+
+// wrapped is a handle that wraps another, as semaphore.Permit does.
+type wrapped struct{ lock.Handle }
+
+func (w wrapped) Unwrap() lock.Handle { return w.Handle }
+
+func TestKeeperRenewsAWrapperAsTheHandleItWraps(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &countingBatcher{Lock: testkit.Must(memlock.New())}
+		k := testkit.Must(lock.NewKeeper(c, 3*time.Second))
+		defer k.Close(context.Background())
+		inner := &scripted{Handle: testkit.Must(c.TryAcquire(t.Context(), "k", 3*time.Second))}
+		l := testkit.Must(k.Keep(t.Context(), wrapped{inner}))
+		time.Sleep(time.Second + time.Millisecond)
+		synctest.Wait()
+		// The memlock Batch refuses the scripted wrapper (not its
+		// handle), so the Keeper renews it alone from then on: one
+		// Renew that offered it, then its own Extends.
+		if c.handles.Load() != 1 || inner.extends.Load() != 1 {
+			t.Fatalf("after one round: %d handles offered to Renew, %d own Extends; want 1 and 1", c.handles.Load(), inner.extends.Load())
+		}
+		if l.Err() != nil {
+			t.Fatal(l.Err())
+		}
+		m := testkit.Must(c.TryAcquire(t.Context(), "m", 3*time.Second))
+		lm := testkit.Must(k.Keep(t.Context(), wrapped{m}))
+		time.Sleep(time.Second + time.Millisecond)
+		synctest.Wait()
+		// The plain memlock handle under a wrapper is the Batch's.
+		if c.renewed.Load() != 1 || inner.extends.Load() != 2 || lm.Err() != nil {
+			t.Fatalf("after two rounds: %d handles renewed by Renew, %d own Extends, %v; want 1, 2, nil", c.renewed.Load(), inner.extends.Load(), lm.Err())
+		}
+	})
 }
