@@ -397,3 +397,59 @@ func (p *pipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 }
 
 func (p *pipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+// A Keeper whose batch cannot reach the server: each lease's context
+// ends, with ErrLost, at its own ValidUntil, neither before (a renewal
+// whose outcome is unknown is not a loss: connections refused fail at
+// once, well before ValidUntil) nor seconds later (a server that stops
+// answering holds the renewal until its deadline).
+func TestKeeperOnAnUnreachableServer(t *testing.T) {
+	for _, fault := range []string{"blackhole", "refused"} {
+		t.Run(fault, func(t *testing.T) {
+			p := faultproxy.Start(t, testenv.Redis(t).Addr())
+			c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+			t.Cleanup(func() { _ = c.Close() })
+			l := newLock(t, c)
+			const ttl = 900 * time.Millisecond
+			k, err := lock.NewKeeper(l, ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = k.Close(context.Background()) })
+			prefix := runID(t)
+			leases := make([]*lock.Lease, 50)
+			for i := range leases {
+				if leases[i], err = k.TryAcquire(t.Context(), fmt.Sprintf("%s/%d", prefix, i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if fault == "blackhole" {
+				p.SetMode(faultproxy.Blackhole)
+				defer p.SetMode(faultproxy.Pass)
+			} else {
+				p.Refuse(true)
+				p.ResetAll()
+				defer p.Refuse(false)
+			}
+			cut := time.Now()
+			const slack = 300 * time.Millisecond
+			for i, le := range leases {
+				select {
+				case <-le.Context().Done():
+				case <-time.After(time.Until(le.ValidUntil()) + 2*time.Second):
+					t.Fatalf("lease %d still open 2 s after its ValidUntil", i)
+				}
+				ended, valid := time.Now(), le.ValidUntil()
+				if early := valid.Sub(ended); early > 20*time.Millisecond {
+					t.Errorf("lease %d ended %v before its ValidUntil, %v after the fault", i, early, ended.Sub(cut))
+				}
+				if late := ended.Sub(valid); late > slack {
+					t.Errorf("lease %d ended %v after its ValidUntil", i, late)
+				}
+				if !errors.Is(context.Cause(le.Context()), lock.ErrLost) {
+					t.Errorf("lease %d: cause %v, want ErrLost", i, context.Cause(le.Context()))
+				}
+			}
+		})
+	}
+}
