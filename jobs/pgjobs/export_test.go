@@ -1,0 +1,16 @@
+package pgjobs
+
+import "testing"
+
+// HeartbeatChunk, HeartbeatConns and ListChunk are the chunk sizes and the
+// connections of a heartbeat, for the tests.
+func HeartbeatChunk() int { return heartbeatChunk }
+func HeartbeatConns() int { return heartbeatConns }
+func ListChunk() int      { return listChunk }
+
+// SetListChunk makes pages of n for the rest of t (t must not be parallel).
+func SetListChunk(t testing.TB, n int) {
+	old := listChunk
+	listChunk = n
+	t.Cleanup(func() { listChunk = old })
+}

@@ -1,0 +1,19 @@
+package redisjobs
+
+import "testing"
+
+// HeartbeatChunk and ListChunk are the chunk sizes, for the tests.
+func HeartbeatChunk() int { return heartbeatChunk }
+func ListChunk() int      { return listChunk }
+
+// SetListChunk makes pages of n for the rest of t (t must not be parallel).
+func SetListChunk(t testing.TB, n int) {
+	old := listChunk
+	listChunk = n
+	t.Cleanup(func() { listChunk = old })
+}
+
+// HeartbeatScript and ListScript are the hashes of the heartbeat and
+// listing scripts, as EVALSHA names them.
+func HeartbeatScript() string { return heartbeatScript.Hash() }
+func ListScript() string      { return expiredScript.Hash() }
