@@ -119,8 +119,8 @@ func (p *pages) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQue
 }
 func (p *pages) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-// The listings read pages of ListChunk rows, each after the last row of
-// the page before: with pages of 7 that end inside groups of jobs of one
+// The listings (and Counts) read pages of ListChunk rows, each after the
+// last row of the page before: with pages of 7 that end inside groups of jobs of one
 // deadline, and at the real size, every expired job is found (and
 // recovered by Scan) once; every listing statement asks for at most a
 // page.
@@ -131,6 +131,7 @@ func TestListingPages(t *testing.T) {
 	}{{"pages-of-7", 7, 600}, {"real-size", pgjobs.ListChunk(), 2*pgjobs.ListChunk() + 3}} {
 		t.Run(tc.name, func(t *testing.T) {
 			pgjobs.SetListChunk(t, tc.page)
+			pgjobs.SetCountChunk(t, tc.page)
 			cfg, err := pgxpool.ParseConfig(testenv.Postgres(t).DSN())
 			if err != nil {
 				t.Fatal(err)
@@ -159,3 +160,15 @@ func TestListingPages(t *testing.T) {
 }
 
 var _ jobs.Registry = (*pgjobs.Registry)(nil)
+
+// The conformance suite passes with pages of 3 rows for the listings and
+// the counts: every check of theirs crosses pages.
+func TestConformanceInSmallPages(t *testing.T) {
+	pgjobs.SetListChunk(t, 3)
+	pgjobs.SetCountChunk(t, 3)
+	pool := newPool(t)
+	registrytest.Run(t, func(t testing.TB) jobs.Registry {
+		r, _ := newRegistry(t, pool, "small")
+		return r
+	})
+}

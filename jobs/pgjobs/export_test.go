@@ -14,3 +14,11 @@ func SetListChunk(t testing.TB, n int) {
 	listChunk = n
 	t.Cleanup(func() { listChunk = old })
 }
+
+// SetCountChunk makes counting pages of n for the rest of t (t must not be
+// parallel).
+func SetCountChunk(t testing.TB, n int) {
+	old := countChunk
+	countChunk = n
+	t.Cleanup(func() { countChunk = old })
+}

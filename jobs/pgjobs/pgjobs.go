@@ -58,9 +58,10 @@
 //     so at most 250 more. Rows that move between two pages (a heartbeat, a
 //     completion) may be listed twice — the registry drops the second — or
 //     not at all: the next scan sees them.
-//   - Counts counts the tables: it reads every row (under MVCC it locks
-//     none and blocks no writer), so its cost grows with the jobs tracked
-//     and dead. It is the operator's view; the Runner never calls it.
+//   - Counts reads the tables in pages of 5,000 rows in ID order, one
+//     SELECT each (it locks no row): its round trips grow with the jobs
+//     (2,000 at 10,000,000), no statement's work does. It is the
+//     operator's view; the Runner never calls it.
 //
 // The registry is as durable as the database: use a primary with
 // synchronous_commit on (the default) for it.
@@ -122,7 +123,7 @@ func New(pool *pgxpool.Pool, table string) (*Registry, error) {
 }
 
 type queries struct {
-	setup, track, done, heartbeat, remove, expired, inflight, reclaim, bury, dead, deadJob, purge, counts string
+	setup, track, done, heartbeat, remove, expired, inflight, reclaim, bury, dead, deadJob, purge, countJobs, countDead string
 }
 
 const (
@@ -254,8 +255,12 @@ ORDER BY died DESC, id LIMIT $1`),
 		purge: r.Replace(`WITH d AS (DELETE FROM T__dead WHERE id = $1 RETURNING id),
 	r AS (DELETE FROM T__retry WHERE id IN (SELECT id FROM d))
 SELECT count(*) FROM d`),
-		counts: r.Replace(`SELECT (SELECT count(*) FROM T_), (SELECT count(*) FROM T_ WHERE deadline <= now()),
-	(SELECT count(*) FROM T__dead)`),
+		// The counts read pages of $2 rows in ID order after $1 (the
+		// primary key): how many, how many expired, and the last ID.
+		countJobs: r.Replace(`WITH p AS (SELECT id, deadline <= now() AS expired FROM T_ WHERE id > $1 ORDER BY id LIMIT $2)
+SELECT count(*), count(*) FILTER (WHERE expired), (SELECT id FROM p ORDER BY id DESC LIMIT 1) FROM p`),
+		countDead: r.Replace(`WITH p AS (SELECT id FROM T__dead WHERE id > $1 ORDER BY id LIMIT $2)
+SELECT count(*), 0::bigint, (SELECT id FROM p ORDER BY id DESC LIMIT 1) FROM p`),
 	}
 }
 
@@ -763,9 +768,14 @@ func (r *Registry) Purge(ctx context.Context, id string) error {
 	return nil
 }
 
-// Counts implements jobs.Inspector: one statement of three counts; the
-// tracked and dead counts scan their tables (they grow with the number of
-// jobs), the expired count is a range of the deadline index.
+// countChunk is the most rows one counting statement reads.
+var countChunk = 5000
+
+// Counts implements jobs.Inspector: it counts the jobs in flight (and the
+// expired among them) and the dead in pages of countChunk (5,000) rows in
+// ID order, one SELECT each: its round trips grow with the jobs (2,000 at
+// 10,000,000 in flight), no statement's work does. The pages are not one
+// snapshot: jobs tracked or completed meanwhile may be counted or not.
 func (r *Registry) Counts(ctx context.Context) (jobs.Counts, error) {
 	if err := backendkit.CheckContext(ctx); err != nil {
 		return jobs.Counts{}, err
@@ -774,8 +784,30 @@ func (r *Registry) Counts(ctx context.Context) (jobs.Counts, error) {
 		return jobs.Counts{}, err
 	}
 	var c jobs.Counts
-	if err := r.pool.QueryRow(ctx, r.q.counts).Scan(&c.Tracked, &c.Expired, &c.Dead); err != nil {
+	if err := r.count(ctx, r.q.countJobs, &c.Tracked, &c.Expired); err != nil {
+		return jobs.Counts{}, unavailable("counts", err)
+	}
+	var none int64
+	if err := r.count(ctx, r.q.countDead, &c.Dead, &none); err != nil {
 		return jobs.Counts{}, unavailable("counts", err)
 	}
 	return c, nil
+}
+
+// count adds up the pages of a counting query.
+func (r *Registry) count(ctx context.Context, query string, n, expired *int64) error {
+	after := []byte{}
+	for {
+		var rows, exp int64
+		var last []byte
+		if err := r.pool.QueryRow(ctx, query, after, countChunk).Scan(&rows, &exp, &last); err != nil {
+			return err
+		}
+		*n += rows
+		*expired += exp
+		if rows < int64(countChunk) {
+			return nil
+		}
+		after = last
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
+	"github.com/leasehold-go/leasehold/jobs"
 	"github.com/leasehold-go/leasehold/jobs/redisjobs"
 	"github.com/leasehold-go/leasehold/jobs/registrytest"
 )
@@ -159,4 +160,15 @@ func TestListingPages(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The conformance suite passes with pages of 3 for the listings: every
+// check of theirs crosses pages.
+func TestConformanceInSmallPages(t *testing.T) {
+	redisjobs.SetListChunk(t, 3)
+	c := newClient(t, testenv.Redis(t).Addr())
+	registrytest.Run(t, func(t testing.TB) jobs.Registry {
+		r, _ := newRegistry(t, c, "small")
+		return r
+	})
 }

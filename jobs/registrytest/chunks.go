@@ -162,7 +162,8 @@ func FailedChunk(t testing.TB, r jobs.Registry, chunk, chunks, failed int, poiso
 // deadline), so that pages end inside a group. Expired lists each once,
 // earliest first, whole or up to a limit; InFlight lists each once;
 // jobs.Runner.Scan requeues each once; after burials Dead lists each dead
-// job once, the most recent first. r must be a jobs.Inspector.
+// job once, the most recent first; Inspector.Counts counts each once. r
+// must be a jobs.Inspector.
 func Pages(t testing.TB, r jobs.Registry, n int) {
 	t.Helper()
 	ctx := ctxFor(t)
@@ -187,6 +188,7 @@ func Pages(t testing.TB, r jobs.Registry, n int) {
 	if len(ds) != n+len(live) {
 		t.Fatalf("InFlight: %d jobs, want %d", len(ds), n+len(live))
 	}
+	checkCounts(t, r.(jobs.Inspector), jobs.Counts{Tracked: int64(n + len(live)), Expired: int64(n)})
 
 	// Bury a few (the dead set's pages), recover the others.
 	buried := min(n/3, 40)
@@ -243,6 +245,7 @@ func Pages(t testing.TB, r jobs.Registry, n int) {
 	if len(dead) != buried {
 		t.Fatalf("Dead: %d jobs, want %d", len(dead), buried)
 	}
+	checkCounts(t, r.(jobs.Inspector), jobs.Counts{Tracked: int64(len(live)), Dead: int64(buried)})
 }
 
 // checkOnce fails unless js are want distinct jobs.
