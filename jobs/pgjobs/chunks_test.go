@@ -41,9 +41,9 @@ FOR EACH STATEMENT EXECUTE FUNCTION `+table+`_count()`); err != nil {
 	}
 }
 
-// A heartbeat of 9½ chunks (more than one per connection) extends every
-// job of its epoch and reports the stale ones at the chunk boundaries, as
-// one statement did; it is 10 UPDATEs of at most HeartbeatChunk rows.
+// A heartbeat of 3½ chunks extends every job of its epoch and reports the
+// stale ones at the chunk boundaries, as one statement did; it is 4
+// UPDATEs of at most HeartbeatChunk rows.
 func TestHeartbeatInChunks(t *testing.T) {
 	pool := newPool(t)
 	r, table := newRegistry(t, pool, "chunks")
@@ -52,10 +52,10 @@ func TestHeartbeatInChunks(t *testing.T) {
 	}
 	updates := countUpdates(t, pool, table)
 	chunk := pgjobs.HeartbeatChunk()
-	registrytest.ChunkedHeartbeat(t, r, chunk, 9)
+	registrytest.ChunkedHeartbeat(t, r, chunk, 3)
 	got := updates()
-	if len(got) != 10 {
-		t.Fatalf("%d heartbeat statements for 9½ chunks, want 10 (rows: %v)", len(got), got)
+	if len(got) != 4 {
+		t.Fatalf("%d heartbeat statements for 3½ chunks, want 4 (rows: %v)", len(got), got)
 	}
 	for _, n := range got {
 		if n > chunk {
@@ -66,8 +66,8 @@ func TestHeartbeatInChunks(t *testing.T) {
 
 // A heartbeat whose second statement fails on the server (a trigger
 // raises an error for one of its rows) reports that chunk's jobs as
-// unknown, none as lost, and extends the others: the statements after it
-// on the same connection ran.
+// unknown, none as lost, and extends the others: the statement after it
+// in the pipeline ran.
 func TestHeartbeatChunkFails(t *testing.T) {
 	pool := newPool(t)
 	r, table := newRegistry(t, pool, "poison")
@@ -75,8 +75,7 @@ func TestHeartbeatChunkFails(t *testing.T) {
 	if err := r.Setup(ctx); err != nil {
 		t.Fatal(err)
 	}
-	chunks := 3 * pgjobs.HeartbeatConns() // three per connection: the second fails
-	registrytest.FailedChunk(t, r, pgjobs.HeartbeatChunk(), chunks, 1, func(id string) func() {
+	registrytest.FailedChunk(t, r, pgjobs.HeartbeatChunk(), 3, 1, func(id string) func() {
 		if _, err := pool.Exec(ctx, `CREATE FUNCTION `+table+`_poison() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN RAISE EXCEPTION 'poisoned'; END $$;
 CREATE TRIGGER `+table+`_poison BEFORE UPDATE ON `+table+` FOR EACH ROW

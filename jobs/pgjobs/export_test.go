@@ -2,10 +2,8 @@ package pgjobs
 
 import "testing"
 
-// HeartbeatChunk, HeartbeatConns and ListChunk are the chunk sizes and the
-// connections of a heartbeat, for the tests.
+// HeartbeatChunk and ListChunk are the chunk sizes, for the tests.
 func HeartbeatChunk() int { return heartbeatChunk }
-func HeartbeatConns() int { return heartbeatConns }
 func ListChunk() int      { return listChunk }
 
 // SetListChunk makes pages of n for the rest of t (t must not be parallel).

@@ -45,17 +45,19 @@
 //
 //   - Track, Done, Remove, Reclaim, Bury, Purge, DeadJob: one job each
 //     (Done and Remove also delete at most 16 expired markers or records).
-//   - Heartbeat: one UPDATE … FROM unnest($ids, $epochs) per 250 jobs, each
-//     its own transaction (a pipeline with a Sync after each statement), on
-//     up to 4 connections of the pool at once: about one round trip of
-//     wall time plus the server's work (100,000 jobs are 400 statements).
-//     A failed statement fails its chunk alone (jobs.HeartbeatError).
+//   - Heartbeat: one UPDATE … FROM unnest($ids, $epochs) per 200 jobs, each
+//     its own transaction (a pipeline with a Sync after each statement) on
+//     one connection: one round trip of wall time plus the server's work
+//     (100,000 jobs are 500 statements). A failed statement fails its chunk
+//     alone (jobs.HeartbeatError). One connection, not several: concurrent
+//     heartbeat statements contend for the deadline index's last page and
+//     took twice as long (measured at 10,000,000 jobs).
 //   - Expired, InFlight, Dead: one SELECT per page of 1,000 rows, each
 //     after the last (deadline or time of death, id) of the page before, one
 //     round trip per page: a scan of 100 expired jobs is one. A page reads
 //     past its limit the rows that share its last deadline (an incremental
 //     sort of the deadline index): a heartbeat statement's rows share one,
-//     so at most 250 more. Rows that move between two pages (a heartbeat, a
+//     so at most 200 more. Rows that move between two pages (a heartbeat, a
 //     completion) may be listed twice — the registry drops the second — or
 //     not at all: the next scan sees them.
 //   - Counts reads the tables in pages of 5,000 rows in ID order, one
@@ -384,22 +386,17 @@ func (r *Registry) Track(ctx context.Context, job jobs.Job, lease time.Duration)
 	return job, nil
 }
 
-// Heartbeat chunking: at most heartbeatChunk jobs per UPDATE (each its
-// own transaction, so that it holds its rows' locks for about a
-// millisecond), sent as pipelines (one Sync per statement) on at most
-// heartbeatConns connections of the pool at once. Variables for the tests
-// of chunk boundaries.
-var (
-	heartbeatChunk = 250
-	heartbeatConns = 4
-)
+// heartbeatChunk is the most jobs one heartbeat UPDATE extends (its own
+// transaction, so that it holds its rows' locks for a couple of
+// milliseconds at most). A variable for the tests of chunk boundaries.
+var heartbeatChunk = 200
 
 // Heartbeat implements jobs.Registry: one UPDATE … FROM unnest per
-// heartbeatChunk (250) jobs, each its own transaction, pipelined on up to
-// heartbeatConns (4) connections: about one round trip of wall time plus
-// the server's work, whatever the number of jobs; deadline on server time.
-// It returns the IDs whose row of that epoch is gone. When some
-// statements fail, the jobs of the others are extended and the error is a
+// heartbeatChunk (200) jobs, each its own transaction, all in one
+// pipeline on one connection: one round trip of wall time plus the
+// server's work, whatever the number of jobs; deadline on server time. It
+// returns the IDs whose row of that epoch is gone. When some statements
+// fail, the jobs of the others are extended and the error is a
 // *jobs.HeartbeatError naming the failed statements' IDs.
 func (r *Registry) Heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Duration) ([]string, error) {
 	if err := jobs.CheckHeartbeat(ctx, refs, lease); err != nil {
@@ -411,36 +408,12 @@ func (r *Registry) Heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Du
 	if err := r.ensure(ctx); err != nil {
 		return nil, err
 	}
-	chunks := (len(refs) + heartbeatChunk - 1) / heartbeatChunk
-	conns := min(heartbeatConns, chunks)
-	perConn := (chunks + conns - 1) / conns // chunks per connection
-	type part struct {
-		lost    []string
-		unknown []string
-		err     error
-	}
-	parts := make([]part, conns)
-	var wg sync.WaitGroup
-	for c := range conns {
-		lo, hi := c*perConn*heartbeatChunk, min((c+1)*perConn*heartbeatChunk, len(refs))
-		if lo >= hi {
-			continue
-		}
-		wg.Go(func() {
-			p := &parts[c]
-			p.lost, p.unknown, p.err = r.heartbeatPipeline(ctx, refs[lo:hi], lease)
-		})
-	}
-	wg.Wait()
-	var lost, unknown []string
-	var first error
-	for _, p := range parts {
-		lost = append(lost, p.lost...)
-		unknown = append(unknown, p.unknown...)
-		first = cmp.Or(first, p.err)
-	}
-	if first != nil {
-		return lost, &jobs.HeartbeatError{Unknown: unknown, Err: unavailable("heartbeat", first)}
+	lost, unknown, err := r.heartbeatPipeline(ctx, refs, lease)
+	switch {
+	case err != nil && len(unknown) == len(refs):
+		return nil, unavailable("heartbeat", err) // nothing is known
+	case err != nil:
+		return lost, &jobs.HeartbeatError{Unknown: unknown, Err: unavailable("heartbeat", err)}
 	}
 	return lost, nil
 }
