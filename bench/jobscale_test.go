@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -73,9 +74,11 @@ func inFlight(tracked int) []jobs.Ref {
 // default) of which 100 expired, on a server of its own. scan is the
 // recovery scan (Registry.Expired, which must find the 100); heartbeat is
 // one Registry.Heartbeat of 100,000 in-flight jobs (none lost). Each
-// reports, beside its time (ns/op), the longest single server call made
-// while it ran (max-call-µs: Redis SLOWLOG with slowlog-log-slower-than 0;
-// PostgreSQL pg_stat_statements' max_exec_time) and the p50 and p99 of a
+// reports, beside its time (ns/op), the longest single server call of the
+// registry made while it ran, and a typical one (max-call-µs and
+// typical-call-µs: on Redis the longest and the median script in SLOWLOG,
+// which keeps the calls of 50 µs or more; on PostgreSQL
+// pg_stat_statements' max_exec_time and mean) and the p50 and p99 of a
 // latency probe (PING on Redis, SELECT 1 on PostgreSQL, every millisecond
 // from a client of its own: probe-p99-µs). The Redis scan also reports
 // the server's memory per tracked job (INFO memory, used_memory before
@@ -136,24 +139,30 @@ func jobsScaleRedis(b *testing.B, tracked int) {
 			b.Fatal(err)
 		}
 	}
-	longest := func() time.Duration {
+	// The registry's calls are its scripts (EVALSHA): the longest, and the
+	// median of those the slow log kept (50 µs or more).
+	calls := func() (longest, median time.Duration) {
 		entries, err := c.SlowLogGet(ctx, -1).Result()
 		if err != nil {
 			b.Fatal(err)
 		}
-		var m time.Duration
+		var ds []time.Duration
 		for _, e := range entries {
-			if len(e.Args) > 0 && !strings.EqualFold(e.Args[0], "slowlog") {
-				m = max(m, e.Duration)
+			if len(e.Args) > 0 && strings.EqualFold(e.Args[0], "evalsha") {
+				ds = append(ds, e.Duration)
 			}
 		}
-		return m
+		if len(ds) == 0 {
+			return 0, 0
+		}
+		slices.Sort(ds)
+		return ds[len(ds)-1], ds[len(ds)/2]
 	}
 	probe := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 1})
 	defer probe.Close()
 	ping := func(ctx context.Context) error { return probe.Ping(ctx).Err() }
 	b.Run("scan", func(b *testing.B) {
-		scaleRun(b, ping, func() { c.SlowLogReset(ctx) }, longest, func() {
+		scaleRun(b, ping, func() { c.SlowLogReset(ctx) }, calls, func() {
 			if js, err := reg.Expired(ctx, jobs.DefaultScanBatch); err != nil || len(js) != jobsExpired {
 				b.Fatalf("Expired: %d jobs, %v; want %d", len(js), err, jobsExpired)
 			}
@@ -162,7 +171,7 @@ func jobsScaleRedis(b *testing.B, tracked int) {
 	})
 	refs := inFlight(tracked)
 	b.Run("heartbeat", func(b *testing.B) {
-		scaleRun(b, ping, func() { c.SlowLogReset(ctx) }, longest, func() {
+		scaleRun(b, ping, func() { c.SlowLogReset(ctx) }, calls, func() {
 			if lost, err := reg.Heartbeat(ctx, refs, time.Hour); err != nil || len(lost) != 0 {
 				b.Fatalf("Heartbeat of %d jobs: %d lost, %v", len(refs), len(lost), err)
 			}
@@ -171,8 +180,9 @@ func jobsScaleRedis(b *testing.B, tracked int) {
 }
 
 // scaleRun times op under the latency probe: reset clears the server's
-// record of its calls, longest reads the longest since.
-func scaleRun(b *testing.B, ping func(context.Context) error, reset func(), longest func() time.Duration, op func()) {
+// record of its calls, calls reads the longest since and a typical one (a
+// median or a mean).
+func scaleRun(b *testing.B, ping func(context.Context) error, reset func(), calls func() (longest, typical time.Duration), op func()) {
 	op() // warm the client: scripts and statements loaded, connections open
 	reset()
 	stop := startProbe(b, ping)
@@ -180,7 +190,9 @@ func scaleRun(b *testing.B, ping func(context.Context) error, reset func(), long
 		op()
 	}
 	p50, p99 := stop()
-	b.ReportMetric(float64(longest().Microseconds()), "max-call-µs")
+	longest, typical := calls()
+	b.ReportMetric(float64(longest.Microseconds()), "max-call-µs")
+	b.ReportMetric(float64(typical.Microseconds()), "typical-call-µs")
 	b.ReportMetric(float64(p50.Microseconds()), "probe-p50-µs")
 	b.ReportMetric(float64(p99.Microseconds()), "probe-p99-µs")
 }
@@ -225,14 +237,15 @@ func jobsScalePostgres(b *testing.B, tracked int) {
 			b.Fatal(err)
 		}
 	}
-	// The registry's statements are those that name its table.
-	longest := func() time.Duration {
-		var ms float64
-		if err := pool.QueryRow(ctx, `SELECT coalesce(max(max_exec_time), 0) FROM pg_stat_statements
-			WHERE query LIKE '%' || $1 || '%' AND query NOT LIKE '%pg_stat_statements%'`, table).Scan(&ms); err != nil {
+	// The registry's statements are those that name its table: the longest
+	// and the mean.
+	calls := func() (longest, mean time.Duration) {
+		var maxMs, meanMs float64
+		if err := pool.QueryRow(ctx, `SELECT coalesce(max(max_exec_time), 0), coalesce(sum(total_exec_time) / nullif(sum(calls), 0), 0)
+			FROM pg_stat_statements WHERE query LIKE '%' || $1 || '%' AND query NOT LIKE '%pg_stat_statements%'`, table).Scan(&maxMs, &meanMs); err != nil {
 			b.Fatal(err)
 		}
-		return time.Duration(ms * float64(time.Millisecond))
+		return time.Duration(maxMs * float64(time.Millisecond)), time.Duration(meanMs * float64(time.Millisecond))
 	}
 	probe, err := pgx.Connect(ctx, srv.DSN())
 	if err != nil {
@@ -241,7 +254,7 @@ func jobsScalePostgres(b *testing.B, tracked int) {
 	defer probe.Close(ctx)
 	ping := func(ctx context.Context) error { _, err := probe.Exec(ctx, "SELECT 1"); return err }
 	b.Run("scan", func(b *testing.B) {
-		scaleRun(b, ping, reset, longest, func() {
+		scaleRun(b, ping, reset, calls, func() {
 			if js, err := reg.Expired(ctx, jobs.DefaultScanBatch); err != nil || len(js) != jobsExpired {
 				b.Fatalf("Expired: %d jobs, %v; want %d", len(js), err, jobsExpired)
 			}
@@ -249,7 +262,7 @@ func jobsScalePostgres(b *testing.B, tracked int) {
 	})
 	refs := inFlight(tracked)
 	b.Run("heartbeat", func(b *testing.B) {
-		scaleRun(b, ping, reset, longest, func() {
+		scaleRun(b, ping, reset, calls, func() {
 			if lost, err := reg.Heartbeat(ctx, refs, time.Hour); err != nil || len(lost) != 0 {
 				b.Fatalf("Heartbeat of %d jobs: %d lost, %v", len(refs), len(lost), err)
 			}

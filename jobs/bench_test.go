@@ -147,8 +147,10 @@ func (c *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 }
 
 // BenchmarkHeartbeat10k: one heartbeat for 10,000 in-flight jobs. It counts
-// the requests the client sends (round-trips/op: a pipeline of chunks is
-// one) and fails unless a heartbeat is exactly one. The first heartbeat, outside the count, warms
+// the requests the client sends (round-trips/op: on Redis a script per 100
+// jobs, two at a time, so 100 of about 50 round trips of wall time; on
+// PostgreSQL one pipeline of a statement per 200 jobs, one) and fails if
+// there are more than one per 100 jobs. The first heartbeat, outside the count, warms
 // the client (script and statement caches) as a running worker's are.
 func BenchmarkHeartbeat10k(b *testing.B) {
 	ctx := context.Background()
@@ -203,8 +205,8 @@ func BenchmarkHeartbeat10k(b *testing.B) {
 			}
 			perOp := float64(rt.n.Load()) / float64(b.N)
 			b.ReportMetric(perOp, "round-trips/op")
-			if perOp != 1 {
-				b.Fatalf("%v round trips per heartbeat of %d jobs, want 1", perOp, len(refs))
+			if perOp > float64(len(refs))/100 {
+				b.Fatalf("%v round trips per heartbeat of %d jobs, want one per 100 jobs at most", perOp, len(refs))
 			}
 		})
 	}

@@ -17,37 +17,40 @@ import (
 )
 
 // calls records the scripts a client runs: for each script hash, the
-// number of keys and the first argument of every call, and the pipelines
-// sent.
+// number of keys and the first argument of every call, and the most calls
+// of one script in flight at once.
 type calls struct {
 	mu        sync.Mutex
 	keys      map[string][]int
 	firstArgs map[string][]string
-	pipelines int
+	inFlight  map[string]int
+	most      map[string]int
 }
 
 func (c *calls) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (c *calls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { c.record(cmd); return next(ctx, cmd) }
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		sha := c.record(cmd)
+		defer c.done(sha)
+		return next(ctx, cmd)
+	}
 }
 
 func (c *calls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.mu.Lock()
-		c.pipelines++
-		c.mu.Unlock()
 		for _, cmd := range cmds {
-			c.record(cmd)
+			defer c.done(c.record(cmd))
 		}
 		return next(ctx, cmds)
 	}
 }
 
-func (c *calls) record(cmd redis.Cmder) {
+// record records cmd if it is a script's, and returns the script's hash.
+func (c *calls) record(cmd redis.Cmder) string {
 	a := cmd.Args()
 	if len(a) < 3 || !strings.EqualFold(fmt.Sprint(a[0]), "evalsha") {
-		return
+		return ""
 	}
 	sha := fmt.Sprint(a[1])
 	n, _ := strconv.Atoi(fmt.Sprint(a[2]))
@@ -57,12 +60,21 @@ func (c *calls) record(cmd redis.Cmder) {
 	if len(a) > 3+n {
 		c.firstArgs[sha] = append(c.firstArgs[sha], fmt.Sprint(a[3+n]))
 	}
+	c.inFlight[sha]++
+	c.most[sha] = max(c.most[sha], c.inFlight[sha])
+	return sha
+}
+
+func (c *calls) done(sha string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.inFlight[sha]--
 }
 
 func (c *calls) reset() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.keys, c.firstArgs, c.pipelines = map[string][]int{}, map[string][]string{}, 0
+	c.keys, c.firstArgs, c.inFlight, c.most = map[string][]int{}, map[string][]string{}, map[string]int{}, map[string]int{}
 }
 
 func counted(t *testing.T) (*redis.Client, *calls) {
@@ -73,33 +85,32 @@ func counted(t *testing.T) (*redis.Client, *calls) {
 	return c, cs
 }
 
-// A heartbeat of 3½ chunks extends every job of its epoch and reports the
-// stale ones at the chunk boundaries, as one call did; it is 4 scripts of
-// at most HeartbeatChunk jobs in one pipeline.
+// A heartbeat of 7½ chunks extends every job of its epoch and reports the
+// stale ones at the chunk boundaries, as one call did; it is 8 scripts of
+// at most HeartbeatChunk jobs, at most HeartbeatWindow in flight at once.
 func TestHeartbeatInChunks(t *testing.T) {
 	c, cs := counted(t)
-	r, _ := newRegistry(t, c, "chunks")
 	chunk := redisjobs.HeartbeatChunk()
-	// Warm: the script is loaded, so that the heartbeat is one pipeline.
+	// Warm: the script is loaded (no EVAL after a NOSCRIPT in the count).
+	r, _ := newRegistry(t, c, "chunks")
 	registrytest.ChunkedHeartbeat(t, r, chunk, 1)
 	cs.reset()
 	r2, _ := newRegistry(t, c, "chunks")
-	registrytest.ChunkedHeartbeat(t, r2, chunk, 3)
+	registrytest.ChunkedHeartbeat(t, r2, chunk, 7)
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	keys := cs.keys[redisjobs.HeartbeatScript()]
-	if len(keys) != 4 {
-		t.Fatalf("%d heartbeat scripts for 3½ chunks, want 4", len(keys))
+	sha := redisjobs.HeartbeatScript()
+	keys := cs.keys[sha]
+	if len(keys) != 8 {
+		t.Fatalf("%d heartbeat scripts for 7½ chunks, want 8", len(keys))
 	}
 	for _, n := range keys {
 		if n > chunk+1 { // the index and a chunk of jobs
 			t.Fatalf("a heartbeat script of %d keys: the chunk is %d jobs", n, chunk)
 		}
 	}
-	// Tracks and the InFlight listing are commands; the heartbeat is the
-	// one pipeline.
-	if cs.pipelines != 1 {
-		t.Fatalf("%d pipelines for one heartbeat, want 1", cs.pipelines)
+	if cs.most[sha] > redisjobs.HeartbeatWindow() {
+		t.Fatalf("%d heartbeat scripts in flight at once, want at most %d", cs.most[sha], redisjobs.HeartbeatWindow())
 	}
 }
 

@@ -2,9 +2,11 @@ package redisjobs
 
 import "testing"
 
-// HeartbeatChunk and ListChunk are the chunk sizes, for the tests.
-func HeartbeatChunk() int { return heartbeatChunk }
-func ListChunk() int      { return listChunk }
+// HeartbeatChunk, HeartbeatWindow and ListChunk are the chunk sizes and
+// the heartbeat scripts in flight at once, for the tests.
+func HeartbeatChunk() int  { return heartbeatChunk }
+func HeartbeatWindow() int { return heartbeatWindow }
+func ListChunk() int       { return listChunk }
 
 // SetListChunk makes pages of n for the rest of t (t must not be parallel).
 func SetListChunk(t testing.TB, n int) {

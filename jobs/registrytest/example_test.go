@@ -45,7 +45,7 @@ func ExampleDoneAndBuryDropRetryRecords() {
 }
 
 // Compile-only (no Output): a registry that sends a heartbeat in chunks
-// (redisjobs: 200 jobs a script; pgjobs: 250 a statement) checks 3½ of
+// (redisjobs: 100 jobs a script; pgjobs: 200 a statement) checks 3½ of
 // them, with stale jobs on both sides of every boundary.
 func ExampleChunkedHeartbeat() {
 	_ = func(t *testing.T, r jobs.Registry, chunk int) {
