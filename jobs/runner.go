@@ -434,8 +434,8 @@ func (r *Runner) snapshot() []Ref {
 	return refs
 }
 
-// heartbeat extends every in-flight job in one call of the registry (one
-// round trip of wall time: redisjobs and pgjobs pipeline their chunks).
+// heartbeat extends every in-flight job in one call of the registry
+// (redisjobs and pgjobs send it in chunks, several in flight at once).
 func (r *Runner) heartbeat(ctx context.Context) {
 	refs := r.snapshot()
 	if len(refs) == 0 {
