@@ -21,6 +21,9 @@
 //	                       every-second job: duplicate and missed ticks
 //	BenchmarkRecovery      a worker process with jobs in flight is SIGKILLed:
 //	                       time until its jobs are requeued
+//	BenchmarkJobsScale     10,000,000 tracked jobs on Redis and PostgreSQL:
+//	                       the recovery scan and a heartbeat of 100,000, the
+//	                       longest server call, a latency probe's p99
 //	BenchmarkMemory        leasehold alone, per backend (memlock too): heap
 //	                       and goroutines per lease held under lock.Keep
 //	                       and per caller blocked in lock.Acquire

@@ -8,8 +8,11 @@
 // Workers Track each job they start in a durable Registry (jobs/redisjobs,
 // jobs/pgjobs; jobs/memjobs in process) with a deadline on the registry's
 // clock. From Track on, one batched heartbeat per runner per interval
-// extends all of its jobs in one round trip and reports the ones it no
-// longer owns, whose contexts are then cancelled. Track starts that loop
+// extends all of its jobs and reports the ones it no longer owns, whose
+// contexts are then cancelled. redisjobs and pgjobs send it in chunks
+// (scripts of 100 jobs, two in flight; statements of 200, one pipeline),
+// so that no server call grows with the jobs in flight; a chunk that fails
+// leaves its jobs valid until their lease ends (HeartbeatError). Track starts that loop
 // and it ends with the last job in flight: a worker needs no other call to
 // keep its jobs (Run is the recovery side, below). When a worker finishes it calls done, which
 // removes the entry only if its epoch still matches: the late completion of

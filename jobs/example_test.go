@@ -345,3 +345,23 @@ func ExampleJobFrom() {
 	}
 	// Output: first run of report-1
 }
+
+// A caller of Registry.Heartbeat (Runner does this) treats the jobs of the
+// chunks that failed as of unknown outcome: valid until their lease ends,
+// neither renewed nor lost. Here the registry's second chunk failed.
+func ExampleHeartbeatError() {
+	heartbeat := func() ([]string, error) { // as reg.Heartbeat(ctx, refs, lease) may answer
+		return []string{"job-3"}, &jobs.HeartbeatError{Unknown: []string{"job-7", "job-8"}, Err: errors.New("chunk 2: timeout")}
+	}
+	lost, err := heartbeat()
+	var partial *jobs.HeartbeatError
+	switch {
+	case errors.As(err, &partial):
+		fmt.Println("lost:", lost, "unknown:", partial.Unknown, "the others renewed")
+	case err != nil:
+		fmt.Println("every outcome unknown:", err)
+	default:
+		fmt.Println("lost:", lost, "the others renewed")
+	}
+	// Output: lost: [job-3] unknown: [job-7 job-8] the others renewed
+}

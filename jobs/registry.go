@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -30,6 +31,28 @@ const DoneWindow = 5 * time.Minute
 // tracked again, for at most about RetryWindow: the records grow with the
 // jobs requeued and not yet taken back, never with the history.
 const RetryWindow = 24 * time.Hour
+
+// HeartbeatError is the error of a Registry.Heartbeat that sent its refs
+// in chunks of which some failed. The jobs of the chunks that answered
+// were extended, or are in the lost IDs Heartbeat returned with it, as
+// after a call that succeeded; the jobs of the chunks that failed are
+// listed in Unknown: they may or may not have been extended, and stay
+// valid until their lease ends, as after any heartbeat of unknown outcome.
+// It wraps the first failed chunk's error (lock.ErrUnavailable for an
+// outage).
+type HeartbeatError struct {
+	// Unknown lists the IDs whose chunk failed, in the order of the refs.
+	Unknown []string
+	// Err is the first failed chunk's error.
+	Err error
+}
+
+func (e *HeartbeatError) Error() string {
+	return fmt.Sprintf("jobs: heartbeat of %d jobs failed (outcome unknown): %v", len(e.Unknown), e.Err)
+}
+
+// Unwrap returns the first failed chunk's error.
+func (e *HeartbeatError) Unwrap() error { return e.Err }
 
 // ErrNotFound: no such job (in flight or dead).
 var ErrNotFound = errors.New("jobs: no such job")
@@ -106,8 +129,10 @@ type Counts struct {
 // jobs/pgjobs implement it, and Inspector too; jobs/registrytest is the
 // conformance suite every implementation runs. Deadlines are on the
 // registry's clock (the server's), never the caller's. Every method is one
-// round trip. A listing's limit is any int: 0 or less lists all, and a
-// limit above what there is lists all there is.
+// round trip, but that a registry may read a listing in pages (one round
+// trip each) so that no server call does unbounded work: redisjobs and
+// pgjobs state their page and chunk sizes. A listing's limit is any int: 0
+// or less lists all, and a limit above what there is lists all there is.
 type Registry interface {
 	// Track records a started job with a fresh epoch and a deadline lease
 	// from now, replacing any entry of the same ID (which then goes stale).
@@ -123,7 +148,12 @@ type Registry interface {
 	// empty; the lease is within 1 ms..lock.MaxTTL (lock.ErrInvalidTTL).
 	Track(ctx context.Context, job Job, lease time.Duration) (Job, error)
 	// Heartbeat extends the deadline of every listed job whose epoch still
-	// matches, to lease from now, and returns the IDs of the others.
+	// matches, to lease from now, and returns the IDs of the others. A
+	// registry may send refs in chunks (redisjobs and pgjobs do, all in
+	// one round trip); when some chunks fail and others answer, it returns
+	// the lost IDs of those that answered and a *HeartbeatError naming the
+	// IDs whose outcome is unknown. Any other error: every outcome is
+	// unknown.
 	Heartbeat(ctx context.Context, refs []Ref, lease time.Duration) (lost []string, err error)
 	// Done removes the job if its epoch matches and returns nil. Done is
 	// idempotent per epoch: a Done of an epoch that already completed

@@ -434,7 +434,8 @@ func (r *Runner) snapshot() []Ref {
 	return refs
 }
 
-// heartbeat extends every in-flight job in one round trip.
+// heartbeat extends every in-flight job in one call of the registry
+// (redisjobs and pgjobs send it in chunks, several in flight at once).
 func (r *Runner) heartbeat(ctx context.Context) {
 	refs := r.snapshot()
 	if len(refs) == 0 {
@@ -450,25 +451,39 @@ func (r *Runner) heartbeat(ctx context.Context) {
 	hctx, cancel := context.WithDeadline(ctx, end)
 	lost, err := r.reg.Heartbeat(hctx, refs, r.s.ttl)
 	cancel()
+	// A heartbeat sent in chunks may fail in part: the jobs of the failed
+	// chunks keep their lease end, the others are extended or lost.
+	var partial *HeartbeatError
 	if err != nil {
 		if ctx.Err() != nil {
 			return // the last job left: not a failure
 		}
 		r.m.heartbeats.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attribute.String("leasehold.outcome", "error")))
-		r.common.Logger.Warn("leasehold: job heartbeat failed; jobs stay valid until their lease ends", "jobs", len(refs), "err", err)
-		return
+		if !errors.As(err, &partial) {
+			r.common.Logger.Warn("leasehold: job heartbeat failed; jobs stay valid until their lease ends", "jobs", len(refs), "err", err)
+			return
+		}
+		r.common.Logger.Warn("leasehold: job heartbeat failed in part; those jobs stay valid until their lease ends",
+			"jobs", len(refs), "unknown", len(partial.Unknown), "err", err)
+	} else {
+		r.m.heartbeats.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attribute.String("leasehold.outcome", "ok")))
 	}
-	r.m.heartbeats.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attribute.String("leasehold.outcome", "ok")))
 	gone := map[string]bool{}
 	for _, id := range lost {
 		gone[id] = true
+	}
+	unknown := map[string]bool{}
+	if partial != nil {
+		for _, id := range partial.Unknown {
+			unknown[id] = true
+		}
 	}
 	validUntil := backendkit.ValidUntil(sent, r.s.ttl)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, ref := range refs {
 		f, ok := r.inflight[ref.ID]
-		if !ok || f.ref != ref {
+		if !ok || f.ref != ref || unknown[ref.ID] {
 			continue
 		}
 		if gone[ref.ID] {

@@ -514,3 +514,67 @@ func TestConfiguredOwnerIsHonoured(t *testing.T) {
 		}
 	})
 }
+
+// halfHeartbeats is a registry whose heartbeats fail for the jobs listed
+// in failing, as a heartbeat sent in chunks of which one failed: it
+// extends the others and names the failing ones in a *jobs.HeartbeatError.
+type halfHeartbeats struct {
+	jobs.Registry
+	failing map[string]bool
+}
+
+func (h halfHeartbeats) Heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Duration) ([]string, error) {
+	var ok []jobs.Ref
+	var unknown []string
+	for _, ref := range refs {
+		if h.failing[ref.ID] {
+			unknown = append(unknown, ref.ID)
+		} else {
+			ok = append(ok, ref)
+		}
+	}
+	lost, err := h.Registry.Heartbeat(ctx, ok, lease)
+	if err != nil {
+		return nil, err
+	}
+	return lost, &jobs.HeartbeatError{Unknown: unknown, Err: backendkit.Unavailable("heartbeat", errors.New("chunk failed"))}
+}
+
+// A heartbeat that fails in part (jobs.HeartbeatError) renews the jobs of
+// the chunks that answered, and the others keep their lease end: the job
+// whose chunk always fails ends at its lease, the other one lives on.
+func TestPartlyFailedHeartbeats(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg, table := halfHeartbeats{memjobs.New(), map[string]bool{"failing": true}}, testkit.Must(memlock.New())
+		var q queue
+		const lease = 3500 * time.Millisecond
+		worker := newRunner(t, reg, testkit.Must(table.Share()), &q, jobs.WithTTL(lease), jobs.WithHeartbeatInterval(time.Second))
+		start := time.Now()
+		failing, _, err := worker.Track(t.Context(), jobs.Job{ID: "failing"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		renewed, done, err := worker.Track(t.Context(), jobs.Job{ID: "renewed"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-failing.Done():
+		case <-time.After(2 * lease):
+			t.Fatal("the job whose heartbeats failed outlived its lease")
+		}
+		if d, want := time.Since(start), lease-backendkit.DriftAllowance(lease); d != want {
+			t.Fatalf("the job whose heartbeats failed ended %v after Track, want at its lease end, %v", d, want)
+		}
+		if !errors.Is(context.Cause(failing), lock.ErrLost) {
+			t.Fatalf("the job whose heartbeats failed: %v, want lock.ErrLost", context.Cause(failing))
+		}
+		time.Sleep(3 * lease)
+		if err := renewed.Err(); err != nil {
+			t.Fatalf("the job whose heartbeats answered ended: %v", context.Cause(renewed))
+		}
+		if err := done(nil); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

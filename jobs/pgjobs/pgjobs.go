@@ -30,30 +30,62 @@
 // first, skipping rows another Done is deleting): the markers stay about
 // as many as the completions of one window, and no statement walks them.
 //
-// Every operation is one statement (one round trip) on the server's clock
-// (now()). Expired is an index range scan, ORDER BY deadline LIMIT n: its
-// cost grows with the number expired, not the number tracked. A heartbeat
-// for any number of jobs is one UPDATE … FROM unnest($ids, $epochs). The
-// operator listings (InFlight, Dead) select every column but the payload,
-// which never leaves the server for them.
+// Every operation is statements on the server's clock (now()), in one
+// round trip but for listings longer than a page. Expired is an index
+// range scan, ORDER BY deadline, id LIMIT n: its cost grows with the
+// number expired, not the number tracked. The operator listings (InFlight,
+// Dead) select every column but the payload, which never leaves the
+// server for them.
+//
+// # Bounds
+//
+// No statement that writes holds row locks over a set larger than a
+// chunk, so that none holds them for more than about a couple of
+// milliseconds (measured: bench BenchmarkJobsScale):
+//
+//   - Track, Done, Remove, Reclaim, Bury, Purge, DeadJob: one job each
+//     (Done and Remove also delete at most 16 expired markers or records).
+//   - Heartbeat: one UPDATE … FROM unnest($ids, $epochs) per 200 jobs, each
+//     its own transaction (a pipeline with a Sync after each statement) on
+//     one connection: one round trip of wall time plus the server's work
+//     (100,000 jobs are 500 statements). A failed statement fails its chunk
+//     alone (jobs.HeartbeatError). One connection, not several: concurrent
+//     heartbeat statements contend for the deadline index's last page and
+//     took twice as long (measured at 10,000,000 jobs).
+//   - Expired, InFlight, Dead: one SELECT per page of 1,000 rows, each
+//     after the last (deadline or time of death, id) of the page before, one
+//     round trip per page: a scan of 100 expired jobs is one. A page reads
+//     past its limit the rows that share its last deadline (an incremental
+//     sort of the deadline index): a heartbeat statement's rows share one,
+//     so at most 200 more. Rows that move between two pages (a heartbeat, a
+//     completion) may be listed twice — the registry drops the second — or
+//     not at all: the next scan sees them.
+//   - Counts reads the tables in pages of 5,000 rows in ID order, one
+//     SELECT each (it locks no row): its round trips grow with the jobs
+//     (2,000 at 10,000,000), no statement's work does. It is the
+//     operator's view; the Runner never calls it.
 //
 // The registry is as durable as the database: use a primary with
 // synchronous_commit on (the default) for it.
 package pgjobs
 
 import (
+	"cmp"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold-go/leasehold/jobs"
@@ -93,7 +125,7 @@ func New(pool *pgxpool.Pool, table string) (*Registry, error) {
 }
 
 type queries struct {
-	setup, track, done, heartbeat, remove, expired, inflight, reclaim, bury, dead, deadJob, purge, counts string
+	setup, track, done, heartbeat, remove, expired, inflight, reclaim, bury, dead, deadJob, purge, countJobs, countDead string
 }
 
 const (
@@ -190,9 +222,11 @@ ON CONFLICT (id) DO UPDATE SET payload = excluded.payload, owner = excluded.owne
 	max_retries = CASE WHEN $7::int = 0 THEN j.max_retries ELSE $7::int END,
 	epoch = excluded.epoch, deadline = excluded.deadline
 RETURNING epoch, deadline, attempt, max_retries, history`),
-		heartbeat: r.Replace(`UPDATE T_ AS j SET deadline = now() + $3::bigint * interval '1 millisecond'
-FROM unnest($1::bytea[], $2::bigint[]) AS r(id, epoch)
-WHERE j.id = r.id AND j.epoch = r.epoch RETURNING j.id`),
+		// heartbeat returns the IDs it did not extend (lost).
+		heartbeat: r.Replace(`WITH r AS (SELECT * FROM unnest($1::bytea[], $2::bigint[]) AS r(id, epoch)),
+	u AS (UPDATE T_ AS j SET deadline = now() + $3::bigint * interval '1 millisecond'
+		FROM r WHERE j.id = r.id AND j.epoch = r.epoch RETURNING j.id)
+SELECT r.id FROM r WHERE NOT EXISTS (SELECT FROM u WHERE u.id = r.id)`),
 		remove: r.Replace(`WITH d AS (DELETE FROM T_ WHERE id = $1 AND epoch = $2 RETURNING id, attempt, max_retries, history),
 	m AS (INSERT INTO T__retry (id, attempt, max_retries, history, at) SELECT id, attempt, max_retries, history, now() FROM d
 		ON CONFLICT (id) DO UPDATE SET attempt = excluded.attempt, max_retries = excluded.max_retries,
@@ -200,8 +234,12 @@ WHERE j.id = r.id AND j.epoch = r.epoch RETURNING j.id`),
 	gc AS (DELETE FROM T__retry WHERE id <> $1 AND id IN (SELECT id FROM T__retry
 		WHERE at < now() - $3::bigint * interval '1 millisecond' ORDER BY at LIMIT 16 FOR UPDATE SKIP LOCKED))
 SELECT count(*) FROM d`),
-		expired:  r.Replace(`SELECT ` + cols + ` FROM T_ WHERE deadline <= now() ORDER BY deadline LIMIT $1`),
-		inflight: r.Replace(`SELECT ` + listed + ` FROM T_ ORDER BY deadline LIMIT $1`),
+		// The listings read pages of $1 rows after a cursor ($2, $3): the
+		// last row's deadline (or time of death) and ID.
+		expired: r.Replace(`SELECT ` + cols + ` FROM T_ WHERE deadline <= now() AND deadline >= $2 AND (deadline > $2 OR id > $3)
+ORDER BY deadline, id LIMIT $1`),
+		inflight: r.Replace(`SELECT ` + listed + ` FROM T_ WHERE deadline >= $2 AND (deadline > $2 OR id > $3)
+ORDER BY deadline, id LIMIT $1`),
 		reclaim: r.Replace(`UPDATE T_ SET epoch = nextval('T__epoch'), attempt = attempt + 1, owner = $3,
 	deadline = now() + $4::bigint * interval '1 millisecond',
 	history = history || jsonb_build_array(jsonb_build_object('at', now(), 'from', owner, 'by', $3::text, 'attempt', attempt + 1))
@@ -213,13 +251,18 @@ INSERT INTO T__dead (` + cols + `, died, reason) SELECT ` + cols + `, now(), $3 
 ON CONFLICT (id) DO UPDATE SET payload = excluded.payload, owner = excluded.owner, attempt = excluded.attempt,
 	epoch = excluded.epoch, deadline = excluded.deadline, history = excluded.history, max_retries = excluded.max_retries,
 	died = excluded.died, reason = excluded.reason`),
-		dead:    r.Replace(`SELECT ` + listed + `, died, reason FROM T__dead ORDER BY died DESC, id LIMIT $1`),
+		dead: r.Replace(`SELECT ` + listed + `, died, reason FROM T__dead WHERE died <= $2 AND (died < $2 OR id > $3)
+ORDER BY died DESC, id LIMIT $1`),
 		deadJob: r.Replace(`SELECT ` + cols + `, died, reason FROM T__dead WHERE id = $1`),
 		purge: r.Replace(`WITH d AS (DELETE FROM T__dead WHERE id = $1 RETURNING id),
 	r AS (DELETE FROM T__retry WHERE id IN (SELECT id FROM d))
 SELECT count(*) FROM d`),
-		counts: r.Replace(`SELECT (SELECT count(*) FROM T_), (SELECT count(*) FROM T_ WHERE deadline <= now()),
-	(SELECT count(*) FROM T__dead)`),
+		// The counts read pages of $2 rows in ID order after $1 (the
+		// primary key): how many, how many expired, and the last ID.
+		countJobs: r.Replace(`WITH p AS (SELECT id, deadline <= now() AS expired FROM T_ WHERE id > $1 ORDER BY id LIMIT $2)
+SELECT count(*), count(*) FILTER (WHERE expired), (SELECT id FROM p ORDER BY id DESC LIMIT 1) FROM p`),
+		countDead: r.Replace(`WITH p AS (SELECT id FROM T__dead WHERE id > $1 ORDER BY id LIMIT $2)
+SELECT count(*), 0::bigint, (SELECT id FROM p ORDER BY id DESC LIMIT 1) FROM p`),
 	}
 }
 
@@ -343,9 +386,18 @@ func (r *Registry) Track(ctx context.Context, job jobs.Job, lease time.Duration)
 	return job, nil
 }
 
-// Heartbeat implements jobs.Registry: one UPDATE … FROM unnest for all of
-// refs (one round trip, whatever their number), deadline on server time;
-// it returns the IDs whose row of that epoch is gone.
+// heartbeatChunk is the most jobs one heartbeat UPDATE extends (its own
+// transaction, so that it holds its rows' locks for a couple of
+// milliseconds at most). A variable for the tests of chunk boundaries.
+var heartbeatChunk = 200
+
+// Heartbeat implements jobs.Registry: one UPDATE … FROM unnest per
+// heartbeatChunk (200) jobs, each its own transaction, all in one
+// pipeline on one connection: one round trip of wall time plus the
+// server's work, whatever the number of jobs; deadline on server time. It
+// returns the IDs whose row of that epoch is gone. When some statements
+// fail, the jobs of the others are extended and the error is a
+// *jobs.HeartbeatError naming the failed statements' IDs.
 func (r *Registry) Heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Duration) ([]string, error) {
 	if err := jobs.CheckHeartbeat(ctx, refs, lease); err != nil {
 		return nil, err
@@ -356,30 +408,103 @@ func (r *Registry) Heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Du
 	if err := r.ensure(ctx); err != nil {
 		return nil, err
 	}
-	ids := make([][]byte, len(refs))
-	epochs := make([]int64, len(refs))
-	for i, ref := range refs {
-		ids[i], epochs[i] = []byte(ref.ID), int64(ref.Epoch)
-	}
-	rows, err := r.pool.Query(ctx, r.q.heartbeat, ids, epochs, lease.Milliseconds())
-	if err != nil {
-		return nil, unavailable("heartbeat", err)
-	}
-	alive, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
-	if err != nil {
-		return nil, unavailable("heartbeat", err)
-	}
-	ok := make(map[string]bool, len(alive))
-	for _, id := range alive {
-		ok[string(id)] = true
-	}
-	var lost []string
-	for _, ref := range refs {
-		if !ok[ref.ID] {
-			lost = append(lost, ref.ID)
-		}
+	lost, unknown, err := r.heartbeatPipeline(ctx, refs, lease)
+	switch {
+	case err != nil && len(unknown) == len(refs):
+		return nil, unavailable("heartbeat", err) // nothing is known
+	case err != nil:
+		return lost, &jobs.HeartbeatError{Unknown: unknown, Err: unavailable("heartbeat", err)}
 	}
 	return lost, nil
+}
+
+// heartbeatPipeline sends refs in chunks on one connection, one pipeline,
+// a Sync after each statement (so each is a transaction of its own and a
+// failed one leaves the others done); it returns the lost IDs of the
+// statements that answered, and the IDs of those that failed with the
+// first error.
+func (r *Registry) heartbeatPipeline(ctx context.Context, refs []jobs.Ref, lease time.Duration) (lost, unknown []string, err error) {
+	fail := func(from int, e error) ([]string, []string, error) {
+		for _, ref := range refs[from:] {
+			unknown = append(unknown, ref.ID)
+		}
+		return lost, unknown, cmp.Or(err, e)
+	}
+	conn, e := r.pool.Acquire(ctx)
+	if e != nil {
+		return fail(0, e)
+	}
+	defer conn.Release()
+	pipe := conn.Conn().PgConn().StartPipeline(ctx)
+	leaseArg := []byte(strconv.FormatInt(lease.Milliseconds(), 10))
+	for lo := 0; lo < len(refs); lo += heartbeatChunk {
+		ids, epochs := textArrays(refs[lo:min(lo+heartbeatChunk, len(refs))])
+		pipe.SendQueryParams(r.q.heartbeat, [][]byte{ids, epochs, leaseArg}, nil, nil, []int16{1})
+		pipe.SendPipelineSync()
+	}
+	if e := pipe.Flush(); e != nil {
+		_ = pipe.Close()
+		return fail(0, e)
+	}
+	for lo := 0; lo < len(refs); lo += heartbeatChunk {
+		got, e := heartbeatResult(pipe)
+		if e != nil {
+			var pgErr *pgconn.PgError
+			if !errors.As(e, &pgErr) {
+				_ = pipe.Close()
+				return fail(lo, e) // the connection: this chunk and the rest are unknown
+			}
+			// The statement failed on the server: its chunk is unknown,
+			// the next ones (after the Sync) ran.
+			for _, ref := range refs[lo:min(lo+heartbeatChunk, len(refs))] {
+				unknown = append(unknown, ref.ID)
+			}
+			err = cmp.Or(err, e)
+		}
+		lost = append(lost, got...)
+		if _, e := pipe.GetResults(); e != nil { // the Sync's
+			_ = pipe.Close()
+			return fail(min(lo+heartbeatChunk, len(refs)), e)
+		}
+	}
+	if e := pipe.Close(); e != nil {
+		err = cmp.Or(err, e)
+	}
+	return lost, unknown, err
+}
+
+// heartbeatResult reads the lost IDs of one heartbeat statement.
+func heartbeatResult(pipe *pgconn.Pipeline) ([]string, error) {
+	res, err := pipe.GetResults()
+	if err != nil {
+		return nil, err
+	}
+	rr, ok := res.(*pgconn.ResultReader)
+	if !ok {
+		return nil, fmt.Errorf("pgjobs: heartbeat: unexpected pipeline result %T", res)
+	}
+	var lost []string
+	for rr.NextRow() {
+		lost = append(lost, string(rr.Values()[0])) // bytea, binary format: the ID's bytes
+	}
+	_, err = rr.Close()
+	return lost, err
+}
+
+// textArrays encodes the IDs and epochs of refs as bytea[] and bigint[]
+// array literals (text format).
+func textArrays(refs []jobs.Ref) (ids, epochs []byte) {
+	ids, epochs = append(ids, '{'), append(epochs, '{')
+	for i, ref := range refs {
+		if i > 0 {
+			ids, epochs = append(ids, ','), append(epochs, ',')
+		}
+		ids = append(ids, `"\\x`...)
+		ids = hex.AppendEncode(ids, []byte(ref.ID))
+		ids = append(ids, '"')
+		epochs = strconv.AppendInt(epochs, int64(ref.Epoch), 10)
+	}
+	return append(ids, '}'), append(epochs, '}')
 }
 
 // Done implements jobs.Registry: one statement deletes the row of ref's
@@ -426,29 +551,71 @@ func (r *Registry) Remove(ctx context.Context, ref jobs.Ref) error {
 }
 
 // Expired implements jobs.Registry: one SELECT … WHERE deadline <= now()
-// ORDER BY deadline LIMIT, a range scan of the deadline index: its cost
-// grows with the expired count, not the tracked count (0: all).
+// ORDER BY deadline, id LIMIT per page of listChunk (1,000) rows, each a
+// range scan of the deadline index from the page before's last row: its
+// cost grows with the expired count, not the tracked count (0: all). 100
+// expired jobs are one round trip.
 func (r *Registry) Expired(ctx context.Context, limit int) ([]jobs.Job, error) {
 	return r.list(ctx, r.q.expired, limit, true)
 }
 
-// InFlight implements jobs.Inspector: one SELECT of the tracked jobs in
-// deadline order, up to limit (0: all), of every column but the payload:
-// the payloads never leave the server.
+// InFlight implements jobs.Inspector: pages of listChunk (1,000) tracked
+// jobs in deadline order, one SELECT each, up to limit (0: all), of every
+// column but the payload: the payloads never leave the server.
 func (r *Registry) InFlight(ctx context.Context, limit int) ([]jobs.Job, error) {
 	return r.list(ctx, r.q.inflight, limit, false)
 }
 
-// limitArg turns a limit of 0 (all) into SQL's LIMIT NULL.
-func limitArg(limit int) any {
-	if limit <= 0 {
-		return nil
+// listChunk is the most rows one listing statement returns (a page of
+// Expired, InFlight or Dead).
+var listChunk = 1000
+
+// pages reads up to limit (0 or less: all) rows of query, one statement
+// per listChunk rows, each after the cursor of the page before: the last
+// row's time (deadline, or time of death) and ID, from the first (from:
+// -infinity or infinity). scan reads a row and its cursor. A page shorter
+// than asked for is the last. Rows that change between two pages (a
+// heartbeat, a completion) may be listed twice or not at all, as by any
+// listing that is not one snapshot: the next scan sees them.
+func pages[T any](ctx context.Context, r *Registry, query string, limit int, from pgtype.InfinityModifier, scan func(pgx.Row) (T, time.Time, string, error)) ([]T, error) {
+	var out []T
+	seen := map[string]bool{}
+	at, after := pgtype.Timestamptz{InfinityModifier: from, Valid: true}, []byte{}
+	for limit <= 0 || len(out) < limit {
+		n := listChunk
+		if limit > 0 {
+			n = min(n, limit-len(out))
+		}
+		rows, err := r.pool.Query(ctx, query, n, at, after)
+		if err != nil {
+			return nil, err
+		}
+		read := 0
+		_, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (struct{}, error) {
+			v, t, id, err := scan(row)
+			if err != nil {
+				return struct{}{}, err
+			}
+			read++
+			at, after = pgtype.Timestamptz{Time: t, Valid: true}, []byte(id)
+			if !seen[id] {
+				seen[id] = true
+				out = append(out, v)
+			}
+			return struct{}{}, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		if read < n {
+			break
+		}
 	}
-	return limit
+	return out, nil
 }
 
 // list runs a listing query of jobs whole (the columns of cols) or not
-// (of listed).
+// (of listed), in pages.
 func (r *Registry) list(ctx context.Context, query string, limit int, whole bool) ([]jobs.Job, error) {
 	if err := backendkit.CheckContext(ctx); err != nil {
 		return nil, err
@@ -456,11 +623,10 @@ func (r *Registry) list(ctx context.Context, query string, limit int, whole bool
 	if err := r.ensure(ctx); err != nil {
 		return nil, err
 	}
-	rows, err := r.pool.Query(ctx, query, limitArg(limit))
-	if err != nil {
-		return nil, unavailable("list", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (jobs.Job, error) { return scanJob(row, whole) })
+	out, err := pages(ctx, r, query, limit, pgtype.NegativeInfinity, func(row pgx.Row) (jobs.Job, time.Time, string, error) {
+		j, err := scanJob(row, whole)
+		return j, j.Deadline, j.ID, err
+	})
 	if err != nil {
 		return nil, unavailable("list", err)
 	}
@@ -515,8 +681,9 @@ func scanDead(row pgx.Row, whole bool) (jobs.DeadJob, error) {
 	return d, err
 }
 
-// Dead implements jobs.Inspector: one SELECT of the dead table by its index
-// on the time of death, the most recent first, up to limit (0: all), of
+// Dead implements jobs.Inspector: one SELECT per page of listChunk (1,000)
+// rows of the dead table by its index on the time of death, the most
+// recent first, up to limit (0: all), of
 // every column but the payload: the payloads never leave the server
 // (DeadJob reads one).
 func (r *Registry) Dead(ctx context.Context, limit int) ([]jobs.DeadJob, error) {
@@ -526,11 +693,10 @@ func (r *Registry) Dead(ctx context.Context, limit int) ([]jobs.DeadJob, error) 
 	if err := r.ensure(ctx); err != nil {
 		return nil, err
 	}
-	rows, err := r.pool.Query(ctx, r.q.dead, limitArg(limit))
-	if err != nil {
-		return nil, unavailable("dead", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (jobs.DeadJob, error) { return scanDead(row, false) })
+	out, err := pages(ctx, r, r.q.dead, limit, pgtype.Infinity, func(row pgx.Row) (jobs.DeadJob, time.Time, string, error) {
+		d, err := scanDead(row, false)
+		return d, d.DiedAt, d.ID, err
+	})
 	if err != nil {
 		return nil, unavailable("dead", err)
 	}
@@ -575,9 +741,14 @@ func (r *Registry) Purge(ctx context.Context, id string) error {
 	return nil
 }
 
-// Counts implements jobs.Inspector: one statement of three counts; the
-// tracked and dead counts scan their tables (they grow with the number of
-// jobs), the expired count is a range of the deadline index.
+// countChunk is the most rows one counting statement reads.
+var countChunk = 5000
+
+// Counts implements jobs.Inspector: it counts the jobs in flight (and the
+// expired among them) and the dead in pages of countChunk (5,000) rows in
+// ID order, one SELECT each: its round trips grow with the jobs (2,000 at
+// 10,000,000 in flight), no statement's work does. The pages are not one
+// snapshot: jobs tracked or completed meanwhile may be counted or not.
 func (r *Registry) Counts(ctx context.Context) (jobs.Counts, error) {
 	if err := backendkit.CheckContext(ctx); err != nil {
 		return jobs.Counts{}, err
@@ -586,8 +757,30 @@ func (r *Registry) Counts(ctx context.Context) (jobs.Counts, error) {
 		return jobs.Counts{}, err
 	}
 	var c jobs.Counts
-	if err := r.pool.QueryRow(ctx, r.q.counts).Scan(&c.Tracked, &c.Expired, &c.Dead); err != nil {
+	if err := r.count(ctx, r.q.countJobs, &c.Tracked, &c.Expired); err != nil {
+		return jobs.Counts{}, unavailable("counts", err)
+	}
+	var none int64
+	if err := r.count(ctx, r.q.countDead, &c.Dead, &none); err != nil {
 		return jobs.Counts{}, unavailable("counts", err)
 	}
 	return c, nil
+}
+
+// count adds up the pages of a counting query.
+func (r *Registry) count(ctx context.Context, query string, n, expired *int64) error {
+	after := []byte{}
+	for {
+		var rows, exp int64
+		var last []byte
+		if err := r.pool.QueryRow(ctx, query, after, countChunk).Scan(&rows, &exp, &last); err != nil {
+			return err
+		}
+		*n += rows
+		*expired += exp
+		if rows < int64(countChunk) {
+			return nil
+		}
+		after = last
+	}
 }

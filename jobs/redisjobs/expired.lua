@@ -1,10 +1,15 @@
--- Lists up to ARGV[1] jobs whose deadline has passed, earliest first, with
--- the deadlines index: O(log n + expired). The jobs' hashes share the
--- index's hash tag, so they live on the same Cluster node.
--- KEYS[1]: deadlines zset. ARGV[1]: limit (0: all), ARGV[2]: job key prefix,
--- ARGV[3]: 1 to list every job instead, without payloads (InFlight: an
--- operator listing, whose payloads never leave the server).
--- Returns a flat list: id, payload, owner, attempt, epoch, deadline, history, max retries, ...
+-- Lists one page of at most ARGV[1] (listChunk) jobs of the deadline index,
+-- earliest deadline first, from a cursor: the expired ones (Expired, whole)
+-- or every one (InFlight, without payloads: an operator listing, whose
+-- payloads never leave the server). O(log n + page) for n tracked. The
+-- jobs' hashes share the index's hash tag, so they live on the same
+-- Cluster node.
+-- KEYS[1]: deadlines zset. ARGV[1]: page size, ARGV[2]: job key prefix,
+-- ARGV[3]: 1 to list every job instead of the expired ones, ARGV[4]: the
+-- cursor's score ('-inf' at first), ARGV[5]: how many members of that
+-- score the pages before listed.
+-- Returns {the next cursor's score, its count, members read, then a flat
+-- list: id, payload, owner, attempt, epoch, deadline, history, max retries, ...}
 -- (InFlight: id, owner, attempt, epoch, deadline, history, max retries, ...).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -16,18 +21,17 @@ if ARGV[3] == '1' then
   fields = {'owner', 'attempt', 'epoch', 'deadline', 'history', 'maxretries'}
   epoch = 3
 end
-local ids
-if tonumber(ARGV[1]) > 0 then
-  ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', max, 'LIMIT', 0, tonumber(ARGV[1]))
-else
-  ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', max)
-end
-local out = {}
-for _, id in ipairs(ids) do
+local page = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[4], max, 'WITHSCORES', 'LIMIT', tonumber(ARGV[5]), tonumber(ARGV[1]))
+local last, same = ARGV[4], tonumber(ARGV[5])
+local out = {'', '', tostring(#page / 2)}
+for i = 1, #page, 2 do
+  local id, score = page[i], page[i + 1]
+  if score == last then same = same + 1 else last, same = score, 1 end
   local f = redis.call('HMGET', ARGV[2] .. id, unpack(fields))
   if f[epoch] then
     out[#out + 1] = id
     for k = 1, #fields do out[#out + 1] = f[k] or '' end
   end
 end
+out[1], out[2] = last, tostring(same)
 return out

@@ -45,6 +45,13 @@ func TestReplicaAcks(t *testing.T) {
 		}
 		return r
 	})
+	t.Run("ChunkedHeartbeat", func(t *testing.T) { // several scripts, one WAIT after them
+		r, err := redisjobs.New(c, "acks:chunks", opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		registrytest.ChunkedHeartbeat(t, r, redisjobs.HeartbeatChunk(), 2)
+	})
 	t.Run("Failover", func(t *testing.T) {
 		ctx := t.Context()
 		r, err := redisjobs.New(c, "acks:failover", opt)
@@ -114,5 +121,12 @@ func TestReplicaAcksUnanswered(t *testing.T) {
 	}
 	if !errors.Is(err, lock.ErrUnavailable) {
 		t.Fatalf("Track with its replica asleep: %v, want ErrUnavailable", err)
+	}
+	refs := make([]jobs.Ref, 2*redisjobs.HeartbeatChunk()+1) // three scripts and their WAIT
+	for i := range refs {
+		refs[i] = jobs.Ref{ID: fmt.Sprint("j", i), Epoch: 1}
+	}
+	if _, err := r.Heartbeat(t.Context(), refs, time.Minute); !errors.Is(err, lock.ErrUnavailable) {
+		t.Fatalf("Heartbeat with its replica asleep: %v, want ErrUnavailable", err)
 	}
 }

@@ -43,3 +43,29 @@ func ExampleDoneAndBuryDropRetryRecords() {
 		registrytest.DoneAndBuryDropRetryRecords(t, r, func(id string) { writeRecord(id, 3, 2) })
 	}
 }
+
+// Compile-only (no Output): a registry that sends a heartbeat in chunks
+// (redisjobs: 100 jobs a script; pgjobs: 200 a statement) checks 3½ of
+// them, with stale jobs on both sides of every boundary.
+func ExampleChunkedHeartbeat() {
+	_ = func(t *testing.T, r jobs.Registry, chunk int) {
+		registrytest.ChunkedHeartbeat(t, r, chunk, 3)
+	}
+}
+
+// Compile-only (no Output): poison makes the call of one chunk fail on the
+// server (redisjobs' test turns a job's hash into a list; pgjobs' adds a
+// trigger that raises) and returns what undoes it.
+func ExampleFailedChunk() {
+	_ = func(t *testing.T, r jobs.Registry, chunk int, poison func(id string) (restore func())) {
+		registrytest.FailedChunk(t, r, chunk, 3, 1, poison) // the second of 3 chunks fails
+	}
+}
+
+// Compile-only (no Output): listings in pages of 1,000 (redisjobs,
+// pgjobs), checked over two pages and a bit.
+func ExamplePages() {
+	_ = func(t *testing.T, r jobs.Registry) {
+		registrytest.Pages(t, r, 2*1000+3)
+	}
+}
