@@ -24,6 +24,10 @@
 //	BenchmarkJobsScale     10,000,000 tracked jobs on Redis and PostgreSQL:
 //	                       the recovery scan and a heartbeat of 100,000, the
 //	                       longest server call, a latency probe's p99
+//	BenchmarkScaleLeases   100,000 leases held by one process through a
+//	                       lock.Keeper for 5 minutes: round trips per
+//	                       renewal period, goroutines, heap per lease,
+//	                       losses, a latency probe's p99
 //	BenchmarkMemory        leasehold alone, per backend (memlock too): heap
 //	                       and goroutines per lease held under lock.Keep
 //	                       and per caller blocked in lock.Acquire

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -195,51 +194,6 @@ func scaleMemlock(b *testing.B) scaleBackend {
 	return scaleBackend{l: l, rt: &roundTrips{}, close: func() {}}
 }
 
-// latencyProbe measures ping every millisecond until stop, which returns
-// the p50 and p99 of the pings and how many failed.
-func latencyProbe(ping func(ctx context.Context) error) (stop func() (p50, p99 time.Duration, failed int)) {
-	var (
-		mu     sync.Mutex
-		lat    []time.Duration
-		fails  int
-		done   = make(chan struct{})
-		halted = make(chan struct{})
-	)
-	go func() {
-		defer close(halted)
-		tick := time.NewTicker(time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			start := time.Now()
-			err := ping(ctx)
-			d := time.Since(start)
-			cancel()
-			mu.Lock()
-			if err != nil {
-				fails++
-			} else {
-				lat = append(lat, d)
-			}
-			mu.Unlock()
-		}
-	}()
-	return func() (time.Duration, time.Duration, int) {
-		close(done)
-		<-halted
-		slices.Sort(lat)
-		if len(lat) == 0 {
-			return 0, 0, fails
-		}
-		return lat[len(lat)/2], lat[len(lat)*99/100], fails
-	}
-}
-
 // scaleSize is LEASEHOLD_SCALE_LEASES and LEASEHOLD_SCALE_HOLD, or their
 // defaults: 100,000 leases held 5 minutes (2,000 and 20 s under -short).
 func scaleSize(b *testing.B) (n int, hold time.Duration) {
@@ -354,9 +308,9 @@ func scaleLeases(b *testing.B, be scaleBackend) {
 	b.ReportMetric(after.goroutines-before.goroutines, "goroutines")
 
 	// Hold them, measuring the renewals and the server's latency.
-	var stopProbe func() (time.Duration, time.Duration, int)
+	var stopProbe func() (time.Duration, time.Duration)
 	if be.ping != nil {
-		stopProbe = latencyProbe(be.ping)
+		stopProbe = startProbe(b, be.ping)
 	}
 	rts0, calls0 := be.rt.snapshot()
 	time.Sleep(hold)
@@ -365,12 +319,9 @@ func scaleLeases(b *testing.B, be scaleBackend) {
 	b.ReportMetric(float64(rts-rts0)/periods, "rt/period")
 	b.ReportMetric(float64(calls-calls0)/periods, "calls/period")
 	if stopProbe != nil {
-		p50, p99, failed := stopProbe()
+		p50, p99 := stopProbe()
 		b.ReportMetric(float64(p50)/float64(time.Millisecond), "probe-p50-ms")
 		b.ReportMetric(float64(p99)/float64(time.Millisecond), "probe-p99-ms")
-		if failed > 0 {
-			b.Errorf("%d probes failed", failed)
-		}
 	}
 	if be.conns != nil {
 		if s, err := be.conns(ctx); err != nil {

@@ -32,6 +32,7 @@ const (
 type scaleRun struct {
 	bin, dir, pkg, pattern, benchtime string
 	title, about                      string
+	timed                             bool // its time per op is a result (ms/op)
 }
 
 // scaleRuns are the scale benchmarks, in the document's order.
@@ -42,6 +43,11 @@ var scaleRuns = []scaleRun{
 			"`rt/period` counts the client's round trips per renewal period (ttl/3; a pipeline, a pgx batch, an RPC or a stream message is one), " +
 			"`calls/period` the server calls in them (scripts, statements, RPC messages); `goroutines` is what the leases added; `heap-B/lease` the live heap per lease; " +
 			"`lost` the leases lost while held; `probe-p99-ms` another client's PING, `SELECT 1` or etcd Get meanwhile; `sessions` the PostgreSQL sessions holding the locks."},
+	{bin: "bench", dir: benchDir, pkg: ".", pattern: "^BenchmarkJobsScale$", benchtime: "5x", timed: true,
+		title: "10,000,000 tracked jobs",
+		about: "A registry of 10,000,000 jobs, 100 of them expired, on a server of its own. `scan` is the recovery scan (Registry.Expired, which finds the 100), " +
+			"`heartbeat` one Registry.Heartbeat of 100,000 in-flight jobs; `ms/op` is the time of one. `max-call-µs` is the longest single server call meanwhile " +
+			"(SLOWLOG on Redis, pg_stat_statements' max_exec_time on PostgreSQL), `typical-call-µs` a typical one, `probe-p99-µs` a PING or SELECT 1 from another client, `B/job` Redis memory per tracked job."},
 }
 
 // runScale runs the scale benchmarks and writes their section.
@@ -115,6 +121,9 @@ func scaleSection(rs results, m machineInfo) string {
 		}
 		slices.Sort(names)
 		slices.Sort(units)
+		if r.timed {
+			units = append([]string{"ms/op"}, units...)
+		}
 		fmt.Fprintf(&b, "### %s\n\n%s\n\n", r.title, r.about)
 		fmt.Fprintf(&b, "Command: `go -C bench test -run '^$' -bench '%s' -benchtime %s -timeout 90m` (in %s).\n\n", r.pattern, r.benchtime, r.pkg)
 		if len(names) == 0 {
@@ -125,6 +134,11 @@ func scaleSection(rs results, m machineInfo) string {
 		for _, name := range names {
 			row := []string{strings.TrimPrefix(strings.TrimPrefix(name, top), "/")}
 			for _, u := range units {
+				if u == "ms/op" {
+					v, ok := rs.median(name, "ns/op")
+					row = append(row, map[bool]string{true: scaleNum(v / 1e6), false: ""}[ok])
+					continue
+				}
 				if v, ok := rs.median(name, u); ok {
 					row = append(row, scaleNum(v))
 				} else {
