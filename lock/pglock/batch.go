@@ -163,11 +163,15 @@ func (s *session) open(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := c.Exec(ctx, l.sql.batch.clean); err != nil {
+	var pid int32
+	if err := c.QueryRow(ctx, l.sql.batch.clean).Scan(&pid); err != nil {
 		destroy(c)
 		return backendkit.Unavailable("pglock: batch: opening a session", err)
 	}
 	s.conn, s.pid = c, int32(c.Conn().PgConn().PID())
+	if l.pooled { // a session pooler tells the client a pid of its own
+		s.pid = pid
+	}
 	return nil
 }
 

@@ -458,3 +458,39 @@ func TestBatchLockTableFull(t *testing.T) {
 		}
 	}
 }
+
+// Through a transaction-mode PgBouncer a batch refuses to grant
+// (ErrPooler) and leaves no lock; through a session-mode one, with
+// WithSessionPooler, it works: the sessions' pids are the server's.
+func TestBatchPoolers(t *testing.T) {
+	srv := testenv.Postgres(t)
+	admin := connect(t, srv.DSN())
+	key := "batch/pooler/" + lock.NewOwner()
+	tx := testenv.NewPgBouncer(t, srv, "transaction")
+	for _, mode := range []string{"cache_statement", "exec"} {
+		b := newBatch(t, newLock(t, tx.DSN()+"&default_query_exec_mode="+mode), time.Minute)
+		for range 3 {
+			if _, err := b.TryAcquire(ctxFor(t, 10*time.Second), key); !errors.Is(err, pglock.ErrPooler) {
+				t.Fatalf("%s: TryAcquire through a transaction-mode PgBouncer: %v, want ErrPooler", mode, err)
+			}
+		}
+		if pid := holderPID(t, admin, key); pid != 0 {
+			t.Fatalf("%s: session %d holds the key after refused acquires", mode, pid)
+		}
+	}
+	session := testenv.NewPgBouncer(t, srv, "session")
+	b := newBatch(t, newLock(t, session.DSN(), pglock.WithSessionPooler()), time.Minute)
+	hs := acquireN(t, b, key, 8)
+	ctx := ctxFor(t, 30*time.Second)
+	for i, err := range b.Renew(ctx, hs) {
+		if err != nil {
+			t.Fatalf("Renew of grant %d through a session pooler: %v", i, err)
+		}
+	}
+	if err := hs[0].Extend(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := hs[0].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -271,12 +271,14 @@ SELECT pg_backend_pid(), CASE WHEN t.tok IS NULL THEN NULL
 		// token rows; the count unlocked.
 		unlock: `WITH d AS (DELETE FROM ` + groups + ` WHERE pid = pg_backend_pid() AND id = ANY($1::int8[]))
 SELECT count(*) FILTER (WHERE pg_advisory_unlock(k)) FROM unnest($1::int8[]) AS k`,
-		// At a session's start: the token rows of at most batchChunk
-		// sessions' keys that ended without a release.
-		clean: `DELETE FROM ` + groups + ` WHERE (pid, id) IN (
+		// At a session's start: deletes the token rows of at most
+		// batchChunk keys of sessions that ended without a release, and
+		// returns the session's pid.
+		clean: `WITH d AS (DELETE FROM ` + groups + ` WHERE (pid, id) IN (
 	SELECT x.pid, x.id FROM ` + groups + ` x WHERE NOT EXISTS (
 		SELECT 1 FROM pg_stat_get_activity(x.pid) s WHERE s.backend_start = x.started)
-	LIMIT ` + strconv.Itoa(batchChunk) + ` FOR UPDATE SKIP LOCKED)`,
+	LIMIT ` + strconv.Itoa(batchChunk) + ` FOR UPDATE SKIP LOCKED))
+SELECT pg_backend_pid()`,
 		// At Close: this session's token rows.
 		drop: `DELETE FROM ` + groups + ` WHERE pid = pg_backend_pid()`,
 	}
