@@ -48,8 +48,9 @@ var _ lock.Batcher = (*Lock)(nil)
 // Extend with a ttl longer than the batch's also lengthens how long the
 // session's other keys stay locked after a crash; a shorter one leaves the
 // session's timeout as it is. Its Release unlocks that key alone. Grants
-// whose ValidUntil passed without a renewal are unlocked by the batch (one
-// timer per batch, one statement per session and batchChunk keys).
+// whose ValidUntil passed without a renewal are unlocked by the batch, and
+// their waiters woken (one timer per batch, one statement per session and
+// 1,000 keys).
 //
 // Calls on one session are serialised (a pgx connection is not safe for
 // concurrent use), each bounded by its context; a call cancelled while its
@@ -228,15 +229,19 @@ func (s *session) failed(err error) bool {
 	return true
 }
 
-// unlockIDs unlocks ids on the session and deletes their token rows, in
-// statements of batchChunk ids; on an error the session is ended, which
+// unlockIDs unlocks ids on the session, deletes their token rows and
+// wakes their waiters, in statements of batchChunk ids; on an error the session is ended, which
 // unlocks them for sure. io is held.
 func (s *session) unlockIDs(ctx context.Context, ids []int64) {
 	for chunk := range slices.Chunk(ids, batchChunk) {
 		if s.conn == nil {
 			return
 		}
-		if _, err := s.conn.Exec(ctx, s.b.l.sql.batch.unlock, chunk); err != nil {
+		payloads := make([]string, len(chunk))
+		for i, id := range chunk {
+			payloads[i] = payload(id)
+		}
+		if _, err := s.conn.Exec(ctx, s.b.l.sql.batch.unlock, chunk, s.b.l.channel, payloads); err != nil {
 			s.die(fmt.Errorf("unlocking failed, so the session was ended: %w", err))
 			return
 		}

@@ -361,11 +361,12 @@ func TestBatchClose(t *testing.T) {
 
 // A grant the holder stops renewing while the batch's session lives on
 // (the other grants keep it busy) is unlocked once its ValidUntil passes:
-// its key does not stay locked for as long as the session lives.
+// its key does not stay locked for as long as the session lives, and its
+// waiters are woken then, not at the session's ttl.
 func TestBatchUnrenewedGrantExpires(t *testing.T) {
 	srv := testenv.Postgres(t)
 	other := newLock(t, srv.DSN())
-	ttl := time.Second
+	ttl := 2 * time.Second
 	// One session, so that the kept grant keeps the dropped one's
 	// session busy.
 	l := newLock(t, srv.DSN(), pglock.WithBatchSessions(1))
@@ -374,10 +375,11 @@ func TestBatchUnrenewedGrantExpires(t *testing.T) {
 	kept, dropped := hs[0], hs[1]
 	done := make(chan struct{})
 	renewed := make(chan error, 1)
+	halfway := make(chan struct{}) // three renewals of the kept grant done
 	go func() {
 		tick := time.NewTicker(ttl / 5)
 		defer tick.Stop()
-		for {
+		for n := 1; ; n++ {
 			select {
 			case <-done:
 				renewed <- nil
@@ -387,18 +389,40 @@ func TestBatchUnrenewedGrantExpires(t *testing.T) {
 					renewed <- err
 					return
 				}
+				if n == 3 {
+					close(halfway)
+				}
 			}
 		}
 	}()
-	h, err := lock.Acquire(ctxFor(t, 10*ttl), other, dropped.Key(), time.Minute)
+	// A waiter for the key is woken by the unlock (a notification only:
+	// the hint of a refused attempt is the session's ttl, renewed).
+	sub, err := other.Subscribe(ctxFor(t, ttl), dropped.Key())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	<-halfway
+	if _, err := other.TryAcquire(ctxFor(t, ttl), dropped.Key(), time.Minute); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("the dropped grant's key before its ValidUntil: %v", err)
+	}
+	if err := sub.Wait(ctxFor(t, time.Until(dropped.ValidUntil())+ttl), 0); err != nil {
+		t.Fatalf("no release notification for the unrenewed grant: %v", err)
+	}
+	h, err := other.TryAcquire(ctxFor(t, ttl), dropped.Key(), time.Minute)
 	close(done)
 	if err != nil {
 		t.Fatalf("the unrenewed grant's key: %v", err)
 	}
 	defer h.Release(context.Background())
-	if now := time.Now(); now.Before(dropped.ValidUntil()) {
-		t.Fatalf("granted again %v before ValidUntil", dropped.ValidUntil().Sub(now))
+	late := time.Since(dropped.ValidUntil())
+	if late < 0 {
+		t.Fatalf("granted again %v before ValidUntil", -late)
 	}
+	if late > ttl/4 {
+		t.Fatalf("the waiter got the key %v after the grant's ValidUntil, want it woken at the unlock", late)
+	}
+	t.Logf("the waiter was woken and got the key %v after the unrenewed grant's ValidUntil", late.Round(time.Millisecond))
 	if err := <-renewed; err != nil {
 		t.Fatalf("renewing the kept grant: %v", err)
 	}

@@ -267,10 +267,14 @@ SELECT pg_backend_pid(), CASE WHEN t.tok IS NULL THEN NULL
 	THEN left(set_config($2::text, $3::text, false), 0) || set_config('application_name', $4::text, false) END,
 	ARRAY(SELECT ` + lockID + ` FROM pg_locks l WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted
 		AND l.pid = pg_backend_pid())`,
-		// $1 ids (at most batchChunk): unlocks them and deletes their
-		// token rows; the count unlocked.
-		unlock: `WITH d AS (DELETE FROM ` + groups + ` WHERE pid = pg_backend_pid() AND id = ANY($1::int8[]))
-SELECT count(*) FILTER (WHERE pg_advisory_unlock(k)) FROM unnest($1::int8[]) AS k`,
+		// $1 ids (at most batchChunk), $2 channel, $3 their payloads:
+		// unlocks them, deletes their token rows and notifies their
+		// waiters (the session's application_name tells a waiter the
+		// session's ttl, not how long an unrenewed key has left); the
+		// count unlocked.
+		unlock: `WITH d AS (DELETE FROM ` + groups + ` WHERE pid = pg_backend_pid() AND id = ANY($1::int8[])),
+u AS MATERIALIZED (SELECT k.p FROM unnest($1::int8[], $3::text[]) AS k(id, p) WHERE pg_advisory_unlock(k.id))
+SELECT count(pg_notify($2::text, u.p)) FROM u`,
 		// At a session's start: deletes the token rows of at most
 		// batchChunk keys of sessions that ended without a release, and
 		// returns the session's pid.
