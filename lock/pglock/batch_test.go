@@ -17,6 +17,7 @@ import (
 	"github.com/leasehold-go/leasehold/internal/testkit/faultproxy"
 	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/locktest"
 	"github.com/leasehold-go/leasehold/lock/pglock"
 )
 
@@ -517,4 +518,14 @@ func TestBatchPoolers(t *testing.T) {
 	if err := hs[0].Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// The conformance suite on grants made through batches, and the checks of
+// batches themselves (RunBatch): a ForceRelease ends the key's session,
+// so the grants sharing it are lost with it (WithSessionLoss).
+func TestBatchConformance(t *testing.T) {
+	srv := testenv.Postgres(t)
+	f := func(t testing.TB) lock.Lock { return newLock(t, srv.DSN()) }
+	t.Run("Conformance", func(t *testing.T) { locktest.Run(t, locktest.Batched(f)) })
+	t.Run("Batch", func(t *testing.T) { locktest.RunBatch(t, f, locktest.WithSessionLoss()) })
 }
