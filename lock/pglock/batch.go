@@ -230,8 +230,11 @@ func (s *session) failed(err error) bool {
 }
 
 // unlockIDs unlocks ids on the session, deletes their token rows and
-// wakes their waiters, in statements of batchChunk ids; on an error the session is ended, which
-// unlocks them for sure. io is held.
+// wakes their waiters, in statements of batchChunk ids. When a statement
+// fails (a full lock table: the deletion and the notification need
+// entries of it), the ids are unlocked with a statement that needs none;
+// if that fails too, the session is ended, which unlocks them for sure.
+// io is held.
 func (s *session) unlockIDs(ctx context.Context, ids []int64) {
 	for chunk := range slices.Chunk(ids, batchChunk) {
 		if s.conn == nil {
@@ -241,19 +244,33 @@ func (s *session) unlockIDs(ctx context.Context, ids []int64) {
 		for i, id := range chunk {
 			payloads[i] = payload(id)
 		}
-		if _, err := s.conn.Exec(ctx, s.b.l.sql.batch.unlock, chunk, s.b.l.channel, payloads); err != nil {
-			s.die(fmt.Errorf("unlocking failed, so the session was ended: %w", err))
-			return
+		if _, err := s.conn.Exec(ctx, s.b.l.sql.batch.unlock, chunk, s.b.l.channel, payloads); err != nil && !s.failed(err) {
+			s.plainUnlock(ctx, chunk)
 		}
 	}
 }
 
-// undo unlocks id after a statement on it failed, for at most a second
-// beyond ctx; io is held.
+// plainUnlock unlocks ids with a statement that takes no lock of its own
+// (no table, no transaction id, no notification), so that it works while
+// the server's lock table is full; on an error it ends the session. io is
+// held.
+func (s *session) plainUnlock(ctx context.Context, ids []int64) {
+	if _, err := s.conn.Exec(ctx, s.b.l.sql.batch.plainUnlock, ids); err != nil {
+		s.die(fmt.Errorf("unlocking failed, so the session was ended: %w", err))
+	}
+}
+
+// undo unlocks id after a statement that may have taken it failed, for
+// at most a second beyond ctx; io is held. Nobody was told of the grant:
+// the unlock needs no notification (which would need an entry of a lock
+// table that may be full).
 func (s *session) undo(ctx context.Context, id int64) {
+	if s.conn == nil {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	s.unlockIDs(ctx, []int64{id})
+	s.plainUnlock(ctx, []int64{id})
 }
 
 // TryAcquire implements lock.Batch in one statement on the session with

@@ -62,7 +62,8 @@ type statements struct {
 // batchStatements are the statements of a batch's sessions (batch.go).
 type batchStatements struct {
 	acquire                             [2]string // [0] plain, [1] registering the key's name
-	release, renew, unlock, clean, drop string
+	release, renew, unlock, plainUnlock string
+	clean, drop                         string
 }
 
 func buildStatements(schema string, serverMajor int) statements {
@@ -275,6 +276,8 @@ SELECT pg_backend_pid(), CASE WHEN t.tok IS NULL THEN NULL
 		unlock: `WITH d AS (DELETE FROM ` + groups + ` WHERE pid = pg_backend_pid() AND id = ANY($1::int8[])),
 u AS MATERIALIZED (SELECT k.p FROM unnest($1::int8[], $3::text[]) AS k(id, p) WHERE pg_advisory_unlock(k.id))
 SELECT count(pg_notify($2::text, u.p)) FROM u`,
+		// $1 ids: unlocks them and nothing else (see session.plainUnlock).
+		plainUnlock: `SELECT count(*) FILTER (WHERE pg_advisory_unlock(k)) FROM unnest($1::int8[]) AS k`,
 		// At a session's start: deletes the token rows of at most
 		// batchChunk keys of sessions that ended without a release, and
 		// returns the session's pid.
