@@ -363,9 +363,9 @@ func (s *session) acquire(ctx context.Context, key string) (*batchHandle, error)
 		return nil, backendkit.Unavailable("pglock: batch acquire", fmt.Errorf("unexpected reply %q", *res))
 	}
 	s.head, s.tail = string(head), string(tail)
-	s.keep(sent, ttl)
-	h := &batchHandle{s: s, key: key, id: id, token: tok,
-		validUntil: backendkit.ValidUntil(sent.Add(time.Duration(ran)*time.Microsecond), b.ttl)}
+	granted := sent.Add(time.Duration(ran) * time.Microsecond) // as ValidUntil counts it
+	s.keep(granted, ttl)
+	h := &batchHandle{s: s, key: key, id: id, token: tok, validUntil: backendkit.ValidUntil(granted, b.ttl)}
 	s.mu.Lock()
 	s.grants[id] = h
 	s.mu.Unlock()
