@@ -106,9 +106,10 @@ type session struct {
 	head      string    // application_name around its ttl (see splitApp)
 	tail      string
 
-	mu     sync.Mutex
-	grants map[int64]*batchHandle
-	dead   error // why the session ended, once it did
+	mu      sync.Mutex
+	grants  map[int64]*batchHandle
+	pending int   // TryAcquire calls on their way to it
+	dead    error // why the session ended, once it did
 }
 
 func (s *session) lock(ctx context.Context) error {
@@ -122,12 +123,19 @@ func (s *session) lock(ctx context.Context) error {
 
 func (s *session) unlock() { <-s.io }
 
-// load is the session's number of grants; a dead session counts as empty
-// (it is replaced).
+// load is the session's number of grants, and of grants on their way;
+// a dead session counts as empty (it is replaced).
 func (s *session) load() (int, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.grants), s.dead == nil
+	return len(s.grants) + s.pending, s.dead == nil
+}
+
+// coming counts a TryAcquire on its way to the session (d: 1, then -1).
+func (s *session) coming(d int) {
+	s.mu.Lock()
+	s.pending += d
+	s.mu.Unlock()
 }
 
 // pick returns the session for a new grant: the live one with the fewest
@@ -154,7 +162,9 @@ func (b *batch) pick() (*session, error) {
 	if !bestLive {
 		b.sessions[best] = &session{b: b, io: make(chan struct{}, 1), grants: map[int64]*batchHandle{}}
 	}
-	return b.sessions[best], nil
+	s := b.sessions[best]
+	s.coming(1) // under b.mu: the next pick sees it
+	return s, nil
 }
 
 // open connects the session; io is held.
@@ -289,6 +299,7 @@ func (b *batch) TryAcquire(ctx context.Context, key string) (h lock.Handle, err 
 	if err != nil {
 		return nil, err
 	}
+	defer s.coming(-1)
 	if err := s.lock(ctx); err != nil {
 		return nil, backendkit.Unavailable("pglock: batch acquire", err)
 	}
@@ -367,8 +378,11 @@ func (s *session) acquire(ctx context.Context, key string) (*batchHandle, error)
 	s.keep(granted, ttl)
 	h := &batchHandle{s: s, key: key, id: id, token: tok, validUntil: backendkit.ValidUntil(granted, b.ttl)}
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.grants == nil { // cannot happen: only a statement that failed ends the session
+		return nil, backendkit.Unavailable("pglock: batch acquire", errors.New("the session ended"))
+	}
 	s.grants[id] = h
-	s.mu.Unlock()
 	return h, nil
 }
 

@@ -577,3 +577,40 @@ func TestBatchConformance(t *testing.T) {
 	t.Run("Conformance", func(t *testing.T) { locktest.Run(t, locktest.Batched(f)) })
 	t.Run("Batch", func(t *testing.T) { locktest.RunBatch(t, f, locktest.WithSessionLoss()) })
 }
+
+// Grants asked for at once spread over the batch's sessions: a session
+// counts the grants on their way to it, so that the first session, busy
+// opening, does not take them all.
+func TestBatchSpreadsConcurrentGrants(t *testing.T) {
+	srv := testenv.Postgres(t)
+	l := newLock(t, srv.DSN())
+	b := newBatch(t, l, time.Minute)
+	key := "batch/spread/" + lock.NewOwner()
+	hs := make([]lock.Handle, 16)
+	var wg sync.WaitGroup
+	for i := range hs {
+		wg.Go(func() {
+			h, err := b.TryAcquire(ctxFor(t, 30*time.Second), fmt.Sprintf("%s/%d", key, i))
+			if err != nil {
+				t.Error(err)
+			}
+			hs[i] = h
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	per := map[int32]int{}
+	for _, pid := range batchSessions(t, connect(t, srv.DSN()), hs) {
+		per[pid]++
+	}
+	if len(per) != pglock.DefaultBatchSessions {
+		t.Fatalf("16 grants asked at once went to %d sessions (%v), want %d", len(per), per, pglock.DefaultBatchSessions)
+	}
+	for pid, n := range per {
+		if n != len(hs)/pglock.DefaultBatchSessions {
+			t.Fatalf("session %d has %d of the 16 grants: %v", pid, n, per)
+		}
+	}
+}
