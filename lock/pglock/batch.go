@@ -55,7 +55,8 @@ var _ lock.Batcher = (*Lock)(nil)
 // Calls on one session are serialised (a pgx connection is not safe for
 // concurrent use), each bounded by its context; a call cancelled while its
 // statement runs ends that session (pgx closes the connection), and its
-// grants are lost. Handles are not lock.LossNotifiers: the loss of a
+// grants are lost (a Renew cut short reports them unknown: they stay valid
+// until their ValidUntil, the server ending the session after its ttl). Handles are not lock.LossNotifiers: the loss of a
 // session shows at the next statement on it.
 //
 // The number of keys all sessions of a server hold is bounded by its lock
