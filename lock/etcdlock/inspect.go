@@ -156,17 +156,21 @@ func (l *Lock) grantsWith(ctx context.Context, kvs []*mvccpb.KeyValue, ttls map[
 }
 
 // grantValue is a grant's value, "<granted at>|<lease end>|<owner>" (µs
-// since the epoch), after groupMark for a group's grant.
+// since the epoch), after groupMark for a group's grant and batchMark for
+// a batch's.
 type grantValue struct {
 	since, end time.Time
 	owner      string
 	group      bool
+	batch      bool // on a lease shared by other grants: ForceRelease leaves it
 }
 
 // parseValue reads a grant's value.
 func parseValue(value string) (grantValue, bool) {
 	group := strings.HasPrefix(value, groupMark)
 	value = strings.TrimPrefix(value, groupMark)
+	batch := strings.HasPrefix(value, batchMark)
+	value = strings.TrimPrefix(value, batchMark)
 	at, rest, ok := strings.Cut(value, "|")
 	if !ok {
 		return grantValue{}, false
@@ -180,7 +184,7 @@ func parseValue(value string) (grantValue, bool) {
 	if err1 != nil || err2 != nil {
 		return grantValue{}, false
 	}
-	return grantValue{since: time.UnixMicro(us), end: time.UnixMicro(eus), owner: owner, group: group}, true
+	return grantValue{since: time.UnixMicro(us), end: time.UnixMicro(eus), owner: owner, group: group, batch: batch}, true
 }
 
 // leaseRemaining converts a remaining lease ttl as etcd reports it (whole
@@ -207,7 +211,10 @@ func leaseRemaining(ttl int64) time.Duration {
 // it back to a spare pool any more. An operator's tool: fencing still
 // protects the resource from the evicted holder, which may have been
 // paused mid-write. A group's grant is deleted with its lease, which
-// deletes the group's other keys too.
+// deletes the group's other keys too. A batch's grant (see NewBatch) is
+// deleted alone: its lease is shared by the batch's other grants, and its
+// holder learns of the deletion at its next Renew or Extend, which read
+// the key.
 func (l *Lock) ForceRelease(ctx context.Context, key string) (bool, error) {
 	if err := backendkit.ValidateKey(ctx, key); err != nil {
 		return false, err
@@ -231,7 +238,7 @@ func (l *Lock) ForceRelease(ctx context.Context, key string) (bool, error) {
 			continue // released or expired meanwhile
 		}
 		found = true
-		if kv.Lease != 0 {
+		if v, _ := parseValue(string(kv.Value)); kv.Lease != 0 && !v.batch {
 			if _, err := l.client.Revoke(requireLeader(ctx), clientv3.LeaseID(kv.Lease)); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 				// The key is gone already; the holder's Release or Lost still
 				// tells it, and the lease expires with its ttl.
