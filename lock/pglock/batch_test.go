@@ -614,3 +614,37 @@ func TestBatchSpreadsConcurrentGrants(t *testing.T) {
 		}
 	}
 }
+
+// The Lock's Close closes its batches: their keys are free, and neither
+// they nor the Lock grant anything after it.
+func TestBatchLockClose(t *testing.T) {
+	srv := testenv.Postgres(t)
+	l, other := newLock(t, srv.DSN()), newLock(t, srv.DSN())
+	b := newBatch(t, l, time.Minute)
+	hs := acquireN(t, b, "batch/lock-close/"+lock.NewOwner(), 8)
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		// (pgxpool's Close waits for the batch's sessions to come back.)
+		t.Fatal("the Lock's Close did not return within 10 s")
+	}
+	ctx := ctxFor(t, time.Minute)
+	for _, h := range hs {
+		h2, err := other.TryAcquire(ctx, h.Key(), time.Minute)
+		if err != nil {
+			t.Fatalf("%s after the Lock's Close: %v", h.Key(), err)
+		}
+		_ = h2.Release(ctx)
+	}
+	if _, err := b.TryAcquire(ctx, "batch/lock-close/after"); !errors.Is(err, lock.ErrInvalidArgument) {
+		t.Fatalf("a batch's TryAcquire after the Lock's Close: %v, want ErrInvalidArgument", err)
+	}
+	if _, err := l.NewBatch(ctx, time.Minute); !errors.Is(err, lock.ErrInvalidArgument) {
+		t.Fatalf("NewBatch after the Lock's Close: %v, want ErrInvalidArgument", err)
+	}
+}
