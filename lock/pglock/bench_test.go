@@ -2,6 +2,8 @@ package pglock_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -151,4 +153,61 @@ func TestAllocations(t *testing.T) {
 		return h.Release(bg)
 	})
 	perRun("Extend", 1, func() error { return kept.Extend(bg, time.Minute) })
+}
+
+// BenchmarkRenewBatch renews N grants of one Batch (on its 4 sessions) per
+// op, on a server of its own whose lock table holds them. It reports the
+// round trips (writes) per Renew, which stay at one per session whatever
+// N, and the p99 of SELECT 1 on another connection meanwhile (probe-p99-µs):
+// what a Renew costs the server's other clients.
+func BenchmarkRenewBatch(b *testing.B) {
+	srv := testenv.NewPostgres(b, testenv.PostgresSetting("max_locks_per_transaction", "128"))
+	for _, n := range []int{1000, 6000} {
+		b.Run(fmt.Sprint("N=", n), func(b *testing.B) {
+			l, writes := countingLock(b, srv.DSN())
+			batch := newBatch(b, l, time.Minute)
+			hs := acquireN(b, batch, fmt.Sprintf("bench/renew-batch/%d/%s", n, lock.NewOwner()), n)
+			ctx := context.Background()
+			renew := func() {
+				for i, err := range batch.Renew(ctx, hs) {
+					if err != nil {
+						b.Fatalf("grant %d: %v", i, err)
+					}
+				}
+			}
+			renew() // prepares the statement on each session
+			probe := connect(b, srv.DSN())
+			stop, probed := make(chan struct{}), make(chan []time.Duration)
+			go func() {
+				var lat []time.Duration
+				for {
+					select {
+					case <-stop:
+						probed <- lat
+						return
+					default:
+					}
+					t0 := time.Now()
+					if _, err := probe.Exec(ctx, "SELECT 1"); err != nil {
+						b.Error(err)
+					}
+					lat = append(lat, time.Since(t0))
+				}
+			}()
+			before := writes.Load()
+			b.ResetTimer()
+			for b.Loop() {
+				renew()
+			}
+			b.StopTimer()
+			close(stop)
+			lat := <-probed
+			b.ReportMetric(float64(writes.Load()-before)/float64(b.N), "round-trips/op")
+			b.ReportMetric(float64(n), "grants")
+			if len(lat) > 0 {
+				slices.Sort(lat)
+				b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "probe-p99-µs")
+			}
+		})
+	}
 }

@@ -26,6 +26,18 @@
 //     per TryAcquireAll: MaxGroupKeys (64);
 //   - key: 1 to lock.MaxKeyLen bytes.
 //
+// Many grants (lock.Batcher, lock.EachClaimer): NewBatch holds many
+// grants as advisory locks on at most WithBatchSessions (default 4) server
+// sessions, whose idle_session_timeout is their shared ttl; a Renew is one
+// statement per session, and a session that ends loses its grants alone
+// (this is how one lost grant is reported on its own). The server's lock
+// table bounds them: at least max_locks_per_transaction × (max_connections
+// + max_prepared_transactions) locks, 6,400 by default, shared by every
+// session of the server. Past it, the new grant fails with
+// ErrLockTableFull and nothing else breaks; raise max_locks_per_transaction
+// for more. ClaimEach makes claims in one statement per ClaimChunk (1,000).
+// See NewBatch and docs/postgres.md.
+//
 // Shared grants (lock.SharedLock): TryAcquireShared takes the server's
 // shared advisory lock (pg_try_advisory_lock_shared) on a session of its
 // own, with the ttl, quarantine, loss reports and token sequence of an

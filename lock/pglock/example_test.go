@@ -307,3 +307,63 @@ func ExampleMaxGroupKeys() {
 	fmt.Println(pglock.MaxGroupKeys, "keys at most in one TryAcquireAll")
 	// Output: 64 keys at most in one TryAcquireAll
 }
+
+func ExampleLock_NewBatch() {
+	ctx := context.Background()
+	l, _ := pglock.NewFromDSN(ctx, "postgres://app@db.internal/app")
+	defer l.Close()
+	// Many grants on at most 4 server sessions, whose idle_session_timeout
+	// is the grants' shared ttl.
+	b, err := l.NewBatch(ctx, 30*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer b.Close(ctx) // ends the sessions: every key is free
+	var hs []lock.Handle
+	for i := range 1000 {
+		h, err := b.TryAcquire(ctx, fmt.Sprint("partition/", i))
+		if err != nil {
+			continue // lock.ErrNotAcquired: another process owns it
+		}
+		hs = append(hs, h)
+	}
+	// Every 10 s: one statement per session renews them all.
+	for i, err := range b.Renew(ctx, hs) {
+		if errors.Is(err, lock.ErrLost) {
+			fmt.Println("lost", hs[i].Key()) // its session ended: stop its work
+		}
+	}
+}
+
+func ExampleWithBatchSessions() {
+	ctx := context.Background()
+	// A batch of 20,000 grants on 8 sessions, on a server whose lock table
+	// holds them: max_locks_per_transaction × (max_connections +
+	// max_prepared_transactions) ≥ 20,000 plus what others hold.
+	l, _ := pglock.NewFromDSN(ctx, "postgres://app@db.internal/app", pglock.WithBatchSessions(8))
+	defer l.Close()
+	b, err := l.NewBatch(ctx, time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer b.Close(ctx)
+}
+
+func ExampleLock_ClaimEach() {
+	ctx := context.Background()
+	l, _ := pglock.NewFromDSN(ctx, "postgres://app@db.internal/app")
+	defer l.Close()
+	// The ticks due at one instant, claimed in one statement per 1,000.
+	reqs := []lock.ClaimRequest{
+		{Key: "tick/invoices/1732500000", TTL: time.Minute},
+		{Key: "tick/reports/1732500000", TTL: time.Minute},
+	}
+	for i, r := range l.ClaimEach(ctx, reqs) {
+		switch {
+		case r.Err == nil:
+			fmt.Println("run", reqs[i].Key, "under token", r.Token)
+		case errors.Is(r.Err, lock.ErrNotAcquired):
+			// Another scheduler runs this tick.
+		}
+	}
+}

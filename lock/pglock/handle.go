@@ -106,21 +106,29 @@ func (h *handle) reply() []byte { return h.buf[ttlEnd:ttlEnd] }
 // acquire statement set it: the token, and the parts around the ttl for
 // Extend.
 func (h *handle) setApp(app []byte) bool {
+	tok, head, tail, ok := splitApp(app)
+	if ok {
+		h.token, h.appHead, h.appTail = tok, head, tail
+	}
+	return ok
+}
+
+// splitApp reads the token of application_name "<token> <ttl> <since>
+// <owner>" and the parts around the ttl: "<token> " and " <since> <owner>".
+func splitApp(app []byte) (tok uint64, head, tail []byte, ok bool) {
 	i := bytes.IndexByte(app, ' ')
 	if i < 0 {
-		return false
+		return 0, nil, nil, false
 	}
 	j := bytes.IndexByte(app[i+1:], ' ')
 	if j < 0 {
-		return false
+		return 0, nil, nil, false
 	}
 	tok, err := strconv.ParseUint(string(app[:i]), 10, 64)
 	if err != nil {
-		return false
+		return 0, nil, nil, false
 	}
-	h.token = tok
-	h.appHead, h.appTail = app[:i+1:i+1], app[i+1+j:]
-	return true
+	return tok, app[: i+1 : i+1], app[i+1+j:], true
 }
 
 func (h *handle) lostErr(what string) error {

@@ -63,6 +63,9 @@ func (r grantRow) grant(key string) lock.Grant {
 	g.Shared = r.shared
 	if r.group != nil {
 		tok, grp, _ := strings.Cut(*r.group, " ")
+		if grp == "0" { // a batch's key (batch.go), not a group's
+			grp = ""
+		}
 		if t, err := strconv.ParseUint(tok, 10, 64); err == nil {
 			g.Token, g.Group = t, grp
 		}

@@ -100,9 +100,12 @@ type Lock struct {
 
 	inc incarnations // the server incarnations seen (quarantine.go)
 
-	heldMu sync.Mutex
-	held   map[*handle]struct{}
-	closed bool
+	heldMu  sync.Mutex
+	held    map[*handle]struct{}
+	batches map[*batch]struct{}
+	closed  bool
+
+	batchSessions int // WithBatchSessions
 
 	reap reaper // frees the connections of grants left to expire
 
@@ -129,6 +132,7 @@ type config struct {
 	schema       string
 	pooled       bool
 	noQuarantine bool
+	sessions     int
 	common       lock.Common
 }
 
@@ -192,6 +196,20 @@ func WithoutQuarantine() Option {
 	}
 }
 
+// WithBatchSessions sets how many server sessions (pooled connections) a
+// Batch spreads its grants over, at most (default DefaultBatchSessions, 4;
+// 1 to 64). Each session holds its share of the batch's advisory locks;
+// see NewBatch.
+func WithBatchSessions(n int) Option {
+	return func(s *config) error {
+		if n < 1 || n > 64 {
+			return fmt.Errorf("batch sessions %d: want 1 to 64", n)
+		}
+		s.sessions = n
+		return nil
+	}
+}
+
 // New returns a Lock over pool. Each held grant keeps one of the pool's
 // connections until it is released, so size the pool (MaxConns) for the
 // grants a process holds at once plus one for waiting; a pool of its own is
@@ -203,7 +221,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Lock, error) {
 	if pool == nil {
 		return nil, backendkit.Invalid("pglock", "nil pool")
 	}
-	s := &config{namespace: DefaultNamespace}
+	s := &config{namespace: DefaultNamespace, sessions: DefaultBatchSessions}
 	if err := backendkit.Apply("pglock", s, opts); err != nil {
 		return nil, err
 	}
@@ -225,6 +243,9 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Lock, error) {
 		metrics:   backendkit.NewTelemetry(cfg).Backend("pglock"),
 		names:     map[int64]struct{}{},
 		held:      map[*handle]struct{}{},
+		batches:   map[*batch]struct{}{},
+
+		batchSessions: s.sessions,
 	}
 	l.preparedKey = customKey + l.schema
 	l.pooledText = []byte(strconv.FormatBool(l.pooled))
@@ -625,6 +646,12 @@ func (l *Lock) handOut(hd *handle, c *pgxpool.Conn, pid int32, sent time.Time, r
 // returns the error to report for key.
 func (l *Lock) failed(c *pgxpool.Conn, key string, err error) error {
 	destroy(c)
+	return l.acquireErr(key, err)
+}
+
+// acquireErr is the error to report for key after an acquire statement
+// failed with err.
+func (l *Lock) acquireErr(key string, err error) error {
 	if perr := poolerError(err); perr != nil {
 		return perr
 	}
@@ -912,7 +939,7 @@ func destroy(c *pgxpool.Conn) {
 
 // Close ends the waiting connection and every grant this Lock still holds
 // (their sessions are closed, so the server frees their locks at once),
-// and, for a Lock from NewFromDSN, closes the pool.
+// its Batches, and, for a Lock from NewFromDSN, closes the pool.
 func (l *Lock) Close() error {
 	l.heldMu.Lock()
 	l.closed = true
@@ -920,9 +947,18 @@ func (l *Lock) Close() error {
 	for h := range l.held {
 		held = append(held, h)
 	}
+	batches := make([]*batch, 0, len(l.batches))
+	for b := range l.batches {
+		batches = append(batches, b)
+	}
 	l.heldMu.Unlock()
 	for _, h := range held {
 		h.abandon()
+	}
+	for _, b := range batches {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = b.Close(ctx)
+		cancel()
 	}
 	l.reap.close()
 	l.listener.close()

@@ -54,7 +54,16 @@ type statements struct {
 	waiting, claim        string
 	visit                 string
 	setupCheck            string
+	batch                 batchStatements
+	claimEach             string
 	setup                 []string
+}
+
+// batchStatements are the statements of a batch's sessions (batch.go).
+type batchStatements struct {
+	acquire                             [2]string // [0] plain, [1] registering the key's name
+	release, renew, unlock, plainUnlock string
+	clean, drop                         string
 }
 
 func buildStatements(schema string, serverMajor int) statements {
@@ -227,6 +236,77 @@ SELECT left(set_config($2::text, $3::text, false), 0)
 	// "<token> <group>", NULL for a grant of one key.
 	grantOf := `(SELECT g.token || ' ' || g.grp FROM ` + groups + ` g
 		WHERE g.pid = l.pid AND g.id = ` + lockID + ` AND g.started = s.backend_start)`
+	// A batch's session (batch.go) holds many keys: their tokens are rows
+	// of the groups table with grp 0 (no group), as a group's keys are,
+	// for Inspect and List; the session's application_name carries its
+	// ttl and owner. batchAcquire is one's statement that also records the
+	// token: $1 to $6 [$7, $8] as one's.
+	batchAcquire := func(reg string) string {
+		return `WITH ` + reg + `t AS MATERIALIZED (
+	SELECT CASE WHEN NOT ` + sameSession + ` THEN NULL
+		WHEN pg_try_advisory_lock($1::int8) THEN nextval('` + seq + `'::regclass) ELSE 0 END AS tok
+), ins AS (
+	INSERT INTO ` + groups + ` AS x (pid, started, id, token, grp)
+	SELECT pg_backend_pid(), (SELECT backend_start FROM pg_stat_get_activity(pg_backend_pid())), $1::int8, t.tok, 0
+	FROM t WHERE t.tok > 0
+	ON CONFLICT (pid, id) DO UPDATE SET started = EXCLUDED.started, token = EXCLUDED.token, grp = EXCLUDED.grp
+)
+SELECT pg_backend_pid(), CASE WHEN t.tok IS NULL THEN NULL
+	WHEN t.tok > 0 THEN '1 ' || ` + grantWith(`t.tok`) + `
+	ELSE ` + hintRefused + ` END FROM t`
+	}
+	batch := batchStatements{
+		acquire: [2]string{batchAcquire(""), batchAcquire(register(`$1::int8`, `$7::bytea`))},
+		// As release, deleting the key's token row; $3 is the session's
+		// ttl, which stays.
+		release: `WITH d AS (DELETE FROM ` + groups + ` WHERE pid = pg_backend_pid() AND id = $1::int8)
+` + release("pg_advisory_unlock"),
+		// $1 the pid at open, $2 ttl setting, $3 ttl ms, $4
+		// application_name: NULL when the session is another; and the ids
+		// this session holds (its rows of pg_locks).
+		renew: `SELECT CASE WHEN pg_backend_pid() = $1::int4
+	THEN left(set_config($2::text, $3::text, false), 0) || set_config('application_name', $4::text, false) END,
+	ARRAY(SELECT ` + lockID + ` FROM pg_locks l WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted
+		AND l.pid = pg_backend_pid())`,
+		// $1 ids (at most batchChunk), $2 channel, $3 their payloads:
+		// unlocks them, deletes their token rows and notifies their
+		// waiters (the session's application_name tells a waiter the
+		// session's ttl, not how long an unrenewed key has left); the
+		// count unlocked.
+		unlock: `WITH d AS (DELETE FROM ` + groups + ` WHERE pid = pg_backend_pid() AND id = ANY($1::int8[])),
+u AS MATERIALIZED (SELECT k.p FROM unnest($1::int8[], $3::text[]) AS k(id, p) WHERE pg_advisory_unlock(k.id))
+SELECT count(pg_notify($2::text, u.p)) FROM u`,
+		// $1 ids: unlocks them and nothing else (see session.plainUnlock).
+		plainUnlock: `SELECT count(*) FILTER (WHERE pg_advisory_unlock(k)) FROM unnest($1::int8[]) AS k`,
+		// At a session's start: deletes the token rows of at most
+		// batchChunk keys of sessions that ended without a release, and
+		// returns the session's pid.
+		clean: `WITH d AS (DELETE FROM ` + groups + ` WHERE (pid, id) IN (
+	SELECT x.pid, x.id FROM ` + groups + ` x WHERE NOT EXISTS (
+		SELECT 1 FROM pg_stat_get_activity(x.pid) s WHERE s.backend_start = x.started)
+	LIMIT ` + strconv.Itoa(batchChunk) + ` FOR UPDATE SKIP LOCKED))
+SELECT pg_backend_pid()`,
+		// At Close: this session's token rows.
+		drop: `DELETE FROM ` + groups + ` WHERE pid = pg_backend_pid()`,
+	}
+	// claimEach is claim over a chunk: $1 ids (distinct), $2 keys, $3 ttl
+	// ms, $4 namespace, $5 owner; a row (id, token) per claim taken. The
+	// rows are inserted in the order of their ids, so that two concurrent
+	// chunks lock their conflicting rows in one order and never deadlock.
+	claimEach := `WITH gc AS (
+	DELETE FROM ` + claims + ` WHERE id IN (SELECT id FROM ` + claims + ` WHERE until < clock_timestamp() AND id <> ALL($1::int8[])
+		ORDER BY until LIMIT 8 FOR UPDATE SKIP LOCKED)
+), ins AS (
+	INSERT INTO ` + claims + ` AS c (id, namespace, key, owner, token, ttl_ms, since, until)
+	SELECT r.id, $4::text, r.key, $5::text, nextval('` + seq + `'), r.ttl, clock_timestamp(),
+		clock_timestamp() + r.ttl * interval '1 millisecond'
+	FROM unnest($1::int8[], $2::bytea[], $3::int8[]) AS r(id, key, ttl) ORDER BY r.id
+	ON CONFLICT (id) DO UPDATE SET namespace = EXCLUDED.namespace, key = EXCLUDED.key, owner = EXCLUDED.owner,
+		token = EXCLUDED.token, ttl_ms = EXCLUDED.ttl_ms, since = EXCLUDED.since, until = EXCLUDED.until
+		WHERE c.until <= clock_timestamp()
+	RETURNING c.id, c.token
+)
+SELECT id, token FROM ins`
 	terminate := "pg_terminate_backend(l.pid)"
 	if serverMajor >= 14 {
 		terminate = "pg_terminate_backend(l.pid, 5000)" // waits until the session is gone
@@ -263,6 +343,8 @@ SELECT left(set_config($2::text, $3::text, false), 0)
 		// the commit either way.
 		release:       release("pg_advisory_unlock"),
 		releaseShared: release("pg_advisory_unlock_shared"),
+		batch:         batch,
+		claimEach:     claimEach,
 		// releaseAll: $1 the ids, $2 and $3 as release, $4 and $5 the
 		// interest locks (arrays), $6 channel, $7 payloads. The count of
 		// locks it released.
