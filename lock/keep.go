@@ -14,22 +14,14 @@ import (
 // moment it can no longer trust the grant. Create it with Keep; end it with
 // Release.
 type Lease struct {
-	h      Handle
-	ttl    time.Duration
-	every  time.Duration
-	cfg    *options
-	tel    *kit.Telemetry
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-
-	stop     chan struct{} // closed by Release: stop renewing
-	done     chan struct{} // closed when the renewal loop has returned
+	h        Handle
+	ttl      time.Duration
+	cfg      *options
+	tel      *kit.Telemetry
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
 	stopOnce sync.Once
-
-	// expiry runs expire at ValidUntil less the margin; each renewal moves
-	// it. expired is closed by expire.
-	expiry  *time.Timer
-	expired chan struct{}
+	*loop    // Keep's renewal loop; nil for a Keeper's lease
 
 	mu         sync.Mutex
 	validUntil time.Time
@@ -37,7 +29,7 @@ type Lease struct {
 	lost       bool // the loss was reported
 
 	// A lease of a Keeper has no goroutine, timer or channels of its
-	// own: k renews it and ends it.
+	// own (no loop): k renews it and ends it.
 	k       *Keeper
 	adopted bool // Keeper.Keep adopted it (the Batch did not make it)
 	solo    bool // renewed with its own Extend (owned by k's renewal loop)
@@ -87,9 +79,8 @@ func keep(ctx context.Context, cfg *options, h Handle, ttl time.Duration) (*Leas
 		return nil, err
 	}
 	l := &Lease{
-		h: h, ttl: ttl, every: every, cfg: cfg, tel: cfg.tel,
-		stop: make(chan struct{}), done: make(chan struct{}),
-		validUntil: h.ValidUntil(),
+		h: h, ttl: ttl, cfg: cfg, tel: cfg.tel, validUntil: h.ValidUntil(),
+		loop: &loop{every: every, stop: make(chan struct{}), done: make(chan struct{})},
 	}
 	l.ctx, l.cancel = context.WithCancelCause(kit.WithToken(ctx, h.Token()))
 	l.tel.Active(1)
@@ -97,6 +88,18 @@ func keep(ctx context.Context, cfg *options, h Handle, ttl time.Duration) (*Leas
 	l.expiry = time.AfterFunc(time.Until(l.validUntil.Add(-cfg.margin)), l.expire)
 	go l.renew()
 	return l, nil
+}
+
+// loop is the state of Keep's renewal goroutine.
+type loop struct {
+	every time.Duration
+	stop  chan struct{} // closed by Release: stop renewing
+	done  chan struct{} // closed when the renewal loop has returned
+
+	// expiry runs expire at ValidUntil less the margin; each renewal moves
+	// it. expired is closed by expire.
+	expiry  *time.Timer
+	expired chan struct{}
 }
 
 // renewInterval is the renewal period of a lease of ttl under cfg, or why

@@ -238,7 +238,7 @@ func (k *Keeper) add(ctx context.Context, h Handle, made bool) (*Lease, error) {
 		_ = h.Release(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("%w: margin %v must be below the ttl %v", ErrInvalidArgument, k.cfg.margin, k.ttl)
 	}
-	l := &Lease{h: h, ttl: k.ttl, every: k.every, cfg: k.cfg, tel: k.cfg.tel, k: k,
+	l := &Lease{h: h, ttl: k.ttl, cfg: k.cfg, tel: k.cfg.tel, k: k,
 		validUntil: h.ValidUntil(), adopted: !made}
 	if _, ok := k.l.(Batcher); !ok {
 		l.solo = true

@@ -109,7 +109,7 @@ func (b *batch) Renew(ctx context.Context, hs []lock.Handle) []error {
 		switch {
 		case !ok || hd.l != b.l:
 			errs[i] = backendkit.Invalid("redislock", "Renew of a handle (%T) that is not of this Lock", h)
-		case hd.shares != "":
+		case hd.shared():
 			errs[i] = backendkit.Invalid("redislock", "Renew of a share of %q: a share is extended alone (Extend)", hd.key)
 		case hd.isReleased():
 			errs[i] = hd.lost("renew after release")

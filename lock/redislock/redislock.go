@@ -451,7 +451,7 @@ func (l *Lock) attempt(key string, ttl time.Duration, waiter string) *handle {
 	h := &handle{l: l, key: key, ttl: ms(ttl)}
 	h.keys, h.tail = l.keysOf(key, attempt)
 	if waiter != "" {
-		h.waiter = h.tail[:len(attempt)]
+		h.rare = &rareParts{waiter: h.tail[:len(attempt)]}
 	}
 	return h
 }
@@ -460,18 +460,22 @@ func (l *Lock) attempt(key string, ttl time.Duration, waiter string) *handle {
 // called again for h after a failed attempt, until then.
 func (l *Lock) try(ctx context.Context, h *handle) (lock.Handle, error) {
 	nkeys := 2
-	if h.waiter != "" {
+	if h.waiter() != "" {
 		nkeys = 4
 	}
-	call := acquireScript.Start(h.call[:0], nkeys)
+	// The call's arguments point at h's fields, in an array from the pool
+	// (calls.go), not in h.
+	args := getCall()
+	defer putCall(ctx, args)
+	call := acquireScript.Start(args[:0], nkeys)
 	for i := range nkeys {
 		call = append(call, &h.keys[i])
 	}
 	// Each argument costs the client and the server: an attempt without a
 	// waiter sends only the four it uses.
 	call = append(call, &h.tail, &h.ttl, 0, fenceLifetimeArg)
-	if h.waiter != "" {
-		call = append(call, &h.waiter, queuePlaceKeptArg, l.inboxArg)
+	if h.waiter() != "" {
+		call = append(call, &h.rare.waiter, queuePlaceKeptArg, l.inboxArg)
 	}
 	sent := time.Now()
 	cmd, acked := l.write(ctx, acquireScript, call)
@@ -547,27 +551,42 @@ func (l *Lock) finish(ctx context.Context, h *handle, r acquired, sent time.Time
 
 // handle is one grant.
 type handle struct {
-	l      *Lock
-	key    string
-	keys   redisKeys // keys[0] holds the grant
-	tail   string    // of the grant's value: "<attempt>|<owner>"
-	waiter string    // of a queued attempt: the waiter's id
-	// of a share (TryAcquireShared): the key's shares and their index,
-	// else ""
-	shares, attempts string
-	ttl              int64 // the acquire call's ttl, ms
-	token            uint64
-	value            string // the grant's value, "<token>|<since µs>|<tail>"
-	digits           string // of value: the token
-	// call holds the acquire script's call (pointers to the fields above),
-	// then, once granted, Release's: built once, as nothing in it changes.
-	call [3 + 4 + 7]any
+	l    *Lock
+	key  string
+	keys redisKeys // keys[0] holds the grant
+	tail string    // of the grant's value: "<attempt>|<owner>"
+	// rare is what a queued attempt or a share has besides, else nil: an
+	// exclusive grant held by a Keeper costs that much less.
+	rare   *rareParts
+	ttl    int64 // the acquire call's ttl, ms
+	token  uint64
+	value  string // the grant's value, "<token>|<since µs>|<tail>"
+	digits string // of value: the token
 	// ext is Extend's call for the last ttl asked for (Keep asks the same
 	// every time), shared by the calls with that ttl.
 	ext atomic.Pointer[extendCall]
 
 	lease
 }
+
+// rareParts are the parts of a handle that only a queued attempt or a
+// share has.
+type rareParts struct {
+	waiter string // of a queued attempt: the waiter's id
+	// of a share (TryAcquireShared): the key's shares and their index
+	shares, attempts string
+}
+
+// waiter is the id of h's queued attempt, or "".
+func (h *handle) waiter() string {
+	if h.rare == nil {
+		return ""
+	}
+	return h.rare.waiter
+}
+
+// shared says whether h is a share.
+func (h *handle) shared() bool { return h.rare != nil && h.rare.shares != "" }
 
 // lease is the local state of a grant (a handle) or of a group.
 type lease struct {
@@ -633,20 +652,25 @@ func (h *handle) granted(token uint64, since []byte, validUntil time.Time) {
 	v = append(v, h.tail...)
 	h.token, h.value, h.validUntil = token, string(v), validUntil
 	h.digits = h.value[:n]
+}
+
+// releaseCall is Release's script and call, pointing at h's fields, in
+// args.
+func (h *handle) releaseCall(args *[callArgs]any) (*rediscall.Script, []any) {
 	script, nkeys := h.releaseScript()
-	call := script.Start(h.call[:0], nkeys)
+	call := script.Start(args[:0], nkeys)
 	for i := range h.keys {
 		call = append(call, &h.keys[i])
 	}
-	if h.shares != "" {
-		call = append(call, &h.shares, &h.attempts)
+	if h.shared() {
+		call = append(call, &h.rare.shares, &h.rare.attempts)
 	}
-	_ = append(call, &h.value, h.l.channelArg, &h.key, &h.digits, fenceLifetimeArg)
+	return script, append(call, &h.value, h.l.channelArg, &h.key, &h.digits, fenceLifetimeArg)
 }
 
 // releaseScript is the script that releases h and its number of keys.
 func (h *handle) releaseScript() (*rediscall.Script, int) {
-	if h.shares != "" {
+	if h.shared() {
 		return releaseSharedScript, len(h.keys) + 2
 	}
 	return releaseScript, len(h.keys)
@@ -659,8 +683,8 @@ func (h *handle) extendCall(ttl int64) []any {
 	}
 	c := &extendCall{ttl: ttl}
 	var call []any
-	if h.shares != "" {
-		call = append(extendSharedScript.Start(c.args[:0], 3), &h.keys[0], &h.shares, &h.attempts, &h.value, &c.ttl)
+	if h.shared() {
+		call = append(extendSharedScript.Start(c.args[:0], 3), &h.keys[0], &h.rare.shares, &h.rare.attempts, &h.value, &c.ttl)
 	} else {
 		call = append(extendScript.Start(c.args[:0], 1), &h.keys[0], &h.value, &c.ttl)
 	}
@@ -689,7 +713,7 @@ func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	sent := time.Now()
 	script := extendScript
-	if h.shares != "" {
+	if h.shared() {
 		script = extendSharedScript
 	}
 	cmd, acked := h.l.write(ctx, script, h.extendCall(ms(ttl)))
@@ -709,8 +733,10 @@ func (h *handle) Release(ctx context.Context) error {
 	// Not acknowledged under WithReplicaAcks: a release that a failover
 	// loses leaves the grant to expire at its ttl (a delay, never a second
 	// holder), and a handoff it makes is confirmed by its waiter.
-	script, nkeys := h.releaseScript()
-	n, err := h.l.bounds.Eval(ctx, h.l.client, script, h.call[:3+nkeys+5]).Int64()
+	args := getCall()
+	script, call := h.releaseCall(args)
+	n, err := h.l.bounds.Eval(ctx, h.l.client, script, call).Int64()
+	putCall(ctx, args)
 	switch {
 	case err != nil:
 		// Unknown outcome: the grant may still be there; it expires with its ttl.

@@ -25,12 +25,13 @@ func (l *Lock) TryAcquireShared(ctx context.Context, key string, ttl time.Durati
 		return nil, err
 	}
 	h := l.attempt(key, ttl, "")
-	h.shares, h.attempts = l.shareKeys(h.keys)
+	shares, attempts := l.shareKeys(h.keys)
+	h.rare = &rareParts{shares: shares, attempts: attempts}
 	call := acquireSharedScript.Start(make([]any, 0, 3+6+3), 6)
 	for i := range h.keys {
 		call = append(call, &h.keys[i])
 	}
-	call = append(call, &h.shares, &h.attempts, &h.tail, &h.ttl, fenceLifetimeArg)
+	call = append(call, &h.rare.shares, &h.rare.attempts, &h.tail, &h.ttl, fenceLifetimeArg)
 	sent := time.Now()
 	cmd, acked := l.write(ctx, acquireSharedScript, call)
 	r, err := l.granted(ctx, []string{key}, ttl, sent, cmd)
