@@ -30,20 +30,20 @@ const (
 
 // scaleRun is one scale benchmark and what the document says of it.
 type scaleRun struct {
-	bin, dir, pkg, pattern, benchtime string
+	bin, dir, pkg, top, pattern, benchtime string
 	title, about                      string
 	timed                             bool // its time per op is a result (ms/op)
 }
 
 // scaleRuns are the scale benchmarks, in the document's order.
 var scaleRuns = []scaleRun{
-	{bin: "bench", dir: benchDir, pkg: ".", pattern: "^BenchmarkScaleLeases$", benchtime: "1x",
+	{bin: "bench", dir: benchDir, pkg: ".", top: "BenchmarkScaleLeases", pattern: "^BenchmarkScaleLeases$/(redis|etcd|postgres)$", benchtime: "1x",
 		title: "Leases held by one process through a lock.Keeper",
 		about: "N leases (100,000; on PostgreSQL as many as the server's lock table takes) with ttl 30 s, held for 5 minutes by one `lock.Keeper`. " +
 			"`rt/period` counts the client's round trips per renewal period (ttl/3; a pipeline, a pgx batch, an RPC or a stream message is one), " +
 			"`calls/period` the server calls in them (scripts, statements, RPC messages); `goroutines` is what the leases added; `heap-B/lease` the live heap per lease; " +
 			"`lost` the leases lost while held; `probe-p99-ms` another client's PING, `SELECT 1` or etcd Get meanwhile; `sessions` the PostgreSQL sessions holding the locks."},
-	{bin: "bench", dir: benchDir, pkg: ".", pattern: "^BenchmarkJobsScale$", benchtime: "5x", timed: true,
+	{bin: "bench", dir: benchDir, pkg: ".", top: "BenchmarkJobsScale", pattern: "^BenchmarkJobsScale$", benchtime: "5x", timed: true,
 		title: "10,000,000 tracked jobs",
 		about: "A registry of 10,000,000 jobs, 100 of them expired, on a server of its own. `scan` is the recovery scan (Registry.Expired, which finds the 100), " +
 			"`heartbeat` one Registry.Heartbeat of 100,000 in-flight jobs; `ms/op` is the time of one. `max-call-µs` is the longest single server call meanwhile " +
@@ -106,7 +106,7 @@ func scaleSection(rs results, m machineInfo) string {
 	fmt.Fprintf(&b, "%s\n## Scale\n\n", scaleBegin)
 	fmt.Fprintf(&b, "Run on %s (%d cores, %s, %s), %s, in %v, with `%s`; load %s.\n\n", m.cpu, m.cores, m.kernel, m.goVersion, m.date, m.took, m.command, m.load)
 	for _, r := range scaleRuns {
-		top := strings.TrimSuffix(strings.TrimPrefix(r.pattern, "^"), "$")
+		top := r.top
 		var names, units []string
 		for name, byUnit := range rs {
 			if name != top && !strings.HasPrefix(name, top+"/") {
