@@ -49,13 +49,18 @@ func main() {
 	short := flag.Bool("ticks-short", false, "shrink the long workloads as -short does (3 ticks, 1 s of contention, one kill)")
 	scan := flag.Bool("scan", true, "run the main module's 1,000,000-job recovery scan benchmark (about a minute)")
 	scale := flag.Bool("scale", false, "run only the scale benchmarks and rewrite only the Scale section (about 40 minutes)")
+	scaleOnly := flag.String("scale-runs", "", "with -scale: the comma-separated scale benchmarks to run (default all); the others keep their results")
 	settingsFlag := flag.String("settings", plain+","+neighbour,
 		"comma-separated settings in which the latency and contention benchmarks run: "+plain+" (nothing else started), "+neighbour+" (a CPU-bound process keeps one core busy)")
 	flag.Parse()
 	settings, err := parseSettings(*settingsFlag)
 	if err == nil && *scale {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		err = runScale(ctx)
+		var only []string
+		if *scaleOnly != "" {
+			only = strings.Split(*scaleOnly, ",")
+		}
+		err = runScale(ctx, only)
 		stop()
 	} else if err == nil {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

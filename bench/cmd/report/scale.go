@@ -18,6 +18,7 @@ import (
 // held 5 minutes, 10,000,000 jobs loaded) and run apart from the rest:
 //
 //	go -C bench run ./cmd/report -scale    # about 40 minutes
+//	go -C bench run ./cmd/report -scale -scale-runs BenchmarkTimersAtScale   # one of them
 //
 // writes the "Scale" section of docs/benchmarks.md (between scaleBegin and
 // scaleEnd; the rest of the document stays as it is) and
@@ -31,8 +32,8 @@ const (
 // scaleRun is one scale benchmark and what the document says of it.
 type scaleRun struct {
 	bin, dir, pkg, top, pattern, benchtime string
-	title, about                      string
-	timed                             bool // its time per op is a result (ms/op)
+	title, about                           string
+	timed                                  bool // its time per op is a result (ms/op)
 }
 
 // scaleRuns are the scale benchmarks, in the document's order.
@@ -50,8 +51,14 @@ var scaleRuns = []scaleRun{
 			"(SLOWLOG on Redis, pg_stat_statements' max_exec_time on PostgreSQL), `typical-call-µs` a typical one, `probe-p99-µs` a PING or SELECT 1 from another client, `B/job` Redis memory per tracked job."},
 }
 
-// runScale runs the scale benchmarks and writes their section.
-func runScale(ctx context.Context) error {
+// runHeader starts each run's output in docs/benchmarks-scale-raw.txt:
+// "scale-run: <top> <date>".
+const runHeader = "scale-run: "
+
+// runScale runs the scale benchmarks named in only (their top names; all
+// when only is empty) and writes their section; the others keep the
+// results they have in docs/benchmarks-scale-raw.txt.
+func runScale(ctx context.Context, only []string) error {
 	started := time.Now()
 	load := loadavg()
 	tmp, err := os.MkdirTemp("", "leasehold-scale-")
@@ -59,10 +66,16 @@ func runScale(ctx context.Context) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	var raw bytes.Buffer
-	rs := results{}
+	rawPath := filepath.Join(docsDir, "benchmarks-scale-raw.txt")
+	kept := map[string]string{}
+	if b, err := os.ReadFile(rawPath); err == nil {
+		kept = splitRuns(string(b))
+	}
 	built := map[string]bool{}
 	for _, r := range scaleRuns {
+		if len(only) > 0 && !slices.Contains(only, r.top) {
+			continue
+		}
 		bin := filepath.Join(tmp, r.bin+".test")
 		if !built[r.bin] {
 			progress("building %s benchmarks", r.bin)
@@ -72,18 +85,23 @@ func runScale(ctx context.Context) error {
 			built[r.bin] = true
 		}
 		progress("%s -bench %s -benchtime %s", r.bin, r.pattern, r.benchtime)
-		fmt.Fprintf(&raw, "load: %s\n", loadavg())
 		var out bytes.Buffer
+		fmt.Fprintf(&out, "%s%s %s\nload: %s\n", runHeader, r.top, time.Now().UTC().Format("2006-01-02T15:04Z"), loadavg())
 		args := []string{"-test.run=^$", "-test.bench=" + r.pattern, "-test.benchtime=" + r.benchtime, "-test.benchmem", "-test.timeout=90m"}
 		err := command(ctx, r.dir, io.MultiWriter(&out, benchOnly{os.Stderr, new(strings.Builder)}), bin, args...)
-		raw.Write(out.Bytes())
-		rs.parse(&out)
 		if err != nil {
 			return err
 		}
+		kept[r.top] = out.String()
+	}
+	var raw strings.Builder
+	rs := results{}
+	for _, r := range scaleRuns {
+		raw.WriteString(kept[r.top])
+		rs.parse(strings.NewReader(kept[r.top]))
 	}
 	m := machine(started, load, "go -C bench run ./cmd/report -scale")
-	section := scaleSection(rs, m)
+	section := scaleSection(rs, m, kept)
 	path := filepath.Join(docsDir, "benchmarks.md")
 	old, err := os.ReadFile(path)
 	if err != nil {
@@ -92,16 +110,50 @@ func runScale(ctx context.Context) error {
 	if err := os.WriteFile(path, []byte(withScale(string(old), section)), 0o644); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(docsDir, "benchmarks-scale-raw.txt"), raw.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(rawPath, []byte(raw.String()), 0o644); err != nil {
 		return err
 	}
 	progress("wrote the Scale section of docs/benchmarks.md in %v", time.Since(started).Round(time.Second))
 	return nil
 }
 
+// splitRuns splits docs/benchmarks-scale-raw.txt into each run's output,
+// by top name.
+func splitRuns(raw string) map[string]string {
+	runs := map[string]string{}
+	var top string
+	var cur strings.Builder
+	flush := func() {
+		if top != "" {
+			runs[top] = cur.String()
+		}
+		cur.Reset()
+	}
+	for line := range strings.SplitAfterSeq(raw, "\n") {
+		if rest, ok := strings.CutPrefix(line, runHeader); ok {
+			flush()
+			top, _, _ = strings.Cut(strings.TrimSpace(rest), " ")
+		}
+		cur.WriteString(line)
+	}
+	flush()
+	return runs
+}
+
+// runDate is the date in a run's header, or "".
+func runDate(out string) string {
+	line, _, _ := strings.Cut(out, "\n")
+	rest, ok := strings.CutPrefix(line, runHeader)
+	if !ok {
+		return ""
+	}
+	_, date, _ := strings.Cut(rest, " ")
+	return date
+}
+
 // scaleSection renders the scale results: per benchmark, a table of its
 // sub-benchmarks and every metric they reported.
-func scaleSection(rs results, m machineInfo) string {
+func scaleSection(rs results, m machineInfo, runs map[string]string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\n## Scale\n\n", scaleBegin)
 	fmt.Fprintf(&b, "Run on %s (%d cores, %s, %s), %s, in %v, with `%s`; load %s.\n\n", m.cpu, m.cores, m.kernel, m.goVersion, m.date, m.took, m.command, m.load)
@@ -124,7 +176,11 @@ func scaleSection(rs results, m machineInfo) string {
 		if r.timed {
 			units = append([]string{"ms/op"}, units...)
 		}
-		fmt.Fprintf(&b, "### %s\n\n%s\n\n", r.title, r.about)
+		fmt.Fprintf(&b, "### %s\n\n%s", r.title, r.about)
+		if d := runDate(runs[r.top]); d != "" {
+			fmt.Fprintf(&b, " Run %s.", d)
+		}
+		b.WriteString("\n\n")
 		fmt.Fprintf(&b, "Command: `go -C bench test -run '^$' -bench '%s' -benchtime %s -timeout 90m` (in %s).\n\n", r.pattern, r.benchtime, r.pkg)
 		if len(names) == 0 {
 			b.WriteString("(no result)\n\n")

@@ -9,9 +9,15 @@ import (
 
 func TestScaleSectionReplacedInPlace(t *testing.T) {
 	rs := results{}
-	rs.parse(strings.NewReader("BenchmarkScaleLeases/redis-2 \t 1 \t 300000000000 ns/op \t 100.0 rt/period \t 0.75 probe-p99-ms \t 100000 leases\n"))
-	section := scaleSection(rs, machineInfo{cores: 2})
-	for _, want := range []string{"| redis | 100,000 | 0.75 | 100 |", "## Scale", scaleBegin, scaleEnd} {
+	out := runHeader + "BenchmarkScaleLeases 2026-11-25T01:00Z\nload: 1\nBenchmarkScaleLeases/redis-2 \t 1 \t 300000000000 ns/op \t 100.0 rt/period \t 0.75 probe-p99-ms \t 100000 leases\n"
+	runs := splitRuns(out + runHeader + "BenchmarkJobsScale 2026-11-24T01:00Z\nBenchmarkJobsScale/redis/scan-2 \t 5 \t 850000 ns/op\n")
+	if runs["BenchmarkScaleLeases"] != out || !strings.Contains(runs["BenchmarkJobsScale"], "850000") {
+		t.Fatalf("splitRuns: %q", runs)
+	}
+	rs.parse(strings.NewReader(runs["BenchmarkScaleLeases"]))
+	rs.parse(strings.NewReader(runs["BenchmarkJobsScale"]))
+	section := scaleSection(rs, machineInfo{cores: 2}, runs)
+	for _, want := range []string{"| redis | 100,000 | 0.75 | 100 |", "## Scale", scaleBegin, scaleEnd, "Run 2026-11-25T01:00Z.", "| redis/scan | 0.85 |"} {
 		if !strings.Contains(section, want) {
 			t.Fatalf("section lacks %q:\n%s", want, section)
 		}
