@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -31,10 +31,17 @@ type Scheduler struct {
 	lockOpts []lock.Option // what the helpers it calls are given
 	m        *metrics
 
+	lim lock.Limits
+
 	mu      sync.Mutex
 	timers  map[string]*entry
 	order   []string
 	running bool
+
+	// For tests and benchmarks: how often the dispatcher woke up, and
+	// how many claim calls it made (ClaimEach calls, or single claims on
+	// a backend that is not a lock.EachClaimer).
+	wakeups, claimCalls atomic.Int64
 }
 
 // SchedulerOption configures New.
@@ -97,7 +104,7 @@ func New(l lock.Lock, opts ...SchedulerOption) (*Scheduler, error) {
 	}
 	tel := backendkit.NewTelemetry(c)
 	return &Scheduler{
-		l: l, set: set, common: c, timers: map[string]*entry{},
+		l: l, set: set, common: c, timers: map[string]*entry{}, lim: lock.LimitsOf(l),
 		lockOpts: []lock.Option{tel.HelperOption(c)}, m: newMetrics(tel),
 	}, nil
 }
@@ -186,11 +193,8 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	// Runs outlive ctx until the shutdown timeout: they get their own.
 	runCtx, stopRuns := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopRuns(nil)
-	var loops, runs sync.WaitGroup
-	for _, e := range entries {
-		loops.Go(func() { e.loop(ctx, runCtx, &runs) })
-	}
-	loops.Wait()
+	var runs sync.WaitGroup
+	s.dispatch(ctx, runCtx, &runs, entries)
 	done := make(chan struct{})
 	go func() { runs.Wait(); close(done) }()
 	select {
@@ -210,9 +214,12 @@ type entry struct {
 	sem   *semaphore.Semaphore
 	local chan struct{} // the per-host cap of WithRunWhenUnavailable
 
+	next time.Time // the next tick: the dispatcher's alone
+
 	mu       sync.Mutex
 	status   Status
-	degraded bool // the backend was last found unreachable
+	degraded bool                                   // the backend was last found unreachable
+	attrs    map[[2]string]metric.MeasurementOption // the metrics' attributes, by outcome or reason
 }
 
 // claimKey is the key that makes tick at run once: whoever claims it
@@ -228,137 +235,12 @@ func claimKey(name string, at time.Time, i int) string {
 	return k
 }
 
-// claim takes one of tick at's claims (one, or WithRunsPerTick's n, tried
-// from a random one on so that the hosts spread over them, one round trip
-// each until one is granted). It returns lock.ErrNotAcquired when every
-// claim is taken, and any other error as it comes.
-func (e *entry) claim(ctx context.Context, at time.Time, ttl time.Duration) (uint64, error) {
-	n := e.t.runsPerTick
-	first := 0
-	if n > 1 {
-		first = rand.IntN(n)
-	}
-	var err error
-	for i := range n {
-		var token uint64
-		token, err = lock.Claim(ctx, e.s.l, claimKey(e.t.name, at, (first+i)%n), ttl)
-		if !errors.Is(err, lock.ErrNotAcquired) {
-			return token, err
-		}
-	}
-	return 0, err
-}
-
-func (e *entry) loop(ctx, runCtx context.Context, runs *sync.WaitGroup) {
-	clock := e.s.set.clock
-	from := clock()
-	at := e.t.schedule.next(from)
-	for {
-		// Defensive: Add refused a schedule with no tick to come, but one
-		// can still run out (a tick a Time cannot hold). Looping on a tick
-		// that does not advance would spin, so the timer stops instead.
-		if !at.After(from) {
-			e.stop(ctx, from)
-			return
-		}
-		e.setNext(at)
-		if !sleepUntil(ctx, at, clock) {
-			return
-		}
-		now := clock()
-		if next := e.t.schedule.next(at); !next.After(at) {
-			e.stop(ctx, at) // nothing to bound the claim of tick at
-			return
-		}
-		if late := now.Sub(at); late > e.t.misfireAt(at) {
-			e.skip(ctx, at, "misfire", fmt.Sprintf("reached %v late", late.Round(time.Millisecond)))
-			from, at = now, e.t.schedule.next(now)
-			continue
-		}
-		e.tick(ctx, runCtx, runs, at)
-		from, at = at, e.t.schedule.next(at)
-	}
-}
-
 // stop ends a timer whose schedule has no tick after from: it logs an
-// error, Status reports it in Stopped, and the timer waits for Run's end.
-func (e *entry) stop(ctx context.Context, from time.Time) {
+// error, Status reports it in Stopped, and the dispatcher drops it.
+func (e *entry) stop(from time.Time) {
 	err := fmt.Errorf("timers: %q has no tick after %v: stopped", e.t.name, from)
 	e.record(func(st *Status) { st.Next, st.Stopped = time.Time{}, err })
 	e.s.common.Logger.Error("leasehold: timer stopped: its schedule has no next tick", "timer", e.t.name, "after", from)
-	<-ctx.Done()
-}
-
-// sleepUntil waits until clock reads at; false when ctx ended first.
-func sleepUntil(ctx context.Context, at time.Time, clock func() time.Time) bool {
-	for {
-		d := at.Sub(clock())
-		if d <= 0 {
-			return ctx.Err() == nil
-		}
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return false
-		case <-t.C:
-		}
-	}
-}
-
-// tick claims tick at, takes a slot and starts the run.
-func (e *entry) tick(ctx, runCtx context.Context, runs *sync.WaitGroup, at time.Time) {
-	lim := lock.LimitsOf(e.s.l)
-	// The attempts end by the next tick, so that a backend that stalls (a
-	// pool with no free connection, a hung request) costs this tick only,
-	// not the timer's later ones. (A claim that comes back after the
-	// misfire threshold is skipped below; a slow attempt is not cut short
-	// at the threshold, since a connection being opened is worth keeping.)
-	attempt, cancel := context.WithTimeout(ctx, e.t.schedule.next(at).Sub(e.s.set.clock()))
-	defer cancel()
-	claim, err := e.claim(attempt, at, e.t.claimTTL(at, lim))
-	if err == nil || errors.Is(err, lock.ErrNotAcquired) {
-		e.reachable(at)
-	}
-	switch {
-	case errors.Is(err, lock.ErrNotAcquired):
-		e.record(func(st *Status) { st.Elsewhere++ })
-		return
-	case errors.Is(err, lock.ErrUnavailable):
-		e.unavailable(ctx, runCtx, runs, at, err)
-		return
-	case err != nil:
-		e.skip(ctx, at, "error", err.Error())
-		return
-	}
-	// The claim proves the tick unclaimed only if it was granted while the
-	// earlier claims of this tick were still alive, and they live from at
-	// least at to at + interval + threshold: a grant that came back after
-	// the threshold (a request held up in the network, retried by the
-	// client) may have outlived them, and another host may have run it.
-	if late := e.s.set.clock().Sub(at); late > e.t.misfireAt(at) {
-		e.skip(ctx, at, "misfire", fmt.Sprintf("the claim came back %v late", late.Round(time.Millisecond)))
-		return
-	}
-	lease := e.t.leaseFor(at, lim)
-	permit, err := e.sem.TryAcquire(attempt, lease)
-	switch {
-	case errors.Is(err, lock.ErrNotAcquired):
-		e.skip(ctx, at, "busy", fmt.Sprintf("all %d slots busy", e.t.maxConcurrency))
-		return
-	case errors.Is(err, lock.ErrUnavailable):
-		e.unavailable(ctx, runCtx, runs, at, err)
-		return
-	case err != nil:
-		e.skip(ctx, at, "error", err.Error())
-		return
-	}
-	tick := Tick{Timer: e.t.name, At: at, Claim: claim, Slot: permit.Slot()}
-	runs.Go(func() {
-		start := e.s.set.clock()
-		err := e.hold(runCtx, permit, lease, tick)
-		e.finish(runCtx, tick, start, err)
-	})
 }
 
 // errOverran marks a run that was still going at WithMaxRunTime plus the
@@ -471,7 +353,7 @@ func (e *entry) skip(ctx context.Context, at time.Time, reason, detail string) {
 		st.Skips++
 		st.LastSkip = SkipInfo{Tick: at, Reason: reason}
 	})
-	e.s.m.skips.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attribute.String("leasehold.timer", e.t.name), attribute.String("leasehold.reason", reason)))
+	e.s.m.skips.Add(context.WithoutCancel(ctx), 1, e.attributes("leasehold.reason", reason))
 	level := slog.LevelInfo
 	if reason == "unavailable" || reason == "error" {
 		level = slog.LevelWarn
@@ -499,12 +381,30 @@ func (e *entry) finish(ctx context.Context, tick Tick, start time.Time, err erro
 		}
 		st.LastRun = RunInfo{Tick: tick.At, Start: start, Duration: took, Outcome: outcome, Err: err, Runner: e.s.common.Owner, Local: tick.Local}
 	})
-	attrs := metric.WithAttributes(attribute.String("leasehold.timer", e.t.name), attribute.String("leasehold.outcome", outcome))
+	attrs := e.attributes("leasehold.outcome", outcome)
 	e.s.m.runs.Add(context.WithoutCancel(ctx), 1, attrs)
 	e.s.m.duration.Record(context.WithoutCancel(ctx), took.Seconds(), attrs)
 	if err != nil {
 		e.s.common.Logger.Warn("leasehold: timer run failed", "timer", e.t.name, "tick", tick.At, "outcome", outcome, "err", err)
 	}
+}
+
+// attributes are the metrics' attributes of this timer with key (an
+// outcome or a reason) set to value, built once: an attribute set costs
+// allocations and hashing, even with no meter provider installed.
+func (e *entry) attributes(key, value string) metric.MeasurementOption {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	k := [2]string{key, value}
+	o, ok := e.attrs[k]
+	if !ok {
+		if e.attrs == nil {
+			e.attrs = map[[2]string]metric.MeasurementOption{}
+		}
+		o = metric.WithAttributes(attribute.String("leasehold.timer", e.t.name), attribute.String(key, value))
+		e.attrs[k] = o
+	}
+	return o
 }
 
 type metrics struct {

@@ -1,0 +1,152 @@
+package timers_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leasehold-go/leasehold/internal/testkit"
+	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/memlock"
+	"github.com/leasehold-go/leasehold/timers"
+)
+
+// eachCounting is memlock with a lock.EachClaimer that records every
+// ClaimEach call (the number of requests in it) and counts single claims
+// of ticks (the semaphores' size declarations are single claims).
+type eachCounting struct {
+	*memlock.Lock
+	mu     sync.Mutex
+	calls  []int
+	single atomic.Int64
+}
+
+func (c *eachCounting) ClaimEach(ctx context.Context, reqs []lock.ClaimRequest) []lock.ClaimResult {
+	c.mu.Lock()
+	c.calls = append(c.calls, len(reqs))
+	c.mu.Unlock()
+	out := make([]lock.ClaimResult, len(reqs))
+	for i, r := range reqs {
+		out[i].Token, out[i].Err = c.Lock.Claim(ctx, r.Key, r.TTL)
+	}
+	return out
+}
+
+func (c *eachCounting) Claim(ctx context.Context, key string, ttl time.Duration) (uint64, error) {
+	if strings.HasPrefix(key, "timer/") {
+		c.single.Add(1)
+	}
+	return c.Lock.Claim(ctx, key, ttl)
+}
+
+func (c *eachCounting) claimCalls() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]int(nil), c.calls...)
+}
+
+// 100 timers due every second and 100 due every hour, for 5.5 s: the
+// dispatcher wakes once per due instant (5), not per timer, and claims
+// the 100 ticks of each instant in one ClaimEach call; the hourly timers,
+// never due, cost nothing per tick. Every tick runs once.
+func TestTicksOfOneInstantAreClaimedTogether(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		time.Sleep(time.Until(epoch))
+		l := &eachCounting{Lock: testkit.Must(memlock.New())}
+		s := testkit.Must(timers.New(l))
+		var ran timerTicks
+		for i := range 100 {
+			for _, iv := range []time.Duration{time.Second, time.Hour} {
+				if err := s.Add(timers.Every(fmt.Sprintf("t%d-%v", i, iv), iv, ran.fn)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		runFor(t, s, 5500*time.Millisecond)
+		if w := timers.Wakeups(s); w != 5 {
+			t.Errorf("the dispatcher woke %d times, want 5 (once per due instant)", w)
+		}
+		calls := l.claimCalls()
+		if len(calls) != 5 || l.single.Load() != 0 {
+			t.Fatalf("ClaimEach calls of %v requests and %d single claims: want 5 calls of 100", calls, l.single.Load())
+		}
+		for _, n := range calls {
+			if n != 100 {
+				t.Fatalf("ClaimEach calls of %v requests: want 100 each", calls)
+			}
+		}
+		ran.each(t, 500, 1)
+	})
+}
+
+// With WithRunsPerTick(2) on three hosts, each host's first choices of
+// every timer due at an instant go in one ClaimEach call, and the timers
+// whose choice was taken try their other claim in a second call: at most
+// two calls per host and instant, and every tick still runs exactly twice.
+func TestRunsPerTickClaimsInRounds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		time.Sleep(time.Until(epoch))
+		table := testkit.Must(memlock.New())
+		ctx, cancel := context.WithTimeout(t.Context(), 5500*time.Millisecond)
+		defer cancel()
+		var ran timerTicks
+		var hosts []*eachCounting
+		var wg sync.WaitGroup
+		for range 3 {
+			l := &eachCounting{Lock: testkit.Must(table.Share())}
+			hosts = append(hosts, l)
+			s := testkit.Must(timers.New(l))
+			for i := range 20 {
+				if err := s.Add(timers.Every(fmt.Sprintf("r%d", i), time.Second, ran.fn, timers.WithRunsPerTick(2))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			wg.Go(func() { _ = s.Run(ctx) })
+		}
+		wg.Wait()
+		ran.each(t, 100, 2)
+		for i, l := range hosts {
+			calls := l.claimCalls()
+			if len(calls) < 5 || len(calls) > 10 || calls[0] != 20 || l.single.Load() != 0 {
+				t.Errorf("host %d: ClaimEach calls of %v requests, %d single claims: want 5 to 10 calls, the first of 20", i, calls, l.single.Load())
+			}
+		}
+	})
+}
+
+// timerTicks counts the runs of each tick of each timer.
+type timerTicks struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *timerTicks) fn(ctx context.Context) error {
+	tick, _ := timers.TickFrom(ctx)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	c.n[fmt.Sprint(tick.Timer, "@", tick.At.UnixMilli())]++
+	return nil
+}
+
+// each fails unless ticks ticks ran, each runs times.
+func (c *timerTicks) each(t *testing.T, ticks, runs int) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.n) != ticks {
+		t.Fatalf("%d ticks ran, want %d", len(c.n), ticks)
+	}
+	for tick, n := range c.n {
+		if n != runs {
+			t.Fatalf("tick %s ran %d times, want %d", tick, n, runs)
+		}
+	}
+}
