@@ -107,7 +107,7 @@ func BenchmarkThousandTimers(b *testing.B) {
 // -benchtime 1x.
 func BenchmarkTenThousandTimers(b *testing.B) {
 	for b.Loop() {
-		manyTimers(b, 10000, 10*time.Second, 10*time.Second)
+		manyTimers(b, 10000, 2*time.Second, 10*time.Second)
 	}
 }
 

@@ -239,6 +239,13 @@ func (e *entry) claimed(ctx, runCtx, attempt context.Context, runs, slots *sync.
 		e.skip(ctx, at, "misfire", fmt.Sprintf("the claim came back %v late", late.Round(time.Millisecond)))
 		return
 	}
+	e.mu.Lock()
+	mismatch := e.mismatch
+	e.mu.Unlock()
+	if mismatch != nil {
+		e.skip(ctx, at, "error", mismatch.Error())
+		return
+	}
 	slots.Add(1)
 	runs.Go(func() {
 		lease := e.t.leaseFor(at, e.s.lim)

@@ -3,6 +3,7 @@ package timers_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,8 +18,8 @@ import (
 )
 
 // eachCounting is memlock with a lock.EachClaimer that records every
-// ClaimEach call (the number of requests in it) and counts single claims
-// of ticks (the semaphores' size declarations are single claims).
+// ClaimEach call of ticks (the number of requests in it) and counts
+// single claims of ticks.
 type eachCounting struct {
 	*memlock.Lock
 	mu     sync.Mutex
@@ -27,9 +28,11 @@ type eachCounting struct {
 }
 
 func (c *eachCounting) ClaimEach(ctx context.Context, reqs []lock.ClaimRequest) []lock.ClaimResult {
-	c.mu.Lock()
-	c.calls = append(c.calls, len(reqs))
-	c.mu.Unlock()
+	if len(reqs) > 0 && strings.HasPrefix(reqs[0].Key, "timer/") { // not the semaphores' size declarations
+		c.mu.Lock()
+		c.calls = append(c.calls, len(reqs))
+		c.mu.Unlock()
+	}
 	out := make([]lock.ClaimResult, len(reqs))
 	for i, r := range reqs {
 		out[i].Token, out[i].Err = c.Lock.Claim(ctx, r.Key, r.TTL)
@@ -149,4 +152,40 @@ func (c *timerTicks) each(t *testing.T, ticks, runs int) {
 			t.Fatalf("tick %s ran %d times, want %d", tick, n, runs)
 		}
 	}
+}
+
+// Two hosts disagree on a timer's WithMaxConcurrency (2 here, 3 there):
+// the scheduler checks the sizes of all its timers' semaphores at once
+// (semaphore.CheckSizes) when it starts and every 30 s. Host B, started
+// after A, finds A's size at once and skips every tick it claims (reason
+// error); host A finds B's size at its check 30 s in, and skips from then
+// on.
+func TestSizeMismatchSkipsTicks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		time.Sleep(time.Until(epoch))
+		table := testkit.Must(memlock.New())
+		ctx, cancel := context.WithTimeout(t.Context(), 35500*time.Millisecond)
+		defer cancel()
+		var hosts []*timers.Scheduler
+		var wg sync.WaitGroup
+		for i, n := range []int{2, 3} {
+			s := testkit.Must(timers.New(testkit.Must(table.Share()), timers.WithCommon(lock.Common{Logger: slog.New(slog.DiscardHandler)})))
+			if err := s.Add(timers.Every("sized", time.Second, func(context.Context) error { return nil }, timers.WithMaxConcurrency(n))); err != nil {
+				t.Fatal(err)
+			}
+			hosts = append(hosts, s)
+			wg.Go(func() {
+				time.Sleep(time.Duration(i) * 1500 * time.Millisecond)
+				_ = s.Run(ctx)
+			})
+		}
+		wg.Wait()
+		a, b := hosts[0].Status()[0], hosts[1].Status()[0]
+		if b.Runs != 0 || b.Skips == 0 || b.LastSkip.Reason != "error" {
+			t.Errorf("host B (size 3): %+v; want no run and its ticks skipped (error)", b)
+		}
+		if a.Runs == 0 || a.LastSkip.Reason != "error" || !a.LastSkip.Tick.After(epoch.Add(30*time.Second)) || a.LastRun.Tick.After(epoch.Add(30*time.Second)) {
+			t.Errorf("host A (size 2): %+v; want runs until its check at 30 s, then skips (error)", a)
+		}
+	})
 }

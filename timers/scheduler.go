@@ -135,7 +135,7 @@ func (s *Scheduler) Add(t *Timer) error {
 	if now := s.set.clock(); !t.schedule.next(now).After(now) {
 		return backendkit.Invalid("timers", "timer %q: the schedule has no tick after %v", t.name, now.Round(0))
 	}
-	sem, err := semaphore.New(s.l, namePrefix+t.name, t.maxConcurrency, semaphore.WithCommon(s.common))
+	sem, err := semaphore.New(s.l, namePrefix+t.name, t.maxConcurrency, semaphore.WithCommon(s.common), semaphore.WithoutSizeCheck())
 	if err != nil {
 		return err
 	}
@@ -194,7 +194,10 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	runCtx, stopRuns := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopRuns(nil)
 	var runs sync.WaitGroup
+	var checks sync.WaitGroup
+	checks.Go(func() { s.checkSizes(ctx, entries) })
 	s.dispatch(ctx, runCtx, &runs, entries)
+	checks.Wait()
 	done := make(chan struct{})
 	go func() { runs.Wait(); close(done) }()
 	select {
@@ -205,6 +208,38 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		<-done
 	}
 	return nil
+}
+
+// checkSizeInterval is how often the scheduler declares and checks the
+// sizes of its timers' semaphores (semaphore.CheckSizes asks for 30 s at
+// most: a declaration lasts a minute).
+const checkSizeInterval = 30 * time.Second
+
+// checkSizes declares the sizes of the timers' semaphores (their
+// WithMaxConcurrency) and compares them with the other hosts', for all
+// the timers at once (semaphore.CheckSizes: one lock.ClaimEach and one
+// List), when Run starts and every checkSizeInterval until ctx ends. A
+// timer whose hosts disagree skips its ticks (reason error) until they
+// agree again.
+func (s *Scheduler) checkSizes(ctx context.Context, entries []*entry) {
+	sems := make([]*semaphore.Semaphore, len(entries))
+	for i, e := range entries {
+		sems[i] = e.sem
+	}
+	t := time.NewTicker(checkSizeInterval)
+	defer t.Stop()
+	for {
+		for i, err := range semaphore.CheckSizes(ctx, s.l, namePrefix, sems) {
+			entries[i].mu.Lock()
+			entries[i].mismatch = err
+			entries[i].mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // entry is a registered timer with its state.
@@ -219,6 +254,7 @@ type entry struct {
 	mu       sync.Mutex
 	status   Status
 	degraded bool                                   // the backend was last found unreachable
+	mismatch error                                  // the last size check's (semaphore.ErrSizeMismatch)
 	attrs    map[[2]string]metric.MeasurementOption // the metrics' attributes, by outcome or reason
 }
 
