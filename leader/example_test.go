@@ -192,3 +192,32 @@ func ExampleOnDemoted() {
 	}), leader.WithCommon(lock.Common{Logger: slog.New(slog.DiscardHandler)}))
 	// Output: demoted: replica-2 term 1 cause: report store unreachable
 }
+
+// One election per shard, all the terms kept by one lock.Keeper.
+func ExampleWithKeeper() {
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	k, err := lock.NewKeeper(l, 15*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer k.Close(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	elected := make(chan string)
+	for _, shard := range []string{"shard-a", "shard-b"} {
+		go func() {
+			_ = leader.Run(ctx, l, shard, func(ctx context.Context) error {
+				elected <- shard
+				<-ctx.Done()
+				return nil
+			}, leader.WithKeeper(k))
+		}()
+	}
+	<-elected
+	<-elected
+	fmt.Println("terms kept by the Keeper:", k.Len())
+	cancel()
+	// Output: terms kept by the Keeper: 2
+}

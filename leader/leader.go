@@ -40,6 +40,8 @@ type Option func(*config) error
 
 type config struct {
 	ttl, renew, retry time.Duration
+	ttlSet, renewSet  bool
+	keeper            *lock.Keeper
 	onElected         func(Term)
 	onDemoted         func(Term, error)
 	common            lock.Common
@@ -53,7 +55,7 @@ func WithTTL(d time.Duration) Option {
 		if err := lock.DefaultLimits.CheckTTL(d); err != nil {
 			return fmt.Errorf("WithTTL(%v): %w", d, err)
 		}
-		c.ttl = d
+		c.ttl, c.ttlSet = d, true
 		return nil
 	}
 }
@@ -66,7 +68,7 @@ func WithRenewInterval(d time.Duration) Option {
 		if d < MinInterval || d > lock.MaxTTL {
 			return fmt.Errorf("WithRenewInterval(%v): the renew interval must be in [%v, %v]", d, MinInterval, lock.MaxTTL)
 		}
-		c.renew = d
+		c.renew, c.renewSet = d, true
 		return nil
 	}
 }
@@ -79,6 +81,25 @@ func WithRetryInterval(d time.Duration) Option {
 			return fmt.Errorf("WithRetryInterval(%v): the retry interval must be in [%v, %v]", d, MinInterval, lock.MaxTTL)
 		}
 		c.retry = d
+		return nil
+	}
+}
+
+// WithKeeper keeps the leader's grant alive through k (a lock.Keeper over
+// the same Lock) instead of a renewal goroutine of its own: for a process
+// that runs many elections at once (one per shard or tenant). The ttl and
+// the renewal are k's: WithTTL, if given, must equal k's ttl, and
+// WithRenewInterval is refused. A term then ends at k's first renewal that
+// finds the grant gone, or at its ValidUntil (less k's margin): k does not
+// watch a backend's own loss report, so on PostgreSQL and etcd a dropped
+// session or revoked lease ends the term up to one renewal period later
+// than without it (the fencing token still orders the writes).
+func WithKeeper(k *lock.Keeper) Option {
+	return func(c *config) error {
+		if k == nil {
+			return errors.New("WithKeeper: nil Keeper")
+		}
+		c.keeper = k
 		return nil
 	}
 }
@@ -116,6 +137,15 @@ func Run(ctx context.Context, l lock.Lock, name string, fn func(ctx context.Cont
 	if err := backendkit.Apply("leader", s, opts); err != nil {
 		return err
 	}
+	if s.keeper != nil {
+		switch {
+		case s.ttlSet && s.ttl != s.keeper.TTL():
+			return backendkit.Invalid("leader", "WithTTL(%v) differs from the Keeper's ttl %v", s.ttl, s.keeper.TTL())
+		case s.renewSet:
+			return backendkit.Invalid("leader", "WithRenewInterval with WithKeeper: the Keeper renews")
+		}
+		s.ttl, s.renew = s.keeper.TTL(), s.keeper.TTL()/3
+	}
 	switch {
 	case l == nil || fn == nil:
 		return backendkit.Invalid("leader", "nil Lock or function")
@@ -140,6 +170,9 @@ func Run(ctx context.Context, l lock.Lock, name string, fn func(ctx context.Cont
 	// attempt reported as remaining, or the retry interval.
 	e.acquireOpts = []lock.Option{tel.HelperOption(c), lock.WithBackoff(min(s.retry/4, 100*time.Millisecond), s.retry)}
 	e.holdOpts = []lock.Option{tel.HelperOption(c), lock.WithRenewInterval(s.renew), lock.WithMargin(s.renew)}
+	if s.keeper != nil {
+		e.holdOpts = []lock.Option{tel.HelperOption(c), lock.WithKeeper(s.keeper)}
+	}
 	return e.run(ctx)
 }
 

@@ -47,9 +47,11 @@ type Batch interface {
 	// on etcd and PostgreSQL that is a handle not made by the batch; on
 	// Redis and memory any handle of the same Lock can be renewed.
 	Renew(ctx context.Context, hs []Handle) []error
-	// Close ends the batch: it gives up what the batch itself holds, so
-	// the grants still held end with it (they need not be released
-	// first), and later calls fail. It is safe to call more than once.
+	// Close ends the batch: it gives up what the batch itself holds (etcd
+	// leases, PostgreSQL sessions), which ends the grants resting on it;
+	// where grants share nothing (Redis, memory) they stay until released
+	// or expired. Later TryAcquire and Renew calls fail. It is safe to
+	// call more than once. Keeper.Close releases every lease first.
 	Close(ctx context.Context) error
 }
 

@@ -38,6 +38,17 @@
 // the same for a grant already held. fn's context carries the token
 // (TokenFrom).
 //
+// # Many grants at once
+//
+// Keep spends a goroutine and a renewal round trip per lease. A process
+// that holds many grants (partitions, tenants, runs) holds them through a
+// Keeper instead: one goroutine renews all of them each period, through
+// the backend's Batch (Batcher) in round trips that grow with its chunks,
+// not with the grants, and each lease still ends on its own, at its loss
+// or at its ValidUntil. WithKeeper makes Hold and Do use one. ClaimEach
+// makes many claims (EachClaimer) in a few round trips: timers claim every
+// tick due at one instant with it.
+//
 // # Shared and all-of grants
 //
 // Every backend is also a SharedLock and a GroupLock. A SharedLock grants

@@ -708,3 +708,139 @@ func ExampleDoAll() {
 	// moved order 42 to customer 7 under tokens [1 2]
 	// err: <nil>
 }
+
+// A process that owns many things at once (partitions, tenants, shards)
+// holds them through one Keeper: one goroutine and one renewal round per
+// period for all of them, each lease on its own when it is lost.
+func ExampleKeeper() {
+	l, err := memlock.New() // redislock, etcdlock and pglock batch their renewals
+	if err != nil {
+		log.Fatal(err)
+	}
+	k, err := lock.NewKeeper(l, 30*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer k.Close(context.Background())
+	for p := range 3 {
+		lease, err := k.TryAcquire(context.Background(), fmt.Sprintf("partitions/%d", p))
+		if err != nil {
+			log.Fatal(err)
+		}
+		go func() {
+			<-lease.Context().Done() // this partition's work stops here
+		}()
+	}
+	fmt.Println("held:", k.Len(), "ttl:", k.TTL())
+	// Output: held: 3 ttl: 30s
+}
+
+func ExampleKeeper_Acquire() {
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	k, err := lock.NewKeeper(l, 30*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer k.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lease, err := k.Acquire(ctx, "tenants/acme") // waits while another holds it
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Release(context.Background())
+	fmt.Println("token:", lease.Token())
+	// Output: token: 1
+}
+
+func ExampleKeeper_Keep() {
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	k, err := lock.NewKeeper(l, 30*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer k.Close(context.Background())
+	h, err := l.TryAcquire(context.Background(), "shards/7", 30*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	lease, err := k.Keep(context.Background(), h) // renewed with the Keeper's others
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(lease.Handle().Key(), k.Len())
+	// Output: shards/7 1
+}
+
+// Hold and Do keep their grant through a Keeper with WithKeeper: a
+// component that runs many holds at once (timers' runs) uses one.
+func ExampleWithKeeper() {
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	k, err := lock.NewKeeper(l, 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer k.Close(context.Background())
+	err = lock.Do(context.Background(), l, "reports/weekly", func(ctx context.Context) error {
+		fmt.Println("kept by the Keeper:", k.Len())
+		return nil
+	}, lock.WithTTL(10*time.Second), lock.WithKeeper(k))
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Output: kept by the Keeper: 1
+}
+
+// The claims of many ticks due at one instant, in one call.
+func ExampleClaimEach() {
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	reqs := []lock.ClaimRequest{{Key: "tick/a/100", TTL: time.Minute}, {Key: "tick/b/100", TTL: time.Minute}}
+	lock.ClaimEach(context.Background(), l, reqs[1:]) // another host claimed b
+	for i, r := range lock.ClaimEach(context.Background(), l, reqs) {
+		fmt.Println(reqs[i].Key, r.Err == nil, errors.Is(r.Err, lock.ErrNotAcquired))
+	}
+	// Output:
+	// tick/a/100 true false
+	// tick/b/100 false true
+}
+
+// A Batch is the backend's side of a Keeper: grants renewed together.
+func ExampleBatcher() {
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	b, err := l.NewBatch(context.Background(), 30*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer b.Close(context.Background())
+	var hs []lock.Handle
+	for _, key := range []string{"a", "b", "c"} {
+		h, err := b.TryAcquire(context.Background(), key)
+		if err != nil {
+			log.Fatal(err)
+		}
+		hs = append(hs, h)
+	}
+	_ = hs[1].Release(context.Background())
+	for i, err := range b.Renew(context.Background(), hs) {
+		fmt.Println(hs[i].Key(), err == nil, errors.Is(err, lock.ErrLost))
+	}
+	// Output:
+	// a true false
+	// b false true
+	// c true false
+}

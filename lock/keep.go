@@ -35,6 +35,12 @@ type Lease struct {
 	validUntil time.Time
 	renewing   bool // an Extend is in flight
 	lost       bool // the loss was reported
+
+	// A lease of a Keeper has no goroutine, timer or channels of its
+	// own: k renews it and ends it.
+	k       *Keeper
+	adopted bool // Keeper.Keep adopted it (the Batch did not make it)
+	solo    bool // renewed with its own Extend (owned by k's renewal loop)
 }
 
 // Keep renews h every ttl/3 (WithRenewInterval) until Release, and returns
@@ -70,19 +76,15 @@ func keep(ctx context.Context, cfg *options, h Handle, ttl time.Duration) (*Leas
 	if err := LimitsOf(h).CheckTTL(ttl); err != nil {
 		return nil, err
 	}
-	if cfg.margin >= ttl {
-		return nil, fmt.Errorf("%w: margin %v must be below the ttl %v", ErrInvalidArgument, cfg.margin, ttl)
+	if cfg.keeper != nil {
+		if ttl != cfg.keeper.ttl {
+			return nil, fmt.Errorf("%w: ttl %v differs from the Keeper's %v (WithKeeper)", ErrInvalidArgument, ttl, cfg.keeper.ttl)
+		}
+		return cfg.keeper.Keep(ctx, h)
 	}
-	every := cfg.renew
-	if every == 0 {
-		every = ttl / 3
-	}
-	if every < MinRenewInterval {
-		// A shorter period renews in a busy loop against the backend.
-		return nil, fmt.Errorf("%w: renew interval %v is below the minimum %v (a ttl of at least %v renews every ttl/3)", ErrInvalidArgument, every, MinRenewInterval, 3*MinRenewInterval)
-	}
-	if every >= ttl-cfg.margin {
-		return nil, fmt.Errorf("%w: renew interval %v must be below the ttl %v (less the margin %v)", ErrInvalidArgument, every, ttl, cfg.margin)
+	every, err := renewInterval(cfg, ttl)
+	if err != nil {
+		return nil, err
 	}
 	l := &Lease{
 		h: h, ttl: ttl, every: every, cfg: cfg, tel: cfg.tel,
@@ -95,6 +97,26 @@ func keep(ctx context.Context, cfg *options, h Handle, ttl time.Duration) (*Leas
 	l.expiry = time.AfterFunc(time.Until(l.validUntil.Add(-cfg.margin)), l.expire)
 	go l.renew()
 	return l, nil
+}
+
+// renewInterval is the renewal period of a lease of ttl under cfg, or why
+// cfg's is refused.
+func renewInterval(cfg *options, ttl time.Duration) (time.Duration, error) {
+	if cfg.margin >= ttl {
+		return 0, fmt.Errorf("%w: margin %v must be below the ttl %v", ErrInvalidArgument, cfg.margin, ttl)
+	}
+	every := cfg.renew
+	if every == 0 {
+		every = ttl / 3
+	}
+	if every < MinRenewInterval {
+		// A shorter period renews in a busy loop against the backend.
+		return 0, fmt.Errorf("%w: renew interval %v is below the minimum %v (a ttl of at least %v renews every ttl/3)", ErrInvalidArgument, every, MinRenewInterval, 3*MinRenewInterval)
+	}
+	if every >= ttl-cfg.margin {
+		return 0, fmt.Errorf("%w: renew interval %v must be below the ttl %v (less the margin %v)", ErrInvalidArgument, every, ttl, cfg.margin)
+	}
+	return every, nil
 }
 
 // Context is cancelled when the lease is lost (cause matches ErrLost), when
@@ -126,6 +148,9 @@ func (l *Lease) Err() error {
 // then releases the grant. It returns the handle's Release error: ErrLost
 // when the grant was already gone. Calling it again returns ErrLost.
 func (l *Lease) Release(ctx context.Context) error {
+	if l.k != nil {
+		return l.k.release(ctx, l)
+	}
 	first := false
 	l.stopOnce.Do(func() { close(l.stop); first = true })
 	<-l.done

@@ -76,6 +76,7 @@ type options struct {
 	minBackoff time.Duration // Acquire's first retry without a Waiter
 	maxBackoff time.Duration // Acquire's longest wait without a hint
 	tel        *kit.Telemetry
+	keeper     *Keeper // Keep, Hold and Do keep through it
 }
 
 // defaults are the options of a call without any, built once: the
@@ -175,6 +176,19 @@ func WithBackoff(min, max time.Duration) Option {
 			return fmt.Errorf("%w: backoff bounds must be positive", ErrInvalidArgument)
 		}
 		o.minBackoff, o.maxBackoff = min, max
+		return nil
+	}
+}
+
+// WithKeeper makes Keep, Hold and Do keep the grant through k (a lease
+// among k's, renewed with them, without a goroutine of its own) instead of
+// a renewal goroutine per grant. The ttl they are given must be k's.
+func WithKeeper(k *Keeper) Option {
+	return func(o *options) error {
+		if k == nil {
+			return fmt.Errorf("%w: nil Keeper", ErrInvalidArgument)
+		}
+		o.keeper = k
 		return nil
 	}
 }

@@ -286,6 +286,30 @@ func ExampleSlotKey() {
 	// Output: sem/{gpu-pool}/slot/0
 }
 
+// A process holding many permits keeps them through one lock.Keeper.
+func ExampleWithKeeper() {
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	k, err := lock.NewKeeper(l, 30*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer k.Close(context.Background())
+	conns, err := semaphore.New(l, "db-connections", 100, semaphore.WithKeeper(k))
+	if err != nil {
+		log.Fatal(err)
+	}
+	for range 3 {
+		if _, err := conns.Acquire(context.Background(), 30*time.Second); err != nil {
+			log.Fatal(err)
+		}
+	}
+	fmt.Println("permits kept by the Keeper:", k.Len())
+	// Output: permits kept by the Keeper: 3
+}
+
 func ExampleWithoutSizeCheck() {
 	l, err := memlock.New()
 	if err != nil {

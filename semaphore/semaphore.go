@@ -123,6 +123,10 @@ type Permit struct {
 // Slot is the permit's slot number, in [0, Size).
 func (p *Permit) Slot() int { return p.slot }
 
+// Unwrap is the backend's grant of the slot (lock.Wrapper): a lock.Keeper
+// renews it with the other grants of its batch.
+func (p *Permit) Unwrap() lock.Handle { return p.Handle }
+
 // Limits implements lock.Limited with the limits of the permit's grant, so
 // that lock.Keep and lock.Hold check a ttl against the backend's.
 func (p *Permit) Limits() lock.Limits { return lock.LimitsOf(p.Handle) }
@@ -144,6 +148,8 @@ type config struct {
 	backoff []lock.Option
 	common  lock.Common
 	noCheck bool // WithoutSizeCheck
+	keeper  *lock.Keeper
+	ttlSet  bool
 }
 
 // WithTTL sets the ttl of Do (default lock.DefaultTTL); it is checked
@@ -153,7 +159,7 @@ func WithTTL(ttl time.Duration) Option {
 		if err := lock.DefaultLimits.CheckTTL(ttl); err != nil {
 			return err
 		}
-		c.ttl = ttl
+		c.ttl, c.ttlSet = ttl, true
 		return nil
 	}
 }
@@ -167,6 +173,20 @@ func WithBackoff(min, max time.Duration) Option {
 			return fmt.Errorf("backoff bounds %v, %v must be positive, min first", min, max)
 		}
 		c.backoff = []lock.Option{lock.WithBackoff(min, max)}
+		return nil
+	}
+}
+
+// WithKeeper keeps the permits of Acquire and Do alive through k (a
+// lock.Keeper over the same Lock) instead of a renewal goroutine each: for
+// a process that holds many permits at once. Their ttl must be k's (Do's
+// is WithTTL's; New refuses a WithTTL that differs).
+func WithKeeper(k *lock.Keeper) Option {
+	return func(c *config) error {
+		if k == nil {
+			return errors.New("nil Keeper")
+		}
+		c.keeper = k
 		return nil
 	}
 }
@@ -214,6 +234,13 @@ func New(l lock.Lock, name string, size int, opts ...Option) (*Semaphore, error)
 	tel := backendkit.NewTelemetry(c)
 	s := &Semaphore{l: l, name: name, size: size, ttl: cfg.ttl, common: c, metric: newMetrics(tel, name), checked: cfg.noCheck, noCheck: cfg.noCheck}
 	s.opts = append([]lock.Option{tel.HelperOption(c)}, cfg.backoff...)
+	if cfg.keeper != nil {
+		if cfg.ttlSet && cfg.ttl != cfg.keeper.TTL() {
+			return nil, backendkit.Invalid("semaphore", "WithTTL(%v) differs from the Keeper's ttl %v", cfg.ttl, cfg.keeper.TTL())
+		}
+		s.ttl = cfg.keeper.TTL()
+		s.opts = append(s.opts, lock.WithKeeper(cfg.keeper))
+	}
 	s.keys = make([]string, size)
 	for i := range s.keys {
 		s.keys[i] = SlotKey(name, i)

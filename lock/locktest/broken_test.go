@@ -28,7 +28,22 @@ var brokenBackends = map[string]struct {
 	wrap     func(*memlock.Lock) lock.Lock
 	mustFail []string // subtests that must report the breakage
 	mustSay  []string // and what they must say, somewhere in the output
+	batch    bool     // run RunBatch rather than Run
 }{
+	// One lost grant makes Renew report every grant of the call lost.
+	"batch-loses-all": {
+		wrap:     func(l *memlock.Lock) lock.Lock { return &batchLosesAll{l} },
+		mustFail: []string{"OneLostAlone", "Keeper"},
+		mustSay:  []string{"beside the force-released one"},
+		batch:    true,
+	},
+	// Renew answers nil and renews nothing.
+	"batch-renews-nothing": {
+		wrap:     func(l *memlock.Lock) lock.Lock { return &batchRenewsNothing{l} },
+		mustFail: []string{"Keeper"},
+		mustSay:  []string{"lost while renewals succeed"},
+		batch:    true,
+	},
 	// Release of a lost grant deletes whoever holds the key now.
 	"release-ignores-ownership": {
 		wrap:     func(l *memlock.Lock) lock.Lock { return &ignoresOwnership{l} },
@@ -114,7 +129,12 @@ func TestBrokenBackendChild(t *testing.T) {
 	}
 	b := brokenBackends[name]
 	shared := testkit.Must(memlock.New())
-	locktest.Run(t, func(testing.TB) lock.Lock { return b.wrap(testkit.Must(shared.Share())) })
+	newLock := func(testing.TB) lock.Lock { return b.wrap(testkit.Must(shared.Share())) }
+	if b.batch {
+		locktest.RunBatch(t, newLock)
+		return
+	}
+	locktest.Run(t, newLock)
 }
 
 func TestSuiteCatchesBrokenBackends(t *testing.T) {
@@ -433,4 +453,42 @@ func (l *shortestRemaining) TryAcquireAll(ctx context.Context, keys []string, tt
 		return nil, err
 	}
 	return nil, first
+}
+
+// batchLosesAll's batches report every grant of a Renew lost when one is.
+type batchLosesAll struct{ *memlock.Lock }
+
+func (l *batchLosesAll) NewBatch(ctx context.Context, ttl time.Duration) (lock.Batch, error) {
+	b, err := l.Lock.NewBatch(ctx, ttl)
+	return &losesAll{b}, err
+}
+
+type losesAll struct{ lock.Batch }
+
+func (b *losesAll) Renew(ctx context.Context, hs []lock.Handle) []error {
+	errs := b.Batch.Renew(ctx, hs)
+	for _, err := range errs {
+		if errors.Is(err, lock.ErrLost) {
+			for i := range errs {
+				errs[i] = err
+			}
+			break
+		}
+	}
+	return errs
+}
+
+// batchRenewsNothing's batches answer every Renew with success and renew
+// nothing.
+type batchRenewsNothing struct{ *memlock.Lock }
+
+func (l *batchRenewsNothing) NewBatch(ctx context.Context, ttl time.Duration) (lock.Batch, error) {
+	b, err := l.Lock.NewBatch(ctx, ttl)
+	return &renewsNothing{b}, err
+}
+
+type renewsNothing struct{ lock.Batch }
+
+func (b *renewsNothing) Renew(_ context.Context, hs []lock.Handle) []error {
+	return make([]error, len(hs))
 }

@@ -10,6 +10,8 @@ type config struct {
 	rounds    int
 	longTTL   time.Duration
 	waitBound time.Duration
+	// sessionLoss: a forced release ends a server session's grants (RunBatch)
+	sessionLoss bool
 }
 
 func defaults() config {

@@ -14,3 +14,12 @@ func TestMemlockConformance(t *testing.T) {
 	// Every instance shares one in-process table, as processes share a server.
 	locktest.Run(t, func(testing.TB) lock.Lock { return testkit.Must(shared.Share()) })
 }
+
+// The conformance suite on grants made through batches, and what only
+// batches do.
+func TestMemlockBatchConformance(t *testing.T) {
+	shared := testkit.Must(memlock.New())
+	newLock := func(testing.TB) lock.Lock { return testkit.Must(shared.Share()) }
+	t.Run("Conformance", func(t *testing.T) { locktest.Run(t, locktest.Batched(newLock)) })
+	t.Run("Batch", func(t *testing.T) { locktest.RunBatch(t, newLock) })
+}

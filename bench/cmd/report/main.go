@@ -48,11 +48,16 @@ func main() {
 	contended := flag.Int("contended", 2, "rounds of the 16-worker contention run (10 s per library each)")
 	short := flag.Bool("ticks-short", false, "shrink the long workloads as -short does (3 ticks, 1 s of contention, one kill)")
 	scan := flag.Bool("scan", true, "run the main module's 1,000,000-job recovery scan benchmark (about a minute)")
+	scale := flag.Bool("scale", false, "run only the scale benchmarks and rewrite only the Scale section (about 40 minutes)")
 	settingsFlag := flag.String("settings", plain+","+neighbour,
 		"comma-separated settings in which the latency and contention benchmarks run: "+plain+" (nothing else started), "+neighbour+" (a CPU-bound process keeps one core busy)")
 	flag.Parse()
 	settings, err := parseSettings(*settingsFlag)
-	if err == nil {
+	if err == nil && *scale {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err = runScale(ctx)
+		stop()
+	} else if err == nil {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		err = run(ctx, options{rounds: *rounds, contended: *contended, short: *short, scan: *scan, settings: settings})
 		stop()
@@ -169,6 +174,9 @@ func run(ctx context.Context, o options) error {
 	}
 	m := machine(started, load, flagLine())
 	doc := document(rep, m, o.rounds, o.contended, o.short)
+	if kept := keptScale(filepath.Join(docsDir, "benchmarks.md")); kept != "" {
+		doc = strings.TrimRight(doc, "\n") + "\n\n" + kept
+	}
 	if err := os.WriteFile(filepath.Join(docsDir, "benchmarks.md"), []byte(doc), 0o644); err != nil {
 		return err
 	}

@@ -1,0 +1,516 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/leasehold-go/leasehold/lock/internal/kit"
+)
+
+// keeperPool is how many renewals a Keeper runs at once for the handles
+// its backend's Batch cannot renew (each with its own Extend), and how
+// many releases Close runs at once.
+const keeperPool = 16
+
+// Keeper holds many leases of one Lock and renews them together: one
+// goroutine per Keeper, whatever the number of leases, and, on a backend
+// that implements Batcher, renewal round trips that grow with the number
+// of the backend's chunks rather than with the number of leases (see each
+// backend's NewBatch for its chunk size). It is lock.Keep for a process
+// that holds many things at once: partitions, tenants, shards, runs.
+//
+// Every lease renews every ttl/3 (WithRenewInterval) in one renewal round
+// for all of them, and each Lease is on its own: its Context is cancelled,
+// with a cause matching ErrLost, when its grant alone is found gone or
+// when its ValidUntil (less WithMargin) passes without a successful
+// renewal; the others go on. A round whose outcome is unknown (the backend
+// did not answer) is retried sooner, until the leases' ValidUntil.
+//
+// A handle's own loss report (LossNotifier) is not watched: a Keeper
+// learns of a loss in its next renewal round, at most one renewal period
+// later, and by ValidUntil at the latest.
+//
+// Close releases every lease and ends the Keeper. A Keeper is safe for
+// concurrent use.
+type Keeper struct {
+	l     Lock
+	ttl   time.Duration
+	every time.Duration
+	cfg   *options
+
+	open  sync.Mutex
+	batch Batch // made on first use; nil when l is not a Batcher
+
+	mu      sync.Mutex
+	leases  map[*Lease]struct{}
+	closed  bool
+	round   chan struct{} // closed when the running renewal round ends; nil between rounds
+	expiry  *time.Timer   // fires at the earliest deadline of the leases
+	expires time.Time     // when expiry fires (zero: stopped)
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// NewKeeper returns a Keeper of leases of l for ttl. The options are
+// Keep's: WithRenewInterval (default ttl/3), WithMargin, WithCommon; the
+// rules on them are Keep's too.
+func NewKeeper(l Lock, ttl time.Duration, opts ...Option) (*Keeper, error) {
+	cfg, err := newOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	if l == nil {
+		return nil, fmt.Errorf("%w: nil Lock", ErrInvalidArgument)
+	}
+	if cfg.keeper != nil {
+		return nil, fmt.Errorf("%w: WithKeeper is an option of Keep, Hold and Do, not of NewKeeper", ErrInvalidArgument)
+	}
+	if err := LimitsOf(l).CheckTTL(ttl); err != nil {
+		return nil, err
+	}
+	every, err := renewInterval(cfg, ttl)
+	if err != nil {
+		return nil, err
+	}
+	k := &Keeper{
+		l: l, ttl: ttl, every: every, cfg: cfg,
+		leases: make(map[*Lease]struct{}),
+		stop:   make(chan struct{}), done: make(chan struct{}),
+	}
+	k.expiry = time.AfterFunc(time.Hour, k.expire)
+	k.expiry.Stop()
+	go k.run()
+	return k, nil
+}
+
+// TTL is the ttl of the Keeper's leases.
+func (k *Keeper) TTL() time.Duration { return k.ttl }
+
+// Len is the number of leases the Keeper holds (lost ones included until
+// they are released).
+func (k *Keeper) Len() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.leases)
+}
+
+// TryAcquire takes key for the Keeper's ttl if no one holds it
+// (ErrNotAcquired if someone does) and keeps it. On a Batcher the grant
+// is made through the Keeper's Batch. The Lease's Context is a child of
+// ctx carrying the token, as Keep's; renewal goes on after ctx ends, until
+// the Lease's Release or the Keeper's Close.
+func (k *Keeper) TryAcquire(ctx context.Context, key string) (*Lease, error) {
+	if err := validate(ctx, key, k.ttl, LimitsOf(k.l)); err != nil {
+		return nil, err
+	}
+	h, err := k.tryAcquire(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return k.add(ctx, h, true)
+}
+
+// Acquire blocks until it holds key, as lock.Acquire does (on the Lock's
+// Waiter when it has one; a backend's queue is not used: the grant must be
+// the Batch's), and keeps it as TryAcquire does. The options are
+// Acquire's (WithBackoff, WithCommon).
+func (k *Keeper) Acquire(ctx context.Context, key string, opts ...Option) (*Lease, error) {
+	cfg, err := newOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := validate(ctx, key, k.ttl, LimitsOf(k.l)); err != nil {
+		return nil, err
+	}
+	h, err := acquireWith(ctx, cfg, k.l, []string{key}, func(ctx context.Context) (Handle, error) {
+		return k.tryAcquire(ctx, key)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return k.add(ctx, h, true)
+}
+
+// Keep adopts h, a grant of the Keeper's Lock, and keeps it for the
+// Keeper's ttl as lock.Keep would, without a goroutine of its own. Where
+// the backend's Batch can renew h (Redis, memory) it is renewed with the
+// others; otherwise with its own Extend, from a small pool. A Wrapper is
+// renewed as the handle it wraps.
+func (k *Keeper) Keep(ctx context.Context, h Handle) (*Lease, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("%w: nil context", ErrInvalidArgument)
+	}
+	if h == nil {
+		return nil, fmt.Errorf("%w: nil Handle", ErrInvalidArgument)
+	}
+	if err := LimitsOf(h).CheckTTL(k.ttl); err != nil {
+		return nil, err
+	}
+	return k.add(ctx, h, false)
+}
+
+// Close releases every lease the Keeper holds (a few at a time), stops
+// renewing, and closes the Keeper's Batch. It returns the first error of
+// a release other than ErrLost. Later calls to TryAcquire, Acquire and
+// Keep fail; Close may be called again.
+func (k *Keeper) Close(ctx context.Context) error {
+	k.mu.Lock()
+	first := !k.closed
+	k.closed = true
+	ls := make([]*Lease, 0, len(k.leases))
+	for l := range k.leases {
+		ls = append(ls, l)
+	}
+	k.mu.Unlock()
+	if first {
+		close(k.stop)
+	}
+	<-k.done
+	var errMu sync.Mutex
+	var firstErr error
+	runPool(len(ls), func(i int) {
+		if err := ls[i].Release(ctx); err != nil && !errors.Is(err, ErrLost) {
+			errMu.Lock()
+			if firstErr == nil {
+				firstErr = err
+			}
+			errMu.Unlock()
+		}
+	})
+	k.open.Lock()
+	b := k.batch
+	k.open.Unlock()
+	if b != nil {
+		if err := b.Close(ctx); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	return firstErr
+}
+
+var errKeeperClosed = fmt.Errorf("%w: the Keeper is closed", ErrInvalidArgument)
+
+// tryAcquire makes one attempt at key: through the Batch on a Batcher.
+func (k *Keeper) tryAcquire(ctx context.Context, key string) (Handle, error) {
+	b, err := k.batchFor(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if b == nil {
+		return k.l.TryAcquire(ctx, key, k.ttl)
+	}
+	return b.TryAcquire(ctx, key)
+}
+
+// batchFor returns the Keeper's Batch, made on first use; nil when the
+// Lock is not a Batcher.
+func (k *Keeper) batchFor(ctx context.Context) (Batch, error) {
+	k.mu.Lock()
+	closed := k.closed
+	k.mu.Unlock()
+	if closed {
+		return nil, errKeeperClosed
+	}
+	bl, ok := k.l.(Batcher)
+	if !ok {
+		return nil, nil
+	}
+	k.open.Lock()
+	defer k.open.Unlock()
+	if k.batch == nil {
+		b, err := bl.NewBatch(ctx, k.ttl)
+		if err != nil {
+			return nil, err
+		}
+		k.batch = b
+	}
+	return k.batch, nil
+}
+
+// add makes h a lease of the Keeper. made says that the Keeper's Batch
+// (or, without one, its Lock) made h.
+func (k *Keeper) add(ctx context.Context, h Handle, made bool) (*Lease, error) {
+	if k.cfg.margin >= k.ttl {
+		_ = h.Release(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("%w: margin %v must be below the ttl %v", ErrInvalidArgument, k.cfg.margin, k.ttl)
+	}
+	l := &Lease{h: h, ttl: k.ttl, every: k.every, cfg: k.cfg, tel: k.cfg.tel, k: k,
+		validUntil: h.ValidUntil(), adopted: !made}
+	if _, ok := k.l.(Batcher); !ok {
+		l.solo = true
+	} else if !made {
+		// An adopted handle goes to the Batch; a refusal sends it to the
+		// pool (renewRound) for good.
+		if _, err := k.batchFor(ctx); err != nil {
+			l.solo = true
+		}
+	}
+	l.ctx, l.cancel = context.WithCancelCause(kit.WithToken(ctx, h.Token()))
+	k.mu.Lock()
+	if k.closed {
+		k.mu.Unlock()
+		l.cancel(errKeeperClosed)
+		_ = h.Release(context.WithoutCancel(ctx))
+		return nil, errKeeperClosed
+	}
+	k.leases[l] = struct{}{}
+	k.armLocked(l.validUntil.Add(-k.cfg.margin))
+	k.mu.Unlock()
+	l.tel.Active(1)
+	return l, nil
+}
+
+// batchOrNil is the Keeper's Batch, nil before the first use.
+func (k *Keeper) batchOrNil() Batch {
+	k.open.Lock()
+	defer k.open.Unlock()
+	return k.batch
+}
+
+// armLocked makes expiry fire by at.
+func (k *Keeper) armLocked(at time.Time) {
+	if k.expires.IsZero() || at.Before(k.expires) {
+		k.expires = at
+		k.expiry.Reset(time.Until(at))
+	}
+}
+
+// release is Lease.Release for a lease of the Keeper: the lease leaves the
+// Keeper, any renewal round in flight ends, and only then is the grant
+// released.
+func (k *Keeper) release(ctx context.Context, l *Lease) error {
+	first := false
+	l.stopOnce.Do(func() { first = true })
+	k.mu.Lock()
+	delete(k.leases, l)
+	round := k.round
+	k.mu.Unlock()
+	if round != nil {
+		<-round
+	}
+	err := l.h.Release(ctx)
+	if first {
+		l.mu.Lock()
+		l.lost = true // no loss is reported after Release
+		l.mu.Unlock()
+		l.cancel(context.Canceled)
+		l.tel.Active(-1)
+	}
+	return err
+}
+
+func (k *Keeper) run() {
+	defer close(k.done)
+	next := time.NewTimer(k.every)
+	defer next.Stop()
+	for {
+		select {
+		case <-k.stop:
+			return
+		case <-next.C:
+		}
+		if k.renewRound() {
+			next.Reset(max(k.every/4, 10*time.Millisecond))
+		} else {
+			next.Reset(k.every)
+		}
+	}
+}
+
+// renewRound renews every live lease once: the Batch's in one Renew, the
+// others with their own Extend. It reports whether any outcome was
+// unknown.
+func (k *Keeper) renewRound() (unknown bool) {
+	k.mu.Lock()
+	var batched, solo []*Lease
+	var deadline time.Time
+	for l := range k.leases {
+		l.mu.Lock()
+		lost, until := l.lost, l.validUntil
+		if !lost {
+			l.renewing = true
+		}
+		l.mu.Unlock()
+		if lost {
+			continue
+		}
+		if l.solo {
+			solo = append(solo, l)
+		} else {
+			batched = append(batched, l)
+		}
+		if d := until.Add(-k.cfg.margin); deadline.IsZero() || d.Before(deadline) {
+			deadline = d
+		}
+	}
+	if len(batched)+len(solo) == 0 {
+		k.mu.Unlock()
+		return false
+	}
+	round := make(chan struct{})
+	k.round = round
+	k.mu.Unlock()
+	defer func() {
+		k.mu.Lock()
+		k.round = nil
+		k.mu.Unlock()
+		close(round)
+	}()
+
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	all := make([]*Lease, 0, len(batched)+len(solo))
+	errs := make([]error, 0, len(batched)+len(solo))
+	if len(batched) > 0 {
+		hs := make([]Handle, len(batched))
+		for i, l := range batched {
+			hs[i] = unwrapHandle(l.h)
+		}
+		for i, err := range k.batchOrNil().Renew(ctx, hs) {
+			l := batched[i]
+			if errors.Is(err, ErrInvalidArgument) && !errors.Is(err, ErrLost) && l.adopted {
+				// The Batch cannot renew this handle: it goes to the pool,
+				// now and from now on.
+				l.solo = true
+				solo = append(solo, l)
+				continue
+			}
+			all, errs = append(all, l), append(errs, err)
+		}
+	}
+	n := len(all)
+	all, errs = append(all, solo...), append(errs, make([]error, len(solo))...)
+	runPool(len(solo), func(i int) { errs[n+i] = solo[i].h.Extend(ctx, k.ttl) })
+
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for i, l := range all {
+		err := errs[i]
+		l.mu.Lock()
+		l.renewing = false
+		gone := l.lost
+		l.mu.Unlock()
+		if gone {
+			continue
+		}
+		switch {
+		case err == nil:
+			until := l.h.ValidUntil()
+			l.mu.Lock()
+			l.validUntil = until
+			l.mu.Unlock()
+			l.tel.Renewal("renewed")
+		case errors.Is(err, ErrInvalidArgument):
+			l.tel.Renewal("refused")
+			l.lose("renewal", fmt.Errorf("%w (renewal refused: %w)", lost("the backend refused the renewal"), err))
+			continue
+		case errors.Is(err, ErrLost):
+			l.tel.Renewal("lost")
+			l.lose("renewal", fmt.Errorf("%w (renewal: %w)", lost("the backend no longer has the grant"), err))
+			continue
+		default:
+			unknown = true
+			l.tel.Renewal("unknown")
+			k.cfg.logger().Debug("leasehold: renewal failed, retrying", "key", l.h.Key(), "valid_until", l.ValidUntil(), "err", err)
+		}
+	}
+	// The expiry timer, for the earliest deadline of all live leases
+	// (those added during the round included).
+	var earliest time.Time
+	for l := range k.leases {
+		l.mu.Lock()
+		gone, d := l.lost, l.validUntil.Add(-k.cfg.margin)
+		l.mu.Unlock()
+		if !gone && (earliest.IsZero() || d.Before(earliest)) {
+			earliest = d
+		}
+	}
+	k.expires = time.Time{}
+	k.expiry.Stop()
+	if !earliest.IsZero() {
+		k.armLocked(earliest)
+	}
+	return unknown
+}
+
+// expire ends the leases whose validity (less the margin) has passed
+// without a successful renewal, and sets the timer for the next deadline.
+func (k *Keeper) expire() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	now := time.Now()
+	k.expires = time.Time{}
+	var next time.Time
+	for l := range k.leases {
+		l.mu.Lock()
+		gone, renewing, d := l.lost, l.renewing, l.validUntil.Add(-k.cfg.margin)
+		l.mu.Unlock()
+		if gone {
+			continue
+		}
+		if d.After(now) {
+			if next.IsZero() || d.Before(next) {
+				next = d
+			}
+			continue
+		}
+		switch {
+		case renewing:
+			l.lose("deadline", lost("validity ended during a renewal that did not answer"))
+		case k.cfg.margin > 0:
+			l.lose("deadline", lost(fmt.Sprintf("no successful renewal with %v of validity left", k.cfg.margin)))
+		default:
+			l.lose("deadline", lost("validity ended without a successful renewal"))
+		}
+	}
+	if !next.IsZero() {
+		k.armLocked(next)
+	}
+}
+
+// Wrapper is implemented by a Handle that wraps another (a
+// semaphore.Permit): a Keeper renews the handle it wraps through the
+// backend's Batch.
+type Wrapper interface {
+	Unwrap() Handle
+}
+
+// unwrapHandle is the handle h wraps, through every layer.
+func unwrapHandle(h Handle) Handle {
+	for {
+		w, ok := h.(Wrapper)
+		if !ok {
+			return h
+		}
+		inner := w.Unwrap()
+		if inner == nil {
+			return h
+		}
+		h = inner
+	}
+}
+
+// runPool runs fn(0..n-1) on at most keeperPool goroutines and waits.
+func runPool(n int, fn func(i int)) {
+	if n == 0 {
+		return
+	}
+	var wg sync.WaitGroup
+	work := make(chan int)
+	for range min(n, keeperPool) {
+		wg.Go(func() {
+			for i := range work {
+				fn(i)
+			}
+		})
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+}
