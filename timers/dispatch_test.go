@@ -189,3 +189,76 @@ func TestSizeMismatchSkipsTicks(t *testing.T) {
 		}
 	})
 }
+
+// batchCounting is memlock whose Batches record the handles of each Renew.
+type batchCounting struct {
+	*memlock.Lock
+	mu     sync.Mutex
+	renews []int
+}
+
+func (c *batchCounting) NewBatch(ctx context.Context, ttl time.Duration) (lock.Batch, error) {
+	b, err := c.Lock.NewBatch(ctx, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return &countedBatch{b, c}, nil
+}
+
+type countedBatch struct {
+	lock.Batch
+	c *batchCounting
+}
+
+func (b *countedBatch) Renew(ctx context.Context, hs []lock.Handle) []error {
+	b.c.mu.Lock()
+	b.c.renews = append(b.c.renews, len(hs))
+	b.c.mu.Unlock()
+	return b.Batch.Renew(ctx, hs)
+}
+
+// 50 timers every 10 s whose runs last 8 s: the runs' slot leases (ttl
+// 10 s, renewed every 3.3 s) are kept by one lock.Keeper, renewed together
+// in one Batch.Renew per renewal period (two per tick), not by a
+// goroutine and a renewal each; Run ends with no slot held.
+func TestSlotLeasesRenewedTogether(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		time.Sleep(time.Until(epoch))
+		l := &batchCounting{Lock: testkit.Must(memlock.New())}
+		s := testkit.Must(timers.New(l))
+		var ran timerTicks
+		for i := range 50 {
+			if err := s.Add(timers.Every(fmt.Sprintf("long-%d", i), 10*time.Second, func(ctx context.Context) error {
+				time.Sleep(8 * time.Second)
+				if ctx.Err() != nil {
+					return context.Cause(ctx)
+				}
+				return ran.fn(ctx)
+			})); err != nil {
+				t.Fatal(err)
+			}
+		}
+		runFor(t, s, 35*time.Second)
+		ran.each(t, 150, 1)
+		l.mu.Lock()
+		renews := l.renews
+		l.mu.Unlock()
+		if len(renews) != 6 {
+			t.Errorf("Batch.Renew calls of %v handles: want 6 (two per tick)", renews)
+		}
+		for _, n := range renews {
+			if n != 50 {
+				t.Errorf("Batch.Renew calls of %v handles: want 50 each (every run's slot)", renews)
+				break
+			}
+		}
+		for _, st := range s.Status() {
+			if st.Failures != 0 {
+				t.Fatalf("status %+v", st)
+			}
+		}
+		if held, _ := l.List(t.Context(), "sem/{timer/long-"); len(held) > 50 { // the size declarations only
+			t.Errorf("%d grants left after Run: %v", len(held), held)
+		}
+	})
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -31,7 +32,8 @@ type Scheduler struct {
 	lockOpts []lock.Option // what the helpers it calls are given
 	m        *metrics
 
-	lim lock.Limits
+	lim     lock.Limits
+	keepers *keepers // Run's
 
 	mu      sync.Mutex
 	timers  map[string]*entry
@@ -193,6 +195,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	// Runs outlive ctx until the shutdown timeout: they get their own.
 	runCtx, stopRuns := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopRuns(nil)
+	s.keepers = &keepers{l: s.l, opts: s.lockOpts, byTTL: map[time.Duration][]lock.Option{}}
 	var runs sync.WaitGroup
 	var checks sync.WaitGroup
 	checks.Go(func() { s.checkSizes(ctx, entries) })
@@ -207,7 +210,56 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		stopRuns(errors.New("timers: shutdown timeout"))
 		<-done
 	}
+	// Every run has released its slot: closing the Keepers releases
+	// nothing, and ends their goroutines.
+	closing, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.set.shutdown)
+	defer cancel()
+	s.keepers.close(closing)
 	return nil
+}
+
+// keepers keep the runs' slot leases: one lock.Keeper per distinct lease
+// ttl (WithTTL, or the interval between 2 s and 30 s), made when a run
+// first needs it and closed when Run returns. A Keeper renews all its
+// leases together, on one goroutine, through the backend's lock.Batch
+// (a few round trips per renewal period, whatever the number of runs),
+// instead of a renewal goroutine and round trip per run.
+type keepers struct {
+	l    lock.Lock
+	opts []lock.Option // the scheduler's options of the lock helpers
+
+	mu    sync.Mutex
+	byTTL map[time.Duration][]lock.Option // opts plus lock.WithKeeper of that ttl's Keeper
+	all   []*lock.Keeper
+}
+
+// options are lock.Hold's options for a slot lease of ttl: with the
+// Keeper of that ttl, or, if none can be made (lock.NewKeeper refused
+// the ttl), without one, so that the lease is kept on its own.
+func (k *keepers) options(ttl time.Duration) []lock.Option {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if o, ok := k.byTTL[ttl]; ok || k.byTTL == nil { // nil: closed
+		return o
+	}
+	o := k.opts
+	if kp, err := lock.NewKeeper(k.l, ttl, k.opts...); err == nil {
+		o = append(slices.Clip(k.opts), lock.WithKeeper(kp))
+		k.all = append(k.all, kp)
+	}
+	k.byTTL[ttl] = o
+	return o
+}
+
+// close closes every Keeper.
+func (k *keepers) close(ctx context.Context) {
+	k.mu.Lock()
+	all := k.all
+	k.all, k.byTTL = nil, nil
+	k.mu.Unlock()
+	for _, kp := range all {
+		_ = kp.Close(ctx)
+	}
 }
 
 // checkSizeInterval is how often the scheduler declares and checks the
@@ -297,8 +349,9 @@ func overrunGrace(lease time.Duration) time.Duration { return lease / 3 }
 // has, with an error that matches errOverran.
 func (e *entry) hold(runCtx context.Context, permit *semaphore.Permit, ttl time.Duration, tick Tick) error {
 	run := func(ctx context.Context) error { return e.call(context.WithValue(ctx, tickKey{}, tick)) }
+	opts := e.s.keepers.options(ttl)
 	if e.t.maxRunTime == 0 {
-		return lock.Hold(runCtx, permit, ttl, run, e.s.lockOpts...)
+		return lock.Hold(runCtx, permit, ttl, run, opts...)
 	}
 	fnDone := make(chan error, 1)
 	overran := false
@@ -316,7 +369,7 @@ func (e *entry) hold(runCtx context.Context, permit *semaphore.Permit, ttl time.
 				"timer", e.t.name, "tick", tick.At, "max_run_time", e.t.maxRunTime, "grace", grace)
 			return errOverran
 		}
-	}, e.s.lockOpts...)
+	}, opts...)
 	if overran {
 		return errors.Join(err, <-fnDone)
 	}
