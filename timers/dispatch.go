@@ -26,7 +26,7 @@ import (
 type tickHeap []*entry
 
 func (h tickHeap) Len() int           { return len(h) }
-func (h tickHeap) Less(i, j int) bool { return h[i].next.Before(h[j].next) }
+func (h tickHeap) Less(i, j int) bool { return h[i].nextNs < h[j].nextNs }
 func (h tickHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
 func (h *tickHeap) Push(x any)        { *h = append(*h, x.(*entry)) }
 func (h *tickHeap) Pop() any {
@@ -54,7 +54,7 @@ func (s *Scheduler) dispatch(ctx, runCtx context.Context, runs *sync.WaitGroup, 
 	now := clock()
 	for _, e := range entries {
 		if at := e.t.schedule.next(now); at.After(now) {
-			e.next = at
+			e.next, e.nextNs = at, at.UnixNano()
 			e.setNext(at)
 			h = append(h, e)
 		} else {
@@ -96,7 +96,7 @@ func (s *Scheduler) dispatch(ctx, runCtx context.Context, runs *sync.WaitGroup, 
 			default:
 				ticks = append(ticks, &due{e: e, at: at, next: next})
 			}
-			e.next = next
+			e.next, e.nextNs = next, next.UnixNano()
 			heap.Fix(&h, 0)
 			e.setNext(next)
 		}
@@ -168,7 +168,7 @@ func (s *Scheduler) claim(ctx context.Context, ticks []*due) {
 		reqs = reqs[:0]
 		for _, d := range pending {
 			t := d.e.t
-			reqs = append(reqs, lock.ClaimRequest{Key: claimKey(t.name, d.at, (d.first+round)%t.runsPerTick), TTL: t.claimTTL(d.at, s.lim)})
+			reqs = append(reqs, lock.ClaimRequest{Key: d.e.claimKey(d.at, (d.first+round)%t.runsPerTick), TTL: t.claimTTL(d.at, s.lim)})
 		}
 		res := s.claimEach(ctx, reqs)
 		rest := pending[:0]

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -149,7 +150,7 @@ func (s *Scheduler) Add(t *Timer) error {
 	if _, dup := s.timers[t.name]; dup {
 		return backendkit.Invalid("timers", "a timer called %q is already registered", t.name)
 	}
-	e := &entry{t: t, s: s, sem: sem}
+	e := &entry{t: t, s: s, sem: sem, prefix: namePrefix + t.name + "/tick/"}
 	if t.fallback > 0 {
 		e.local = make(chan struct{}, t.fallback)
 	}
@@ -301,7 +302,9 @@ type entry struct {
 	sem   *semaphore.Semaphore
 	local chan struct{} // the per-host cap of WithRunWhenUnavailable
 
-	next time.Time // the next tick: the dispatcher's alone
+	next   time.Time // the next tick: the dispatcher's alone
+	nextNs int64     // next in Unix nanoseconds, the heap's order
+	prefix string    // the claim keys' prefix, "timer/<name>/tick/"
 
 	mu       sync.Mutex
 	status   Status
@@ -316,12 +319,25 @@ type entry struct {
 // whose grants hold a connection (pglock) it holds none meanwhile.
 // With WithRunsPerTick(n) a tick has n claims: claim i > 0 adds "/<i>".
 func claimKey(name string, at time.Time, i int) string {
-	k := namePrefix + name + "/tick/" + strconv.FormatInt(at.UnixMilli(), 10)
-	if i > 0 {
-		k += "/" + strconv.Itoa(i)
-	}
-	return k
+	return claimKeyAfter(namePrefix+name+"/tick/", at, i)
 }
+
+// claimKeyAfter is claimKey from its prefix ("timer/<name>/tick/").
+func claimKeyAfter(prefix string, at time.Time, i int) string {
+	var b strings.Builder
+	b.Grow(len(prefix) + 26) // a 20-digit instant, "/" and a 4-digit claim
+	b.WriteString(prefix)
+	var num [20]byte
+	b.Write(strconv.AppendInt(num[:0], at.UnixMilli(), 10))
+	if i > 0 {
+		b.WriteByte('/')
+		b.Write(strconv.AppendInt(num[:0], int64(i), 10))
+	}
+	return b.String()
+}
+
+// claimKey is claimKey(e.t.name, at, i), from the prefix Add built.
+func (e *entry) claimKey(at time.Time, i int) string { return claimKeyAfter(e.prefix, at, i) }
 
 // stop ends a timer whose schedule has no tick after from: it logs an
 // error, Status reports it in Stopped, and the dispatcher drops it.
