@@ -7,7 +7,6 @@ import (
 	"os"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,30 +18,10 @@ import (
 	"github.com/leasehold-go/leasehold/timers"
 )
 
-// roundTrips counts the round trips a go-redis client makes: a command
-// or a pipeline each.
-type roundTrips struct{ n atomic.Int64 }
-
-func (r *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		r.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		r.n.Add(1)
-		return next(ctx, cmds)
-	}
-}
-
-// scaleSize is the number of timers and the span of BenchmarkTimersAtScale:
+// timersScale is the number of timers and the span of BenchmarkTimersAtScale:
 // 10,000 and 60 s (1,000 and 10 s under -short), or
 // LEASEHOLD_TIMERS_SCALE="<timers>,<span>" (for example "1000,10s").
-func scaleSize(b *testing.B) (int, time.Duration) {
+func timersScale(b *testing.B) (int, time.Duration) {
 	n, span := workload(10000, 1000), workload(60*time.Second, 10*time.Second)
 	if v := os.Getenv("LEASEHOLD_TIMERS_SCALE"); v != "" {
 		var s string
@@ -67,9 +46,10 @@ func scaleSize(b *testing.B) (int, time.Duration) {
 // scheduler made per instant (every command or pipeline its client sent)
 // and the part of them that was not a run's slot or release
 // (claim-round-trips/instant: the claims, chunked by the backend, and the
-// size checks). Run with -benchtime 1x.
+// size checks), and meanwhile the PING latency of another client
+// (probe-p50-ms, probe-p99-ms). Run with -benchtime 1x.
 func BenchmarkTimersAtScale(b *testing.B) {
-	n, span := scaleSize(b)
+	n, span := timersScale(b)
 	addr := testenv.Redis(b).Addr()
 	for b.Loop() {
 		prefix := uniqueKey("scale")
@@ -116,6 +96,8 @@ func BenchmarkTimersAtScale(b *testing.B) {
 		first := time.Now().Truncate(time.Second).Add(2 * time.Second)
 		last := first.Add(span - time.Second)
 		ctx, cancel := context.WithDeadline(context.Background(), last.Add(500*time.Millisecond))
+		probe := newRedis(b, addr)
+		stopProbe := latencyProbe(func(ctx context.Context) error { return probe.Ping(ctx).Err() })
 		var wg sync.WaitGroup
 		for _, s := range schedulers {
 			wg.Go(func() { _ = s.Run(ctx) })
@@ -123,15 +105,16 @@ func BenchmarkTimersAtScale(b *testing.B) {
 		<-time.After(time.Until(first.Add(-100 * time.Millisecond)))
 		var before [hosts]int64
 		for i, rt := range counts {
-			before[i] = rt.n.Load()
+			before[i] = rt.rts.Load()
 		}
 		<-time.After(time.Until(last.Add(500 * time.Millisecond)))
 		var trips int64
 		for i, rt := range counts {
-			trips += rt.n.Load() - before[i]
+			trips += rt.rts.Load() - before[i]
 		}
 		wg.Wait()
 		cancel()
+		p50, p99, failed := stopProbe()
 
 		mu.Lock()
 		var dups, missed, runs int64
@@ -163,5 +146,8 @@ func BenchmarkTimersAtScale(b *testing.B) {
 		perHost := float64(trips) / hosts / instants
 		b.ReportMetric(perHost, "round-trips/instant")
 		b.ReportMetric(perHost-2*float64(runs-missed)/hosts/instants, "claim-round-trips/instant")
+		b.ReportMetric(float64(p50)/float64(time.Millisecond), "probe-p50-ms")
+		b.ReportMetric(float64(p99)/float64(time.Millisecond), "probe-p99-ms")
+		b.ReportMetric(float64(failed), "probe-failed")
 	}
 }
