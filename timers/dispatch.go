@@ -22,19 +22,26 @@ import (
 // not due cost nothing: the dispatcher wakes only at due instants, and
 // taking the due ones off the heap costs O(log timers) each.
 
-// tickHeap orders the timers by their next tick (entry.next).
-type tickHeap []*entry
+// tickHeap orders the timers by their next tick (entry.next), kept in
+// Unix nanoseconds beside each entry so that ordering them reads the
+// heap's array only.
+type tickHeap []heapItem
+
+type heapItem struct {
+	at int64 // e.next in Unix nanoseconds
+	e  *entry
+}
 
 func (h tickHeap) Len() int           { return len(h) }
-func (h tickHeap) Less(i, j int) bool { return h[i].nextNs < h[j].nextNs }
+func (h tickHeap) Less(i, j int) bool { return h[i].at < h[j].at }
 func (h tickHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *tickHeap) Push(x any)        { *h = append(*h, x.(*entry)) }
+func (h *tickHeap) Push(x any)        { *h = append(*h, x.(heapItem)) }
 func (h *tickHeap) Pop() any {
 	old := *h
-	e := old[len(old)-1]
-	old[len(old)-1] = nil
+	it := old[len(old)-1]
+	old[len(old)-1] = heapItem{}
 	*h = old[:len(old)-1]
-	return e
+	return it
 }
 
 // due is one tick taken by the dispatcher, with its claim's outcome.
@@ -54,9 +61,9 @@ func (s *Scheduler) dispatch(ctx, runCtx context.Context, runs *sync.WaitGroup, 
 	now := clock()
 	for _, e := range entries {
 		if at := e.t.schedule.next(now); at.After(now) {
-			e.next, e.nextNs = at, at.UnixNano()
+			e.next = at
 			e.setNext(at)
-			h = append(h, e)
+			h = append(h, heapItem{at.UnixNano(), e})
 		} else {
 			e.stop(now)
 		}
@@ -67,14 +74,14 @@ func (s *Scheduler) dispatch(ctx, runCtx context.Context, runs *sync.WaitGroup, 
 	wait := time.NewTimer(time.Hour)
 	defer wait.Stop()
 	for len(h) > 0 {
-		if !sleepUntil(ctx, wait, h[0].next, clock) {
+		if !sleepUntil(ctx, wait, h[0].e.next, clock) {
 			return
 		}
 		s.wakeups.Add(1)
 		now := clock()
 		var ticks []*due
-		for len(h) > 0 && !h[0].next.After(now) {
-			e := h[0]
+		for len(h) > 0 && !h[0].e.next.After(now) {
+			e := h[0].e
 			at := e.next
 			next := e.t.schedule.next(at)
 			switch {
@@ -96,7 +103,7 @@ func (s *Scheduler) dispatch(ctx, runCtx context.Context, runs *sync.WaitGroup, 
 			default:
 				ticks = append(ticks, &due{e: e, at: at, next: next})
 			}
-			e.next, e.nextNs = next, next.UnixNano()
+			e.next, h[0].at = next, next.UnixNano()
 			heap.Fix(&h, 0)
 			e.setNext(next)
 		}

@@ -303,7 +303,6 @@ type entry struct {
 	local chan struct{} // the per-host cap of WithRunWhenUnavailable
 
 	next   time.Time // the next tick: the dispatcher's alone
-	nextNs int64     // next in Unix nanoseconds, the heap's order
 	prefix string    // the claim keys' prefix, "timer/<name>/tick/"
 
 	mu       sync.Mutex
