@@ -112,3 +112,6 @@ func failed(ctx context.Context, err error) *redis.Cmd {
 
 // Hash is the script's SHA-1 in hex, as EVALSHA names it.
 func (s *Script) Hash() string { return s.hash.(string) }
+
+// Source is the script's text, as EVAL sends it.
+func (s *Script) Source() string { return s.src }

@@ -50,6 +50,17 @@
 // holder's key is free when its lease expires: the rounded ttl after its
 // last renewal, plus up to 500 ms.
 //
+// Batches (lock.Batcher, used by lock.Keeper): NewBatch's grants share
+// leases, at most BatchLeaseGrants (2,000) per lease. Renew sends one
+// keepalive per lease, all on one stream, and reads each lease's attached
+// keys (one LeaseTimeToLive per lease, at most 8 at once): N grants cost
+// 1 + ceil(N/2,000) round trips. A grant whose key was deleted while its
+// lease lives (ForceRelease, which leaves a batch's lease be) is ErrLost
+// alone; a lease gone ends its grants; no answer leaves them unknown.
+// ClaimEach (lock.EachClaimer) puts up to MaxClaimsPerTxn (127) claims in
+// one Txn of nested Txns, as lock.Claim's generic path would, one lease
+// per distinct ttl. Details: docs/etcd.md.
+//
 // Limits (lock.Limited; out of them, an error matching
 // lock.ErrInvalidArgument, before anything is sent):
 //

@@ -68,6 +68,15 @@ func TestConformance(t *testing.T) {
 	locktest.Run(t, func(t testing.TB) lock.Lock { return newLock(t, srv.Endpoints()) }, suiteOptions()...)
 }
 
+// The conformance suite on grants made through a Batch (locktest.Batched),
+// and what only batches do (locktest.RunBatch).
+func TestConformanceBatched(t *testing.T) {
+	srv := testenv.Etcd(t)
+	f := func(t testing.TB) lock.Lock { return newLock(t, srv.Endpoints()) }
+	t.Run("Suite", func(t *testing.T) { locktest.Run(t, locktest.Batched(f), suiteOptions()...) })
+	t.Run("Batch", func(t *testing.T) { locktest.RunBatch(t, f, suiteOptions()...) })
+}
+
 func TestConformanceCluster(t *testing.T) {
 	srv := testenv.NewEtcd(t, testenv.Members(3))
 	locktest.Run(t, func(t testing.TB) lock.Lock { return newLock(t, srv.Endpoints()) }, suiteOptions()...)

@@ -191,3 +191,67 @@ func ExampleLock_TryAcquireAll() {
 	defer g.Release(ctx)
 	fmt.Println("holding", g.Keys(), "tokens", g.Tokens())
 }
+
+// Hold the partitions of a stream in one batch: their grants share a few
+// leases (etcdlock.BatchLeaseGrants grants per lease) and one Renew keeps
+// them all, a keepalive and a read per lease. (lock.Keeper does the
+// renewing for you, every ttl/3.)
+func ExampleLock_NewBatch() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	client, err := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:2379"}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	l, err := etcdlock.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	b, err := l.NewBatch(ctx, 30*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer b.Close(ctx) // revokes the leases: every grant still held ends
+	var held []lock.Handle
+	for p := range 64 {
+		h, err := b.TryAcquire(ctx, fmt.Sprintf("stream/orders/partition/%d", p))
+		if err == nil {
+			held = append(held, h)
+		}
+	}
+	for i, err := range b.Renew(ctx, held) {
+		switch {
+		case errors.Is(err, lock.ErrLost):
+			fmt.Println("lost", held[i].Key()) // that partition alone
+		case err != nil:
+			fmt.Println("unknown until", held[i].ValidUntil(), err)
+		}
+	}
+}
+
+// Claim the ticks of every timer due at one instant: one Txn per
+// etcdlock.MaxClaimsPerTxn claims. Each claim lapses after its ttl.
+func ExampleLock_ClaimEach() {
+	client, _ := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:2379"}, DialTimeout: 5 * time.Second})
+	l, _ := etcdlock.New(client)
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	due := time.Now().Truncate(time.Minute).Unix()
+	reqs := []lock.ClaimRequest{
+		{Key: fmt.Sprintf("timers/report/%d", due), TTL: time.Minute},
+		{Key: fmt.Sprintf("timers/cleanup/%d", due), TTL: time.Minute},
+	}
+	for i, r := range lock.ClaimEach(ctx, l, reqs) {
+		switch {
+		case r.Err == nil:
+			fmt.Println("run", reqs[i].Key, "under token", r.Token)
+		case errors.Is(r.Err, lock.ErrNotAcquired):
+			// another scheduler claimed this tick
+		default:
+			log.Print(r.Err)
+		}
+	}
+}

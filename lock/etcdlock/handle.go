@@ -27,10 +27,15 @@ type handle struct {
 	// moving is the lease of a swap whose outcome is unknown (under op): the
 	// key is attached to it or to lease. The next Extend finds out which.
 	moving *spare
+	// batch and bl are the batch and its lease a batch grant was made on
+	// (nil for other grants; see batch.go).
+	batch *batch
+	bl    *batchLease
 
 	mu         sync.Mutex
 	validUntil time.Time
 	released   bool
+	onShared   bool          // the key rests on bl, and is counted there (under mu)
 	isLost     bool          // the grant was seen gone (under mu)
 	lost       chan struct{} // made by the first Lost, closed once lost (under mu)
 }
@@ -71,12 +76,15 @@ func (h *handle) Lost() <-chan struct{} {
 // markLost records that the grant is gone and closes Lost's channel.
 func (h *handle) markLost() {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	if !h.isLost {
 		h.isLost = true
 		if h.lost != nil {
 			close(h.lost)
 		}
+	}
+	h.mu.Unlock()
+	if h.bl != nil {
+		h.detach()
 	}
 }
 
@@ -94,7 +102,10 @@ func (h *handle) lostErr(what string) error {
 // old lease. That costs a lease grant
 // too, unless a spare of that ttl is pooled. When the Txn's outcome is
 // unknown, the key is on one of the two leases: ValidUntil is the earlier
-// of their ends, and the next Extend reads the key to settle which.
+// of their ends, and the next Extend reads the key to settle which. A
+// batch's grant on its batch's lease is renewed by a keepalive and a read
+// of its key (it may be deleted while the shared lease lives); a move
+// leaves the shared lease alone.
 func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := limits.CheckTTL(ttl); err != nil {
 		return err
@@ -127,6 +138,12 @@ func (h *handle) Extend(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		return err
 	}
+	if h.isShared(h.lease.id) { // a batch's lease: the key may be gone while it lives
+		h.batch.renewed(h.bl, h.lease.sent, int64(h.lease.granted/time.Second))
+		if err := h.checkKey(ctx); err != nil {
+			return err
+		}
+	}
 	h.mu.Lock()
 	h.validUntil = vu
 	h.mu.Unlock()
@@ -138,6 +155,9 @@ func (h *handle) swap(ctx context.Context, sec int64, ttl time.Duration) error {
 	s, err := h.l.lease(ctx, sec, ttl)
 	if err != nil {
 		return err
+	}
+	if h.bl != nil {
+		h.detach() // leaving the batch's lease (Renew now leaves it to Extend)
 	}
 	sent := time.Now()
 	r, err := h.l.client.Txn(requireLeader(ctx)).If(
@@ -161,7 +181,7 @@ func (h *handle) swap(ctx context.Context, sec int64, ttl time.Duration) error {
 	}
 	old := h.lease
 	h.lease = s
-	h.l.revokeLater(old.id) // no key is attached to it any more
+	h.dropLease(old.id) // no key is attached to it any more
 	vu := validUntil(sent, ttl, s)
 	h.mu.Lock()
 	h.validUntil = vu
@@ -185,7 +205,7 @@ func (h *handle) settle(ctx context.Context) error {
 	}
 	switch clientv3.LeaseID(r.Kvs[0].Lease) {
 	case moving.id:
-		h.l.revokeLater(h.lease.id)
+		h.dropLease(h.lease.id)
 		h.lease = moving
 	default:
 		h.l.revokeLater(moving.id)
@@ -198,27 +218,35 @@ func (h *handle) settle(ctx context.Context) error {
 // needs no compare. The deletion wakes the waiters watching the key. The
 // lease, now without a key, goes back to the Lock's spares for a later
 // grant (see the package documentation); when the outcome is unknown it
-// is revoked instead, which deletes the key if the delete did not.
+// is revoked instead, which deletes the key if the delete did not. A
+// batch's grant leaves its lease, shared with the batch's other grants,
+// alone: an unknown outcome deletes the key again in the background.
 func (h *handle) Release(ctx context.Context) error {
 	if err := beginRelease(ctx, &h.op, &h.mu, &h.released); err != nil {
 		return h.releaseErr(err)
 	}
 	defer h.op.Unlock()
 	h.l.unwatchLoss(h)
+	if h.bl != nil {
+		h.detach()
+	}
 	if h.moving != nil { // the key is on one of two leases: the other goes after the delete
 		defer h.l.revokeLater(h.moving.id)
 		h.moving = nil
 	}
 	r, err := h.l.client.Delete(requireLeader(ctx), h.ekey)
 	switch {
+	case err != nil && h.isShared(h.lease.id):
+		h.l.deleteLater(h.ekey) // the lease is the batch's: the key alone goes
+		err = backendkit.Unavailable("etcdlock: release", err)
 	case err != nil:
 		h.l.revokeLater(h.lease.id)
 		err = backendkit.Unavailable("etcdlock: release", err)
 	case r.Deleted == 0:
 		h.markLost()
-		h.l.revokeLater(h.lease.id) // expired already, or the key was deleted behind our back
+		h.dropLease(h.lease.id) // expired already, or the key was deleted behind our back
 		err = h.lostErr("release")
-	default:
+	case !h.isShared(h.lease.id):
 		h.l.giveBack(h.lease)
 	}
 	h.l.metrics.Release(ctx, err)

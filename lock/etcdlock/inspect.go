@@ -44,30 +44,60 @@ func (l *Lock) Inspect(ctx context.Context, key string) (lock.Grant, bool, error
 	return first, true, nil
 }
 
-// List implements lock.Inspector: one range read of the keys under prefix
-// (sorted by key, as etcd returns them; one Grant per share, writers'
-// intent keys left out), then the remaining ttl of their
-// leases, read in parallel.
+// listPage is how many keys one range read of List returns, and
+// leasePool how many lease ttls it reads at once: no List call reads more
+// than a page, whatever the number of grants.
+const (
+	listPage  = 1000
+	leasePool = 8
+)
+
+// List implements lock.Inspector: range reads of the keys under prefix,
+// listPage keys each (sorted by key, as etcd returns them; one Grant per
+// share, writers' intent keys left out), then the remaining ttl of each
+// distinct lease among them (the grants of a batch share theirs), read
+// leasePool at a time.
 func (l *Lock) List(ctx context.Context, prefix string) ([]lock.Grant, error) {
 	if err := backendkit.CheckContext(ctx); err != nil {
 		return nil, err
 	}
-	r, err := l.client.Get(requireLeader(ctx), l.prefix+escape(prefix), clientv3.WithPrefix())
-	if err != nil {
-		return nil, backendkit.Unavailable("etcdlock: list", err)
+	from := l.prefix + escape(prefix)
+	end := clientv3.GetPrefixRangeEnd(from)
+	ttls := map[int64]int64{}
+	var out []lock.Grant
+	for {
+		r, err := l.client.Get(requireLeader(ctx), from, clientv3.WithRange(end), clientv3.WithLimit(listPage))
+		if err != nil {
+			return nil, backendkit.Unavailable("etcdlock: list", err)
+		}
+		gs, err := l.grantsWith(ctx, r.Kvs, ttls)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, gs...)
+		if !r.More || len(r.Kvs) == 0 {
+			return out, nil
+		}
+		from = string(r.Kvs[len(r.Kvs)-1].Key) + "\x00"
 	}
-	return l.grants(ctx, r.Kvs)
 }
 
 // grants turns key-values into grants, dropping those whose lease has just
 // ended (the key is being deleted) and those this package did not write.
 func (l *Lock) grants(ctx context.Context, kvs []*mvccpb.KeyValue) ([]lock.Grant, error) {
-	out := make([]lock.Grant, len(kvs))
-	keep := make([]bool, len(kvs))
-	errs := make([]error, len(kvs))
-	sem := make(chan struct{}, 8)
-	var wg sync.WaitGroup
-	for i, kv := range kvs {
+	return l.grantsWith(ctx, kvs, map[int64]int64{})
+}
+
+// grantsWith is grants with ttls, the remaining ttl of the leases already
+// read (lease: ttl), which it completes.
+func (l *Lock) grantsWith(ctx context.Context, kvs []*mvccpb.KeyValue, ttls map[int64]int64) ([]lock.Grant, error) {
+	type found struct {
+		g     lock.Grant
+		lease int64
+	}
+	var fs []found
+	var missing []int64
+	for _, kv := range kvs {
 		ek := string(kv.Key)
 		key, kind, ok := parseKey(ek[len(l.prefix):])
 		if !ok || kind == kindIntent || kv.Lease == 0 {
@@ -81,44 +111,66 @@ func (l *Lock) grants(ctx context.Context, kvs []*mvccpb.KeyValue) ([]lock.Grant
 		if v.group {
 			g.Group = ek[len(ek)-idLen:]
 		}
+		fs = append(fs, found{g, kv.Lease})
+		if _, ok := ttls[kv.Lease]; !ok {
+			ttls[kv.Lease] = 0
+			missing = append(missing, kv.Lease)
+		}
+	}
+	var (
+		mu       sync.Mutex
+		firstErr error
+		next     = make(chan int64)
+		wg       sync.WaitGroup
+	)
+	for range min(leasePool, len(missing)) {
 		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			r, err := l.client.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
-			switch {
-			case err != nil:
-				errs[i] = err
-			case r.TTL >= 0:
-				g.Remaining = leaseRemaining(r.TTL)
-				out[i], keep[i] = g, true
+			for id := range next {
+				r, err := l.client.TimeToLive(ctx, clientv3.LeaseID(id))
+				mu.Lock()
+				if err != nil && firstErr == nil {
+					firstErr = err
+				} else if err == nil {
+					ttls[id] = r.TTL
+				}
+				mu.Unlock()
 			}
 		})
 	}
+	for _, id := range missing {
+		next <- id
+	}
+	close(next)
 	wg.Wait()
+	if firstErr != nil {
+		return nil, backendkit.Unavailable("etcdlock: lease ttl", firstErr)
+	}
 	var res []lock.Grant
-	for i := range out {
-		if errs[i] != nil {
-			return nil, backendkit.Unavailable("etcdlock: lease ttl", errs[i])
-		}
-		if keep[i] {
-			res = append(res, out[i])
+	for _, f := range fs {
+		if ttl := ttls[f.lease]; ttl >= 0 {
+			f.g.Remaining = leaseRemaining(ttl)
+			res = append(res, f.g)
 		}
 	}
 	return res, nil
 }
 
 // grantValue is a grant's value, "<granted at>|<lease end>|<owner>" (µs
-// since the epoch), after groupMark for a group's grant.
+// since the epoch), after groupMark for a group's grant and batchMark for
+// a batch's.
 type grantValue struct {
 	since, end time.Time
 	owner      string
 	group      bool
+	batch      bool // on a lease shared by other grants: ForceRelease leaves it
 }
 
 // parseValue reads a grant's value.
 func parseValue(value string) (grantValue, bool) {
 	group := strings.HasPrefix(value, groupMark)
 	value = strings.TrimPrefix(value, groupMark)
+	batch := strings.HasPrefix(value, batchMark)
+	value = strings.TrimPrefix(value, batchMark)
 	at, rest, ok := strings.Cut(value, "|")
 	if !ok {
 		return grantValue{}, false
@@ -132,7 +184,7 @@ func parseValue(value string) (grantValue, bool) {
 	if err1 != nil || err2 != nil {
 		return grantValue{}, false
 	}
-	return grantValue{since: time.UnixMicro(us), end: time.UnixMicro(eus), owner: owner, group: group}, true
+	return grantValue{since: time.UnixMicro(us), end: time.UnixMicro(eus), owner: owner, group: group, batch: batch}, true
 }
 
 // leaseRemaining converts a remaining lease ttl as etcd reports it (whole
@@ -159,7 +211,10 @@ func leaseRemaining(ttl int64) time.Duration {
 // it back to a spare pool any more. An operator's tool: fencing still
 // protects the resource from the evicted holder, which may have been
 // paused mid-write. A group's grant is deleted with its lease, which
-// deletes the group's other keys too.
+// deletes the group's other keys too. A batch's grant (see NewBatch) is
+// deleted alone: its lease is shared by the batch's other grants, and its
+// holder learns of the deletion at its next Renew or Extend, which read
+// the key.
 func (l *Lock) ForceRelease(ctx context.Context, key string) (bool, error) {
 	if err := backendkit.ValidateKey(ctx, key); err != nil {
 		return false, err
@@ -183,7 +238,7 @@ func (l *Lock) ForceRelease(ctx context.Context, key string) (bool, error) {
 			continue // released or expired meanwhile
 		}
 		found = true
-		if kv.Lease != 0 {
+		if v, _ := parseValue(string(kv.Value)); kv.Lease != 0 && !v.batch {
 			if _, err := l.client.Revoke(requireLeader(ctx), clientv3.LeaseID(kv.Lease)); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 				// The key is gone already; the holder's Release or Lost still
 				// tells it, and the lease expires with its ttl.

@@ -15,7 +15,10 @@ import (
 // NUL 0x01. A writer waiting for k marks it with the intent key
 // prefix + enc(k) + "w" (see shared.go). The grant id is the lease the
 // grant was made on, unique among the grants that can exist at once (a
-// lease goes back to the spares only after its grant is deleted). Every
+// lease goes back to the spares only after its grant is deleted); a
+// batch's grant, on a lease shared with others, has an id from a counter
+// of its batch instead (batch.go), unique among the grants of one lease
+// over its life. Every
 // grant, share and intent key of k, and no key of another key, starts with
 // prefix+enc(k), the key's range: enc is a prefix-free code, and it keeps
 // the order and the prefixes of keys, so List's range read of

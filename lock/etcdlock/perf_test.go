@@ -35,13 +35,39 @@ func (c *rpcCounter) intercept(ctx context.Context, method string, req, reply an
 	return invoker(ctx, method, req, reply, cc, opts...)
 }
 
+// stream counts the streams opened with a caller's context (method +
+// " stream") and the messages sent on them (method).
+func (c *rpcCounter) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	s, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil || ctx.Value(callerKey{}) == nil {
+		return s, err
+	}
+	c.mu.Lock()
+	c.n[method+" stream"]++
+	c.mu.Unlock()
+	return countedStream{s, c, method}, nil
+}
+
+type countedStream struct {
+	grpc.ClientStream
+	c      *rpcCounter
+	method string
+}
+
+func (s countedStream) SendMsg(m any) error {
+	s.c.mu.Lock()
+	s.c.n[s.method]++
+	s.c.mu.Unlock()
+	return s.ClientStream.SendMsg(m)
+}
+
 // countingLock is a Lock whose client counts the RPCs made with a
 // caller's context (callerKey).
 func countingLock(t *testing.T, endpoints []string) (*etcdlock.Lock, *rpcCounter) {
 	t.Helper()
 	rc := &rpcCounter{n: map[string]int{}}
 	cfg := clientConfig(endpoints)
-	cfg.DialOptions = []grpc.DialOption{grpc.WithChainUnaryInterceptor(rc.intercept)}
+	cfg.DialOptions = []grpc.DialOption{grpc.WithChainUnaryInterceptor(rc.intercept), grpc.WithChainStreamInterceptor(rc.stream)}
 	c, err := clientv3.New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -12,11 +12,15 @@ end
 -- when the counter was lost (a restart without persistence, FLUSHALL, its
 -- own expiry an hour after the last grant). A counter that is not a number
 -- (another client wrote it) counts as lost. Prepended to acquire.lua and
--- handoff.lua.
-local function nextToken(fenceKey, since, now)
-  local last = tonumber(redis.call('GET', fenceKey) or '0') or 0
+-- handoff.lua. tokenAfter is the same for a counter already read (last:
+-- its value, or false for none), as claim_each.lua reads them all at once.
+local function tokenAfter(last, since, now)
+  last = tonumber(last or '0') or 0
   if last >= now then
     return string.format('%.0f', last + 1)
   end
   return since
+end
+local function nextToken(fenceKey, since, now)
+  return tokenAfter(redis.call('GET', fenceKey), since, now)
 end

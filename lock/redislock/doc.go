@@ -21,9 +21,11 @@
 //     point (TryAcquire, Extend, AcquireQueued, TryAcquireAny, lock.Claim,
 //     lock.Keep); ttls are whole milliseconds (rounded up);
 //   - keys per TryAcquireAny or Subscribe: MaxKeys (lock.MaxKeys, 4096).
-//     One script looks at 1024 keys at most; over more keys TryAcquireAny
+//     One script looks at 512 keys at most; over more keys TryAcquireAny
 //     runs several, one round trip each, until one grants a key;
-//   - keys per TryAcquireAll: MaxGroupKeys (1024: one script holds the
+//   - handles per Batch.Renew and requests per ClaimEach: any number, in
+//     scripts of 1,000 and 250 keys;
+//   - keys per TryAcquireAll: MaxGroupKeys (256: one script holds the
 //     whole group);
 //   - key: 1 to lock.MaxKeyLen bytes.
 //
@@ -48,6 +50,24 @@
 // names the group (lock.Grant.Group). The group's Extend and Release are
 // one script each. On Cluster the keys of a group must share a hash tag
 // ({…}), otherwise lock.ErrInvalidKey.
+//
+// Many grants (lock.Batcher, lock.EachClaimer). A Batch (NewBatch, which
+// lock.Keeper uses) renews many grants of the Lock together: one script
+// per chunk of at most 1,000 keys (on a Cluster, keys of one hash slot:
+// give keys that are held together a common hash tag, or each slot makes
+// a chunk of its own), all chunks in one pipeline, so a renewal costs one
+// round trip of wall time (one per master on a Cluster, sent at once),
+// and a lost grant is reported alone. Shares are not renewed by a batch
+// (lock.ErrInvalidArgument: they are extended alone). ClaimEach makes many
+// claims (lock.Claim) the same way, in chunks of at most 250 keys.
+//
+// No script of this package works on an unbounded set, so that none
+// stalls the server's other clients for long (each bound below costs the
+// server about 1.5 ms at most; docs/redis.md, "Scale"): 1,000 keys per
+// renewal chunk, 250 per claim chunk, 512 per TryAcquireAny script,
+// MaxGroupKeys (256) per TryAcquireAll, 1,000 expired shares dropped per
+// call, 1,000 queued waiters per Waiting script (a longer queue takes a
+// round trip per 1,000); List reads a key's shares 1,000 at a time.
 //
 // Values read back from Redis (remaining ttls, fence counters, queue
 // entries) are not trusted: they are clamped or dropped.

@@ -271,3 +271,62 @@ func ExampleLock_TryAcquireAll() {
 	fmt.Println("tokens", g.Tokens())
 	// lock.DoAll(ctx, l, keys, fn) waits for the whole set without deadlock.
 }
+
+// Many grants kept alive together: a Keeper (lock.NewKeeper) does this for
+// you; here a batch renews 3,000 partitions' grants in one round trip, in
+// scripts of 1,000 keys. Like every example of this package it needs a
+// Redis server, so it is compile-only (no Output line).
+func ExampleLock_NewBatch() {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer client.Close()
+	l, err := redislock.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	b, err := l.NewBatch(ctx, 30*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer b.Close(ctx)
+	var held []lock.Handle
+	for p := range 3000 {
+		h, err := b.TryAcquire(ctx, fmt.Sprintf("stream/partition/%d", p))
+		if err != nil {
+			continue // ErrNotAcquired: another consumer has it
+		}
+		held = append(held, h)
+	}
+	// Every 10 s (a third of the ttl):
+	for i, err := range b.Renew(ctx, held) {
+		switch {
+		case errors.Is(err, lock.ErrLost):
+			fmt.Println("lost", held[i].Key()) // that partition alone: stop working on it
+		case err != nil:
+			fmt.Println("unknown: held at most until", held[i].ValidUntil())
+		}
+	}
+}
+
+// The ticks of many timers due at one instant, claimed in one round trip.
+// Like every example of this package it needs a Redis server, so it is
+// compile-only (no Output line).
+func ExampleLock_ClaimEach() {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer client.Close()
+	l, err := redislock.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	reqs := []lock.ClaimRequest{
+		{Key: "timer/invoices/2026-11-25T02:00", TTL: time.Minute},
+		{Key: "timer/reminders/2026-11-25T02:00", TTL: time.Minute},
+	}
+	for i, r := range l.ClaimEach(context.Background(), reqs) {
+		if r.Err == nil {
+			fmt.Println("this instance runs", reqs[i].Key, "under token", r.Token)
+		}
+	}
+}

@@ -141,35 +141,45 @@ func (l *Lock) scan(ctx context.Context, c redis.Cmdable, prefix string) ([]lock
 	}
 }
 
+// sharesPage is the most shares one read of List takes from a key's set,
+// so that no call reads an unbounded set; a key with more is read in
+// pages, a round trip each.
+const sharesPage = 1000
+
 // scanShares reads the live shares of the keys at shared (indexes of names
-// and of their lock keys rkeys), one Grant each, in one round trip.
+// and of their lock keys rkeys), one Grant each: in one round trip, and
+// one more per further page of sharesPage shares of a key.
 func (l *Lock) scanShares(ctx context.Context, c redis.Cmdable, names, rkeys []string, shared []int) ([]lock.Grant, error) {
-	if len(shared) == 0 {
-		return nil, nil
-	}
-	pipe := c.Pipeline()
-	now := pipe.Time(ctx)
-	sets := make([]*redis.ZSliceCmd, len(shared))
-	for i, k := range shared {
-		sets[i] = pipe.ZRangeWithScores(ctx, l.prefix+"s"+strings.TrimPrefix(rkeys[k], l.prefix+"l"), 0, -1)
-	}
-	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
-		return nil, fmt.Errorf("reading shares: %w", err)
-	}
-	nowMs := now.Val().UnixMilli()
 	var out []lock.Grant
-	for i, k := range shared {
-		for _, z := range sets[i].Val() {
-			v, _ := z.Member.(string)
-			left := int64(z.Score) - nowMs
-			if left <= 0 {
-				continue // expired, not yet pruned
+	for from := int64(0); len(shared) > 0; from += sharesPage {
+		pipe := c.Pipeline()
+		now := pipe.Time(ctx)
+		sets := make([]*redis.ZSliceCmd, len(shared))
+		for i, k := range shared {
+			sets[i] = pipe.ZRangeWithScores(ctx, l.prefix+"s"+strings.TrimPrefix(rkeys[k], l.prefix+"l"), from, from+sharesPage-1)
+		}
+		if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+			return nil, fmt.Errorf("reading shares: %w", err)
+		}
+		nowMs := now.Val().UnixMilli()
+		more := shared[:0]
+		for i, k := range shared {
+			for _, z := range sets[i].Val() {
+				v, _ := z.Member.(string)
+				left := int64(z.Score) - nowMs
+				if left <= 0 {
+					continue // expired, not yet pruned
+				}
+				if g, ok := parseGrant(names[k], v, left); ok {
+					g.Shared = true
+					out = append(out, g)
+				}
 			}
-			if g, ok := parseGrant(names[k], v, left); ok {
-				g.Shared = true
-				out = append(out, g)
+			if len(sets[i].Val()) == sharesPage {
+				more = append(more, k)
 			}
 		}
+		shared = more
 	}
 	return out, nil
 }
