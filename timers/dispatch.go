@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
+	"github.com/leasehold-go/leasehold/semaphore"
 )
 
 // The dispatcher. One goroutine per Scheduler (Run's own) keeps the
@@ -256,7 +258,7 @@ func (e *entry) claimed(ctx, runCtx, attempt context.Context, runs, slots *sync.
 	slots.Add(1)
 	runs.Go(func() {
 		lease := e.t.leaseFor(at, e.s.lim)
-		permit, err := e.sem.TryAcquire(attempt, lease)
+		permit, err := e.s.takeSlot(attempt, e.sem, lease)
 		slots.Done()
 		switch {
 		case errors.Is(err, lock.ErrNotAcquired):
@@ -274,4 +276,23 @@ func (e *entry) claimed(ctx, runCtx, attempt context.Context, runs, slots *sync.
 		err = e.hold(runCtx, permit, lease, tick)
 		e.finish(runCtx, tick, start, err)
 	})
+}
+
+// slotWorkers bounds the slot attempts a scheduler makes at once: 10,000
+// timers due at one instant would otherwise send 10,000 requests at once
+// and hold every connection of the client's pool, so that the next
+// instant's claims wait behind them.
+const slotWorkers = 16
+
+// takeSlot takes a slot of sem for ttl, among at most slotWorkers
+// attempts at once; an attempt that cannot start before ctx ends fails as
+// a backend that does not answer (lock.ErrUnavailable).
+func (s *Scheduler) takeSlot(ctx context.Context, sem *semaphore.Semaphore, ttl time.Duration) (*semaphore.Permit, error) {
+	select {
+	case s.slotGate <- struct{}{}:
+	case <-ctx.Done():
+		return nil, backendkit.Unavailable("timers: taking a slot", context.Cause(ctx))
+	}
+	defer func() { <-s.slotGate }()
+	return sem.TryAcquire(ctx, ttl)
 }

@@ -262,3 +262,42 @@ func TestSlotLeasesRenewedTogether(t *testing.T) {
 		}
 	})
 }
+
+// slowSlots is memlock whose slot attempts (TryAcquireAny) take 10 ms
+// and record how many are in flight at once.
+type slowSlots struct {
+	*memlock.Lock
+	inFlight, peak atomic.Int64
+}
+
+func (s *slowSlots) TryAcquireAny(ctx context.Context, keys []string, ttl time.Duration) (lock.Handle, error) {
+	n := s.inFlight.Add(1)
+	defer s.inFlight.Add(-1)
+	for p := s.peak.Load(); n > p && !s.peak.CompareAndSwap(p, n); p = s.peak.Load() {
+	}
+	time.Sleep(10 * time.Millisecond)
+	return s.Lock.TryAcquireAny(ctx, keys, ttl)
+}
+
+// 100 timers due at one instant on a backend whose slot attempts take
+// 10 ms: at most 16 attempts are in flight at once (so that they do not
+// hold every connection of a client's pool while the next instant's
+// claims wait), and every tick still runs, within its interval.
+func TestSlotAttemptsAreBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		time.Sleep(time.Until(epoch))
+		l := &slowSlots{Lock: testkit.Must(memlock.New())}
+		s := testkit.Must(timers.New(l))
+		var ran timerTicks
+		for i := range 100 {
+			if err := s.Add(timers.Every(fmt.Sprintf("t%d", i), time.Second, ran.fn)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		runFor(t, s, 3500*time.Millisecond)
+		ran.each(t, 300, 1)
+		if p := l.peak.Load(); p != 16 {
+			t.Errorf("%d slot attempts in flight at once, want 16", p)
+		}
+	})
+}

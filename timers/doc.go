@@ -108,7 +108,15 @@
 // timer's first choice among its n claims goes in that call; the timers
 // whose choice was taken try their next one in a second call, and so on
 // (n calls at most). Each claimed tick then takes its slot (one semaphore
-// TryAcquire per run) and runs on a goroutine of its own.
+// TryAcquire per run, at most 16 at a time per scheduler, so that they do
+// not hold every connection of the client's pool while the next claims
+// wait) and runs on a goroutine of its own. The runs' slot leases are kept
+// by one lock.Keeper per lease ttl (renewed together, through the
+// backend's lock.Batch), closed when Run returns. The sizes of the timers'
+// semaphores (WithMaxConcurrency) are declared and compared with the
+// other hosts' for all the timers together (semaphore.CheckSizes: one
+// lock.ClaimEach and one listing) when Run starts and every 30 s; a timer
+// whose hosts disagree skips its ticks (reason error) until they agree.
 //
 // Status reports, per timer, the next tick, this host's last run (its
 // Runner is the scheduler's owner: WithCommon's Owner, else the Lock's) and

@@ -33,8 +33,9 @@ type Scheduler struct {
 	lockOpts []lock.Option // what the helpers it calls are given
 	m        *metrics
 
-	lim     lock.Limits
-	keepers *keepers // Run's
+	lim      lock.Limits
+	keepers  *keepers      // Run's
+	slotGate chan struct{} // the slot attempts in flight (takeSlot)
 
 	mu      sync.Mutex
 	timers  map[string]*entry
@@ -107,7 +108,7 @@ func New(l lock.Lock, opts ...SchedulerOption) (*Scheduler, error) {
 	}
 	tel := backendkit.NewTelemetry(c)
 	return &Scheduler{
-		l: l, set: set, common: c, timers: map[string]*entry{}, lim: lock.LimitsOf(l),
+		l: l, set: set, common: c, timers: map[string]*entry{}, lim: lock.LimitsOf(l), slotGate: make(chan struct{}, slotWorkers),
 		lockOpts: []lock.Option{tel.HelperOption(c)}, m: newMetrics(tel),
 	}, nil
 }
