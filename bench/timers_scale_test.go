@@ -38,19 +38,33 @@ func timersScale(b *testing.B) (int, time.Duration) {
 }
 
 // BenchmarkTimersAtScale: three schedulers on Redis, each with its own
-// client and Lock, run the same 10,000 timers ticking every second (all
-// due at the same instants: the case where claims go together) for 60 s.
-// Every run is recorded; over the whole seconds of the span, each (timer,
-// tick) must have run exactly once: reports dup-runs and missed (with the
-// skips by reason, from Status, in the log), the round trips each
-// scheduler made per instant (every command or pipeline its client sent)
-// and the part of them that was not a run's slot or release
-// (claim-round-trips/instant: the claims, chunked by the backend, and the
-// size checks), and meanwhile the PING latency of another client
-// (probe-p50-ms, probe-p99-ms). Run with -benchtime 1x.
+// client and Lock, run the same 10,000 timers ticking every second for
+// 60 s: "aligned", all due at the same instant each second (the case
+// where claims go together), and "spread", with WithSpreadStart (the
+// ticks spread over the second). Every run is recorded; over the whole
+// seconds of the span, each (timer, tick) must have run exactly once:
+// reports dup-runs and missed (with the skips by reason, from Status, in
+// the log), the round trips each scheduler made per second (every command
+// or pipeline its client sent; per instant when aligned) and the part of
+// them that was not a run's slot or release (claim-round-trips: the
+// claims, chunked by the backend, and the size checks), and meanwhile the
+// PING latency of another client (probe-p50-ms, probe-p99-ms). Run with
+// -benchtime 1x.
 func BenchmarkTimersAtScale(b *testing.B) {
+	for _, spread := range []bool{false, true} {
+		name := map[bool]string{false: "aligned", true: "spread"}[spread]
+		b.Run(name, func(b *testing.B) { timersAtScale(b, spread) })
+	}
+}
+
+func timersAtScale(b *testing.B, spread bool) {
 	n, span := timersScale(b)
 	addr := testenv.Redis(b).Addr()
+	var opts []timers.Option
+	per := "instant"
+	if spread {
+		opts, per = append(opts, timers.WithSpreadStart()), "s"
+	}
 	for b.Loop() {
 		prefix := uniqueKey("scale")
 		var mu sync.Mutex
@@ -85,7 +99,7 @@ func BenchmarkTimersAtScale(b *testing.B) {
 				b.Fatal(err)
 			}
 			for i := range n {
-				if err := s.Add(timers.Every(prefix+"/"+strconv.Itoa(i), time.Second, fn(i))); err != nil {
+				if err := s.Add(timers.Every(prefix+"/"+strconv.Itoa(i), time.Second, fn(i), opts...)); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -95,7 +109,9 @@ func BenchmarkTimersAtScale(b *testing.B) {
 		// The window: the whole seconds from the first after the start.
 		first := time.Now().Truncate(time.Second).Add(2 * time.Second)
 		last := first.Add(span - time.Second)
-		ctx, cancel := context.WithDeadline(context.Background(), last.Add(500*time.Millisecond))
+		// Run until every tick of the window has been reached (spread:
+		// up to a second after its whole second).
+		ctx, cancel := context.WithDeadline(context.Background(), last.Add(1500*time.Millisecond))
 		probe := newRedis(b, addr)
 		stopProbe := latencyProbe(func(ctx context.Context) error { return probe.Ping(ctx).Err() })
 		var wg sync.WaitGroup
@@ -107,7 +123,7 @@ func BenchmarkTimersAtScale(b *testing.B) {
 		for i, rt := range counts {
 			before[i] = rt.rts.Load()
 		}
-		<-time.After(time.Until(last.Add(500 * time.Millisecond)))
+		<-time.After(time.Until(last.Add(900 * time.Millisecond)))
 		var trips int64
 		for i, rt := range counts {
 			trips += rt.rts.Load() - before[i]
@@ -144,8 +160,8 @@ func BenchmarkTimersAtScale(b *testing.B) {
 		b.ReportMetric(float64(missed), "missed")
 		b.ReportMetric(float64(runs), "ticks")
 		perHost := float64(trips) / hosts / instants
-		b.ReportMetric(perHost, "round-trips/instant")
-		b.ReportMetric(perHost-2*float64(runs-missed)/hosts/instants, "claim-round-trips/instant")
+		b.ReportMetric(perHost, "round-trips/"+per)
+		b.ReportMetric(perHost-2*float64(runs-missed)/hosts/instants, "claim-round-trips/"+per)
 		b.ReportMetric(float64(p50)/float64(time.Millisecond), "probe-p50-ms")
 		b.ReportMetric(float64(p99)/float64(time.Millisecond), "probe-p99-ms")
 		b.ReportMetric(float64(failed), "probe-failed")
