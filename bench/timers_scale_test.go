@@ -134,11 +134,13 @@ func timersAtScale(b *testing.B, spread bool) {
 
 		mu.Lock()
 		var dups, missed, runs int64
+		perSecond := make([]int64, int(span/time.Second)) // missed ticks by second of the window
 		for i := range n {
 			for t := first; !t.After(last); t = t.Add(time.Second) {
 				switch k := ran[[2]int64{int64(i), t.Unix()}]; {
 				case k == 0:
 					missed++
+					perSecond[int(t.Sub(first)/time.Second)]++
 				case k > 1:
 					dups += int64(k - 1)
 				}
@@ -155,7 +157,7 @@ func timersAtScale(b *testing.B, spread bool) {
 			}
 		}
 		instants := float64(span / time.Second)
-		b.Logf("%d timers × %d ticks: %d missed, %d dup runs; skips (by each timer's last reason) %v", n, int(instants), missed, dups, skips)
+		b.Logf("%d timers × %d ticks: %d missed, %d dup runs; skips (by each timer's last reason) %v; missed by second %v", n, int(instants), missed, dups, skips, perSecond)
 		b.ReportMetric(float64(dups), "dup-runs")
 		b.ReportMetric(float64(missed), "missed")
 		b.ReportMetric(float64(runs), "ticks")
