@@ -309,3 +309,49 @@ func ExampleWithKeeper() {
 	fmt.Println("permits kept by the Keeper:", k.Len())
 	// Output: permits kept by the Keeper: 3
 }
+
+func ExampleWithoutSizeCheck() {
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	// Many semaphores: none declares or checks its size on its own...
+	var sems []*semaphore.Semaphore
+	for _, name := range []string{"tenant/a", "tenant/b", "tenant/c"} {
+		sem, err := semaphore.New(l, name, 2, semaphore.WithoutSizeCheck())
+		if err != nil {
+			log.Fatal(err)
+		}
+		sems = append(sems, sem)
+	}
+	// ...the caller checks them all at once (and again every 30 s).
+	fmt.Println(semaphore.CheckSizes(ctx, l, "tenant/", sems))
+	p, err := sems[0].TryAcquire(ctx, time.Minute)
+	fmt.Println(err)
+	_ = p.Release(ctx)
+	// Output:
+	// [<nil> <nil> <nil>]
+	// <nil>
+}
+
+func ExampleCheckSizes() {
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	// Another process uses "jobs/b" with 3 slots.
+	other, _ := semaphore.New(l, "jobs/b", 3)
+	p, _ := other.TryAcquire(ctx, time.Minute)
+	defer p.Release(ctx)
+
+	a, _ := semaphore.New(l, "jobs/a", 2, semaphore.WithoutSizeCheck())
+	b, _ := semaphore.New(l, "jobs/b", 2, semaphore.WithoutSizeCheck())
+	for i, err := range semaphore.CheckSizes(ctx, l, "jobs/", []*semaphore.Semaphore{a, b}) {
+		fmt.Println(i, errors.Is(err, semaphore.ErrSizeMismatch))
+	}
+	// Output:
+	// 0 false
+	// 1 true
+}

@@ -33,7 +33,10 @@
 // backends with lock.Inspector, compares the sizes declared and the slots
 // held with its own: on its first use, whenever it finds every slot busy,
 // and in Occupancy. A disagreement makes those calls fail with
-// ErrSizeMismatch and is logged at Warn. Between two checks, participants
+// ErrSizeMismatch and is logged at Warn. With WithoutSizeCheck a
+// semaphore leaves both to its caller, which checks many semaphores at
+// once with CheckSizes (one lock.ClaimEach of their declarations and one
+// List). Between two checks, participants
 // with different sizes do not exclude each other beyond the slots they
 // share — fix the configuration.
 //
@@ -69,6 +72,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -105,6 +109,7 @@ type Semaphore struct {
 	mu       sync.Mutex
 	declared time.Time // when this instance last declared its size
 	checked  bool      // whether the first-use check ran
+	noCheck  bool      // WithoutSizeCheck: the caller checks (CheckSizes)
 }
 
 // Permit is a grant on one slot of a semaphore.
@@ -142,6 +147,7 @@ type config struct {
 	ttl     time.Duration
 	backoff []lock.Option
 	common  lock.Common
+	noCheck bool // WithoutSizeCheck
 	keeper  *lock.Keeper
 	ttlSet  bool
 }
@@ -192,6 +198,17 @@ func WithCommon(c lock.Common) Option {
 	return func(cfg *config) error { cfg.common = cfg.common.Merge(c); return nil }
 }
 
+// WithoutSizeCheck leaves the size declaration and the size check (see
+// "Participants that disagree on the size") to the caller: TryAcquire,
+// AcquirePermit, Acquire and Do then make neither (Occupancy still does),
+// and the caller runs CheckSizes for all its semaphores at once, at least
+// every 30 s (a declaration lasts a minute). It is for a process with many
+// semaphores: timers, whose scheduler has one per timer, would otherwise
+// list the backend once per timer when it starts.
+func WithoutSizeCheck() Option {
+	return func(c *config) error { c.noCheck = true; return nil }
+}
+
 // New returns the semaphore called name with size slots over l. The name
 // follows backendkit.CheckName (1 to lock.MaxNameLen bytes of UTF-8, no control
 // characters, no braces); size is 1 to MaxSize. Both are checked here,
@@ -215,7 +232,7 @@ func New(l lock.Lock, name string, size int, opts ...Option) (*Semaphore, error)
 		return nil, err
 	}
 	tel := backendkit.NewTelemetry(c)
-	s := &Semaphore{l: l, name: name, size: size, ttl: cfg.ttl, common: c, metric: newMetrics(tel, name)}
+	s := &Semaphore{l: l, name: name, size: size, ttl: cfg.ttl, common: c, metric: newMetrics(tel, name), checked: cfg.noCheck, noCheck: cfg.noCheck}
 	s.opts = append([]lock.Option{tel.HelperOption(c)}, cfg.backoff...)
 	if cfg.keeper != nil {
 		if cfg.ttlSet && cfg.ttl != cfg.keeper.TTL() {
@@ -261,6 +278,9 @@ func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*Permit,
 	p, err := s.try(ctx, ttl)
 	if errors.Is(err, lock.ErrNotAcquired) {
 		s.metric.rejections.Add(context.WithoutCancel(ctx), 1, s.metric.attrs)
+		if s.noCheck {
+			return nil, err
+		}
 		if cerr := s.check(ctx); cerr != nil {
 			return nil, cerr
 		}
@@ -346,7 +366,7 @@ func (s *Semaphore) AcquirePermit(ctx context.Context, ttl time.Duration) (*Perm
 	}
 	h, err := backendkit.AcquireWith(ctx, waitOn, s.keys, func(ctx context.Context) (lock.Handle, error) {
 		p, err := s.try(ctx, ttl)
-		if errors.Is(err, lock.ErrNotAcquired) && checks < 1 {
+		if errors.Is(err, lock.ErrNotAcquired) && checks < 1 && !s.noCheck {
 			checks++ // check once per wait: a mismatch makes the wait pointless
 			if cerr := s.check(ctx); cerr != nil {
 				return nil, cerr
@@ -490,6 +510,58 @@ func (s *Semaphore) check(ctx context.Context) error {
 	if err != nil {
 		return nil // a listing failure must not block acquisition
 	}
+	return s.compare(grants)
+}
+
+// CheckSizes declares the sizes of sems, semaphores over l whose names
+// start with prefix, in one lock.ClaimEach call, and on a backend with
+// lock.Inspector compares each one's size with the sizes declared and the
+// slots held by the others, from one List of every semaphore under
+// prefix: what each semaphore does on its own at its first use, for a
+// caller of WithoutSizeCheck. It returns one error per semaphore, in
+// order: nil, or one that matches ErrSizeMismatch (logged at Warn), or
+// lock.ErrInvalidArgument for a name without the prefix. A declaration or
+// a listing that fails is not reported: it must not block acquisition.
+func CheckSizes(ctx context.Context, l lock.Lock, prefix string, sems []*Semaphore) []error {
+	errs := make([]error, len(sems))
+	reqs := make([]lock.ClaimRequest, 0, len(sems))
+	now := time.Now()
+	for i, s := range sems {
+		if !strings.HasPrefix(s.name, prefix) {
+			errs[i] = backendkit.Invalid("semaphore", "CheckSizes: %q does not start with the prefix %q", s.name, prefix)
+			continue
+		}
+		reqs = append(reqs, lock.ClaimRequest{Key: sizeKey(s.name, s.size), TTL: 2 * declareEvery})
+		s.mu.Lock()
+		s.declared = now
+		s.mu.Unlock()
+	}
+	lock.ClaimEach(ctx, l, reqs)
+	in, ok := l.(lock.Inspector)
+	if !ok {
+		return errs
+	}
+	grants, err := in.List(ctx, "sem/{"+prefix)
+	if err != nil {
+		return errs
+	}
+	byName := map[string][]lock.Grant{}
+	for _, g := range grants {
+		if name, _, _, ok := parseKey(g.Key); ok {
+			byName[name] = append(byName[name], g)
+		}
+	}
+	for i, s := range sems {
+		if errs[i] == nil {
+			errs[i] = s.compare(byName[s.name])
+		}
+	}
+	return errs
+}
+
+// compare checks the sizes declared and the slots held in grants (of this
+// semaphore's keys) against this participant's size.
+func (s *Semaphore) compare(grants []lock.Grant) error {
 	for _, g := range grants {
 		name, kind, other, ok := parseKey(g.Key)
 		if !ok || name != s.name {

@@ -43,8 +43,9 @@
 //	                                 are suspended until it answers; the first tick that reaches
 //	                                 it again logs (at Warn) that they hold again
 //	backend stalls (no free pool     the claim and the slot are attempted until the next tick
-//	connection, a hung request)      only; then the tick is skipped (unavailable, or error) and
-//	                                 the next one is on time
+//	connection, a hung request)      only (the earliest next tick of the timers due at that
+//	                                 instant); then the tick is skipped (unavailable, or error)
+//	                                 and the next one is on time
 //	process shuts down (ctx ends)    no new ticks; Run waits for running fns up to the shutdown
 //	                                 timeout, then cancels their contexts, and returns when
 //	                                 every slot is released
@@ -94,6 +95,28 @@
 // A schedule that runs out of ticks while it runs (none after the last that a time.Time holds)
 // never spins: the timer stops, logs an error, and Status reports it in
 // Stopped; the other timers go on.
+//
+// # Many timers
+//
+// One goroutine per Scheduler (the dispatcher, Run's own) keeps the timers
+// in a heap by their next tick and wakes only when one is due: a timer
+// that is not due costs nothing per tick. At each wake-up it takes every
+// timer due by then and claims their ticks together, in one
+// lock.ClaimEach call (one round trip per chunk of the backend's, per
+// Cluster slot on Redis; on a backend that is not a lock.EachClaimer, one
+// lock.Claim per tick, 16 at a time). With WithRunsPerTick(n), each
+// timer's first choice among its n claims goes in that call; the timers
+// whose choice was taken try their next one in a second call, and so on
+// (n calls at most). Each claimed tick then takes its slot (one semaphore
+// TryAcquire per run, at most 16 at a time per scheduler, so that they do
+// not hold every connection of the client's pool while the next claims
+// wait) and runs on a goroutine of its own. The runs' slot leases are kept
+// by one lock.Keeper per lease ttl (renewed together, through the
+// backend's lock.Batch), closed when Run returns. The sizes of the timers'
+// semaphores (WithMaxConcurrency) are declared and compared with the
+// other hosts' for all the timers together (semaphore.CheckSizes: one
+// lock.ClaimEach and one listing) when Run starts and every 30 s; a timer
+// whose hosts disagree skips its ticks (reason error) until they agree.
 //
 // Status reports, per timer, the next tick, this host's last run (its
 // Runner is the scheduler's owner: WithCommon's Owner, else the Lock's) and

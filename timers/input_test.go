@@ -287,8 +287,11 @@ func TestTimerNames(t *testing.T) {
 		defer cancel()
 		ran := make(chan struct{})
 		// Hold the run so that its slot is held while its keys are listed.
+		// It ticks at 50 s: the size declarations that Run made at its
+		// start last a minute, and the tick must not race with their
+		// renewal at 60 s.
 		longest := strings.Repeat("d", timers.MaxNameLen)
-		if err := s.Add(timers.Every(longest, time.Minute, func(ctx context.Context) error {
+		if err := s.Add(timers.Every(longest, 50*time.Second, func(ctx context.Context) error {
 			grants, err := l.List(ctx, "")
 			if err != nil {
 				return err

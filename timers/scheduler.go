@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -31,10 +33,19 @@ type Scheduler struct {
 	lockOpts []lock.Option // what the helpers it calls are given
 	m        *metrics
 
+	lim      lock.Limits
+	keepers  *keepers      // Run's
+	slotGate chan struct{} // the slot attempts in flight (takeSlot)
+
 	mu      sync.Mutex
 	timers  map[string]*entry
 	order   []string
 	running bool
+
+	// For tests and benchmarks: how often the dispatcher woke up, and
+	// how many claim calls it made (ClaimEach calls, or single claims on
+	// a backend that is not a lock.EachClaimer).
+	wakeups, claimCalls atomic.Int64
 }
 
 // SchedulerOption configures New.
@@ -97,7 +108,7 @@ func New(l lock.Lock, opts ...SchedulerOption) (*Scheduler, error) {
 	}
 	tel := backendkit.NewTelemetry(c)
 	return &Scheduler{
-		l: l, set: set, common: c, timers: map[string]*entry{},
+		l: l, set: set, common: c, timers: map[string]*entry{}, lim: lock.LimitsOf(l), slotGate: make(chan struct{}, slotWorkers),
 		lockOpts: []lock.Option{tel.HelperOption(c)}, m: newMetrics(tel),
 	}, nil
 }
@@ -128,7 +139,7 @@ func (s *Scheduler) Add(t *Timer) error {
 	if now := s.set.clock(); !t.schedule.next(now).After(now) {
 		return backendkit.Invalid("timers", "timer %q: the schedule has no tick after %v", t.name, now.Round(0))
 	}
-	sem, err := semaphore.New(s.l, namePrefix+t.name, t.maxConcurrency, semaphore.WithCommon(s.common))
+	sem, err := semaphore.New(s.l, namePrefix+t.name, t.maxConcurrency, semaphore.WithCommon(s.common), semaphore.WithoutSizeCheck())
 	if err != nil {
 		return err
 	}
@@ -140,7 +151,7 @@ func (s *Scheduler) Add(t *Timer) error {
 	if _, dup := s.timers[t.name]; dup {
 		return backendkit.Invalid("timers", "a timer called %q is already registered", t.name)
 	}
-	e := &entry{t: t, s: s, sem: sem}
+	e := &entry{t: t, s: s, sem: sem, prefix: namePrefix + t.name + "/tick/"}
 	if t.fallback > 0 {
 		e.local = make(chan struct{}, t.fallback)
 	}
@@ -186,11 +197,12 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	// Runs outlive ctx until the shutdown timeout: they get their own.
 	runCtx, stopRuns := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopRuns(nil)
-	var loops, runs sync.WaitGroup
-	for _, e := range entries {
-		loops.Go(func() { e.loop(ctx, runCtx, &runs) })
-	}
-	loops.Wait()
+	s.keepers = &keepers{l: s.l, opts: s.lockOpts, byTTL: map[time.Duration][]lock.Option{}}
+	var runs sync.WaitGroup
+	var checks sync.WaitGroup
+	checks.Go(func() { s.checkSizes(ctx, entries) })
+	s.dispatch(ctx, runCtx, &runs, entries)
+	checks.Wait()
 	done := make(chan struct{})
 	go func() { runs.Wait(); close(done) }()
 	select {
@@ -200,7 +212,88 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		stopRuns(errors.New("timers: shutdown timeout"))
 		<-done
 	}
+	// Every run has released its slot: closing the Keepers releases
+	// nothing, and ends their goroutines.
+	closing, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.set.shutdown)
+	defer cancel()
+	s.keepers.close(closing)
 	return nil
+}
+
+// keepers keep the runs' slot leases: one lock.Keeper per distinct lease
+// ttl (WithTTL, or the interval between 2 s and 30 s), made when a run
+// first needs it and closed when Run returns. A Keeper renews all its
+// leases together, on one goroutine, through the backend's lock.Batch
+// (a few round trips per renewal period, whatever the number of runs),
+// instead of a renewal goroutine and round trip per run.
+type keepers struct {
+	l    lock.Lock
+	opts []lock.Option // the scheduler's options of the lock helpers
+
+	mu    sync.Mutex
+	byTTL map[time.Duration][]lock.Option // opts plus lock.WithKeeper of that ttl's Keeper
+	all   []*lock.Keeper
+}
+
+// options are lock.Hold's options for a slot lease of ttl: with the
+// Keeper of that ttl, or, if none can be made (lock.NewKeeper refused
+// the ttl), without one, so that the lease is kept on its own.
+func (k *keepers) options(ttl time.Duration) []lock.Option {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if o, ok := k.byTTL[ttl]; ok || k.byTTL == nil { // nil: closed
+		return o
+	}
+	o := k.opts
+	if kp, err := lock.NewKeeper(k.l, ttl, k.opts...); err == nil {
+		o = append(slices.Clip(k.opts), lock.WithKeeper(kp))
+		k.all = append(k.all, kp)
+	}
+	k.byTTL[ttl] = o
+	return o
+}
+
+// close closes every Keeper.
+func (k *keepers) close(ctx context.Context) {
+	k.mu.Lock()
+	all := k.all
+	k.all, k.byTTL = nil, nil
+	k.mu.Unlock()
+	for _, kp := range all {
+		_ = kp.Close(ctx)
+	}
+}
+
+// checkSizeInterval is how often the scheduler declares and checks the
+// sizes of its timers' semaphores (semaphore.CheckSizes asks for 30 s at
+// most: a declaration lasts a minute).
+const checkSizeInterval = 30 * time.Second
+
+// checkSizes declares the sizes of the timers' semaphores (their
+// WithMaxConcurrency) and compares them with the other hosts', for all
+// the timers at once (semaphore.CheckSizes: one lock.ClaimEach and one
+// List), when Run starts and every checkSizeInterval until ctx ends. A
+// timer whose hosts disagree skips its ticks (reason error) until they
+// agree again.
+func (s *Scheduler) checkSizes(ctx context.Context, entries []*entry) {
+	sems := make([]*semaphore.Semaphore, len(entries))
+	for i, e := range entries {
+		sems[i] = e.sem
+	}
+	t := time.NewTicker(checkSizeInterval)
+	defer t.Stop()
+	for {
+		for i, err := range semaphore.CheckSizes(ctx, s.l, namePrefix, sems) {
+			entries[i].mu.Lock()
+			entries[i].mismatch = err
+			entries[i].mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // entry is a registered timer with its state.
@@ -210,9 +303,14 @@ type entry struct {
 	sem   *semaphore.Semaphore
 	local chan struct{} // the per-host cap of WithRunWhenUnavailable
 
+	next   time.Time // the next tick: the dispatcher's alone
+	prefix string    // the claim keys' prefix, "timer/<name>/tick/"
+
 	mu       sync.Mutex
 	status   Status
-	degraded bool // the backend was last found unreachable
+	degraded bool                                   // the backend was last found unreachable
+	mismatch error                                  // the last size check's (semaphore.ErrSizeMismatch)
+	attrs    map[[2]string]metric.MeasurementOption // the metrics' attributes, by outcome or reason
 }
 
 // claimKey is the key that makes tick at run once: whoever claims it
@@ -221,144 +319,32 @@ type entry struct {
 // whose grants hold a connection (pglock) it holds none meanwhile.
 // With WithRunsPerTick(n) a tick has n claims: claim i > 0 adds "/<i>".
 func claimKey(name string, at time.Time, i int) string {
-	k := namePrefix + name + "/tick/" + strconv.FormatInt(at.UnixMilli(), 10)
+	return claimKeyAfter(namePrefix+name+"/tick/", at, i)
+}
+
+// claimKeyAfter is claimKey from its prefix ("timer/<name>/tick/").
+func claimKeyAfter(prefix string, at time.Time, i int) string {
+	var b strings.Builder
+	b.Grow(len(prefix) + 26) // a 20-digit instant, "/" and a 4-digit claim
+	b.WriteString(prefix)
+	var num [20]byte
+	b.Write(strconv.AppendInt(num[:0], at.UnixMilli(), 10))
 	if i > 0 {
-		k += "/" + strconv.Itoa(i)
+		b.WriteByte('/')
+		b.Write(strconv.AppendInt(num[:0], int64(i), 10))
 	}
-	return k
+	return b.String()
 }
 
-// claim takes one of tick at's claims (one, or WithRunsPerTick's n, tried
-// from a random one on so that the hosts spread over them, one round trip
-// each until one is granted). It returns lock.ErrNotAcquired when every
-// claim is taken, and any other error as it comes.
-func (e *entry) claim(ctx context.Context, at time.Time, ttl time.Duration) (uint64, error) {
-	n := e.t.runsPerTick
-	first := 0
-	if n > 1 {
-		first = rand.IntN(n)
-	}
-	var err error
-	for i := range n {
-		var token uint64
-		token, err = lock.Claim(ctx, e.s.l, claimKey(e.t.name, at, (first+i)%n), ttl)
-		if !errors.Is(err, lock.ErrNotAcquired) {
-			return token, err
-		}
-	}
-	return 0, err
-}
-
-func (e *entry) loop(ctx, runCtx context.Context, runs *sync.WaitGroup) {
-	clock := e.s.set.clock
-	from := clock()
-	at := e.t.schedule.next(from)
-	for {
-		// Defensive: Add refused a schedule with no tick to come, but one
-		// can still run out (a tick a Time cannot hold). Looping on a tick
-		// that does not advance would spin, so the timer stops instead.
-		if !at.After(from) {
-			e.stop(ctx, from)
-			return
-		}
-		e.setNext(at)
-		if !sleepUntil(ctx, at, clock) {
-			return
-		}
-		now := clock()
-		if next := e.t.schedule.next(at); !next.After(at) {
-			e.stop(ctx, at) // nothing to bound the claim of tick at
-			return
-		}
-		if late := now.Sub(at); late > e.t.misfireAt(at) {
-			e.skip(ctx, at, "misfire", fmt.Sprintf("reached %v late", late.Round(time.Millisecond)))
-			from, at = now, e.t.schedule.next(now)
-			continue
-		}
-		e.tick(ctx, runCtx, runs, at)
-		from, at = at, e.t.schedule.next(at)
-	}
-}
+// claimKey is claimKey(e.t.name, at, i), from the prefix Add built.
+func (e *entry) claimKey(at time.Time, i int) string { return claimKeyAfter(e.prefix, at, i) }
 
 // stop ends a timer whose schedule has no tick after from: it logs an
-// error, Status reports it in Stopped, and the timer waits for Run's end.
-func (e *entry) stop(ctx context.Context, from time.Time) {
+// error, Status reports it in Stopped, and the dispatcher drops it.
+func (e *entry) stop(from time.Time) {
 	err := fmt.Errorf("timers: %q has no tick after %v: stopped", e.t.name, from)
 	e.record(func(st *Status) { st.Next, st.Stopped = time.Time{}, err })
 	e.s.common.Logger.Error("leasehold: timer stopped: its schedule has no next tick", "timer", e.t.name, "after", from)
-	<-ctx.Done()
-}
-
-// sleepUntil waits until clock reads at; false when ctx ended first.
-func sleepUntil(ctx context.Context, at time.Time, clock func() time.Time) bool {
-	for {
-		d := at.Sub(clock())
-		if d <= 0 {
-			return ctx.Err() == nil
-		}
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return false
-		case <-t.C:
-		}
-	}
-}
-
-// tick claims tick at, takes a slot and starts the run.
-func (e *entry) tick(ctx, runCtx context.Context, runs *sync.WaitGroup, at time.Time) {
-	lim := lock.LimitsOf(e.s.l)
-	// The attempts end by the next tick, so that a backend that stalls (a
-	// pool with no free connection, a hung request) costs this tick only,
-	// not the timer's later ones. (A claim that comes back after the
-	// misfire threshold is skipped below; a slow attempt is not cut short
-	// at the threshold, since a connection being opened is worth keeping.)
-	attempt, cancel := context.WithTimeout(ctx, e.t.schedule.next(at).Sub(e.s.set.clock()))
-	defer cancel()
-	claim, err := e.claim(attempt, at, e.t.claimTTL(at, lim))
-	if err == nil || errors.Is(err, lock.ErrNotAcquired) {
-		e.reachable(at)
-	}
-	switch {
-	case errors.Is(err, lock.ErrNotAcquired):
-		e.record(func(st *Status) { st.Elsewhere++ })
-		return
-	case errors.Is(err, lock.ErrUnavailable):
-		e.unavailable(ctx, runCtx, runs, at, err)
-		return
-	case err != nil:
-		e.skip(ctx, at, "error", err.Error())
-		return
-	}
-	// The claim proves the tick unclaimed only if it was granted while the
-	// earlier claims of this tick were still alive, and they live from at
-	// least at to at + interval + threshold: a grant that came back after
-	// the threshold (a request held up in the network, retried by the
-	// client) may have outlived them, and another host may have run it.
-	if late := e.s.set.clock().Sub(at); late > e.t.misfireAt(at) {
-		e.skip(ctx, at, "misfire", fmt.Sprintf("the claim came back %v late", late.Round(time.Millisecond)))
-		return
-	}
-	lease := e.t.leaseFor(at, lim)
-	permit, err := e.sem.TryAcquire(attempt, lease)
-	switch {
-	case errors.Is(err, lock.ErrNotAcquired):
-		e.skip(ctx, at, "busy", fmt.Sprintf("all %d slots busy", e.t.maxConcurrency))
-		return
-	case errors.Is(err, lock.ErrUnavailable):
-		e.unavailable(ctx, runCtx, runs, at, err)
-		return
-	case err != nil:
-		e.skip(ctx, at, "error", err.Error())
-		return
-	}
-	tick := Tick{Timer: e.t.name, At: at, Claim: claim, Slot: permit.Slot()}
-	runs.Go(func() {
-		start := e.s.set.clock()
-		err := e.hold(runCtx, permit, lease, tick)
-		e.finish(runCtx, tick, start, err)
-	})
 }
 
 // errOverran marks a run that was still going at WithMaxRunTime plus the
@@ -379,8 +365,9 @@ func overrunGrace(lease time.Duration) time.Duration { return lease / 3 }
 // has, with an error that matches errOverran.
 func (e *entry) hold(runCtx context.Context, permit *semaphore.Permit, ttl time.Duration, tick Tick) error {
 	run := func(ctx context.Context) error { return e.call(context.WithValue(ctx, tickKey{}, tick)) }
+	opts := e.s.keepers.options(ttl)
 	if e.t.maxRunTime == 0 {
-		return lock.Hold(runCtx, permit, ttl, run, e.s.lockOpts...)
+		return lock.Hold(runCtx, permit, ttl, run, opts...)
 	}
 	fnDone := make(chan error, 1)
 	overran := false
@@ -398,7 +385,7 @@ func (e *entry) hold(runCtx context.Context, permit *semaphore.Permit, ttl time.
 				"timer", e.t.name, "tick", tick.At, "max_run_time", e.t.maxRunTime, "grace", grace)
 			return errOverran
 		}
-	}, e.s.lockOpts...)
+	}, opts...)
 	if overran {
 		return errors.Join(err, <-fnDone)
 	}
@@ -471,7 +458,7 @@ func (e *entry) skip(ctx context.Context, at time.Time, reason, detail string) {
 		st.Skips++
 		st.LastSkip = SkipInfo{Tick: at, Reason: reason}
 	})
-	e.s.m.skips.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attribute.String("leasehold.timer", e.t.name), attribute.String("leasehold.reason", reason)))
+	e.s.m.skips.Add(context.WithoutCancel(ctx), 1, e.attributes("leasehold.reason", reason))
 	level := slog.LevelInfo
 	if reason == "unavailable" || reason == "error" {
 		level = slog.LevelWarn
@@ -499,12 +486,30 @@ func (e *entry) finish(ctx context.Context, tick Tick, start time.Time, err erro
 		}
 		st.LastRun = RunInfo{Tick: tick.At, Start: start, Duration: took, Outcome: outcome, Err: err, Runner: e.s.common.Owner, Local: tick.Local}
 	})
-	attrs := metric.WithAttributes(attribute.String("leasehold.timer", e.t.name), attribute.String("leasehold.outcome", outcome))
+	attrs := e.attributes("leasehold.outcome", outcome)
 	e.s.m.runs.Add(context.WithoutCancel(ctx), 1, attrs)
 	e.s.m.duration.Record(context.WithoutCancel(ctx), took.Seconds(), attrs)
 	if err != nil {
 		e.s.common.Logger.Warn("leasehold: timer run failed", "timer", e.t.name, "tick", tick.At, "outcome", outcome, "err", err)
 	}
+}
+
+// attributes are the metrics' attributes of this timer with key (an
+// outcome or a reason) set to value, built once: an attribute set costs
+// allocations and hashing, even with no meter provider installed.
+func (e *entry) attributes(key, value string) metric.MeasurementOption {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	k := [2]string{key, value}
+	o, ok := e.attrs[k]
+	if !ok {
+		if e.attrs == nil {
+			e.attrs = map[[2]string]metric.MeasurementOption{}
+		}
+		o = metric.WithAttributes(attribute.String("leasehold.timer", e.t.name), attribute.String(key, value))
+		e.attrs[k] = o
+	}
+	return o
 }
 
 type metrics struct {

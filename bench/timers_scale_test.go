@@ -1,0 +1,171 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
+	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/redislock"
+	"github.com/leasehold-go/leasehold/timers"
+)
+
+// timersScale is the number of timers and the span of BenchmarkTimersAtScale:
+// 10,000 and 60 s (1,000 and 10 s under -short), or
+// LEASEHOLD_TIMERS_SCALE="<timers>,<span>" (for example "1000,10s").
+func timersScale(b *testing.B) (int, time.Duration) {
+	n, span := workload(10000, 1000), workload(60*time.Second, 10*time.Second)
+	if v := os.Getenv("LEASEHOLD_TIMERS_SCALE"); v != "" {
+		var s string
+		if _, err := fmt.Sscanf(v, "%d,%s", &n, &s); err != nil {
+			b.Fatalf("LEASEHOLD_TIMERS_SCALE=%q: %v", v, err)
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		span = d
+	}
+	return n, span
+}
+
+// BenchmarkTimersAtScale: three schedulers on Redis, each with its own
+// client and Lock, run the same 10,000 timers ticking every second for
+// 60 s: "aligned", all due at the same instant each second (the case
+// where claims go together), and "spread", with WithSpreadStart (the
+// ticks spread over the second). Every run is recorded; over the whole
+// seconds of the span, each (timer, tick) must have run exactly once:
+// reports dup-runs and missed (with the skips by reason, from Status, in
+// the log), the round trips each scheduler made per second (every command
+// or pipeline its client sent; per instant when aligned) and the part of
+// them that was not a run's slot or release (claim-round-trips: the
+// claims, chunked by the backend, and the size checks), and meanwhile the
+// PING latency of another client (probe-p50-ms, probe-p99-ms). Run with
+// -benchtime 1x.
+func BenchmarkTimersAtScale(b *testing.B) {
+	for _, spread := range []bool{false, true} {
+		name := map[bool]string{false: "aligned", true: "spread"}[spread]
+		b.Run(name, func(b *testing.B) { timersAtScale(b, spread) })
+	}
+}
+
+func timersAtScale(b *testing.B, spread bool) {
+	n, span := timersScale(b)
+	addr := testenv.Redis(b).Addr()
+	var opts []timers.Option
+	per := "instant"
+	if spread {
+		opts, per = append(opts, timers.WithSpreadStart()), "s"
+	}
+	for b.Loop() {
+		prefix := uniqueKey("scale")
+		var mu sync.Mutex
+		ran := make(map[[2]int64]int, n*int(span/time.Second))
+		fn := func(i int) func(context.Context) error {
+			return func(ctx context.Context) error {
+				tick, _ := timers.TickFrom(ctx)
+				mu.Lock()
+				ran[[2]int64{int64(i), tick.At.Unix()}]++
+				mu.Unlock()
+				return nil
+			}
+		}
+		quiet := lock.Common{Logger: slog.New(slog.DiscardHandler)}
+		if os.Getenv("LEASEHOLD_TIMERS_SCALE_LOG") != "" {
+			quiet.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		}
+		const hosts = 3
+		var schedulers []*timers.Scheduler
+		var counts []*roundTrips
+		for range hosts {
+			c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+			b.Cleanup(func() { _ = c.Close() })
+			rt := &roundTrips{}
+			c.AddHook(rt)
+			l, err := redislock.New(c, redislock.WithCommon(quiet))
+			if err != nil {
+				b.Fatal(err)
+			}
+			s, err := timers.New(l, timers.WithCommon(quiet))
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i := range n {
+				if err := s.Add(timers.Every(prefix+"/"+strconv.Itoa(i), time.Second, fn(i), opts...)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			schedulers = append(schedulers, s)
+			counts = append(counts, rt)
+		}
+		// The window: the whole seconds from the first after the start.
+		first := time.Now().Truncate(time.Second).Add(2 * time.Second)
+		last := first.Add(span - time.Second)
+		// Run until every tick of the window has been reached (spread:
+		// up to a second after its whole second).
+		ctx, cancel := context.WithDeadline(context.Background(), last.Add(1500*time.Millisecond))
+		probe := newRedis(b, addr)
+		stopProbe := latencyProbe(func(ctx context.Context) error { return probe.Ping(ctx).Err() })
+		var wg sync.WaitGroup
+		for _, s := range schedulers {
+			wg.Go(func() { _ = s.Run(ctx) })
+		}
+		<-time.After(time.Until(first.Add(-100 * time.Millisecond)))
+		var before [hosts]int64
+		for i, rt := range counts {
+			before[i] = rt.rts.Load()
+		}
+		<-time.After(time.Until(last.Add(900 * time.Millisecond)))
+		var trips int64
+		for i, rt := range counts {
+			trips += rt.rts.Load() - before[i]
+		}
+		wg.Wait()
+		cancel()
+		p50, p99, failed := stopProbe()
+
+		mu.Lock()
+		var dups, missed, runs int64
+		perSecond := make([]int64, int(span/time.Second)) // missed ticks by second of the window
+		for i := range n {
+			for t := first; !t.After(last); t = t.Add(time.Second) {
+				switch k := ran[[2]int64{int64(i), t.Unix()}]; {
+				case k == 0:
+					missed++
+					perSecond[int(t.Sub(first)/time.Second)]++
+				case k > 1:
+					dups += int64(k - 1)
+				}
+				runs++
+			}
+		}
+		mu.Unlock()
+		skips := map[string]int64{}
+		for _, s := range schedulers {
+			for _, st := range s.Status() {
+				if st.Skips > 0 {
+					skips[st.LastSkip.Reason] += st.Skips
+				}
+			}
+		}
+		instants := float64(span / time.Second)
+		b.Logf("%d timers × %d ticks: %d missed, %d dup runs; skips (by each timer's last reason) %v; missed by second %v", n, int(instants), missed, dups, skips, perSecond)
+		b.ReportMetric(float64(dups), "dup-runs")
+		b.ReportMetric(float64(missed), "missed")
+		b.ReportMetric(float64(runs), "ticks")
+		perHost := float64(trips) / hosts / instants
+		b.ReportMetric(perHost, "round-trips/"+per)
+		b.ReportMetric(perHost-2*float64(runs-missed)/hosts/instants, "claim-round-trips/"+per)
+		b.ReportMetric(float64(p50)/float64(time.Millisecond), "probe-p50-ms")
+		b.ReportMetric(float64(p99)/float64(time.Millisecond), "probe-p99-ms")
+		b.ReportMetric(float64(failed), "probe-failed")
+	}
+}

@@ -1,0 +1,303 @@
+package timers_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leasehold-go/leasehold/internal/testkit"
+	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/memlock"
+	"github.com/leasehold-go/leasehold/timers"
+)
+
+// eachCounting is memlock with a lock.EachClaimer that records every
+// ClaimEach call of ticks (the number of requests in it) and counts
+// single claims of ticks.
+type eachCounting struct {
+	*memlock.Lock
+	mu     sync.Mutex
+	calls  []int
+	single atomic.Int64
+}
+
+func (c *eachCounting) ClaimEach(ctx context.Context, reqs []lock.ClaimRequest) []lock.ClaimResult {
+	if len(reqs) > 0 && strings.HasPrefix(reqs[0].Key, "timer/") { // not the semaphores' size declarations
+		c.mu.Lock()
+		c.calls = append(c.calls, len(reqs))
+		c.mu.Unlock()
+	}
+	out := make([]lock.ClaimResult, len(reqs))
+	for i, r := range reqs {
+		out[i].Token, out[i].Err = c.Lock.Claim(ctx, r.Key, r.TTL)
+	}
+	return out
+}
+
+func (c *eachCounting) Claim(ctx context.Context, key string, ttl time.Duration) (uint64, error) {
+	if strings.HasPrefix(key, "timer/") {
+		c.single.Add(1)
+	}
+	return c.Lock.Claim(ctx, key, ttl)
+}
+
+func (c *eachCounting) claimCalls() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]int(nil), c.calls...)
+}
+
+// 100 timers due every second and 100 due every hour, for 5.5 s: the
+// dispatcher wakes once per due instant (5), not per timer, and claims
+// the 100 ticks of each instant in one ClaimEach call; the hourly timers,
+// never due, cost nothing per tick. Every tick runs once.
+func TestTicksOfOneInstantAreClaimedTogether(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		time.Sleep(time.Until(epoch))
+		l := &eachCounting{Lock: testkit.Must(memlock.New())}
+		s := testkit.Must(timers.New(l))
+		var ran timerTicks
+		for i := range 100 {
+			for _, iv := range []time.Duration{time.Second, time.Hour} {
+				if err := s.Add(timers.Every(fmt.Sprintf("t%d-%v", i, iv), iv, ran.fn)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		runFor(t, s, 5500*time.Millisecond)
+		if w := timers.Wakeups(s); w != 5 {
+			t.Errorf("the dispatcher woke %d times, want 5 (once per due instant)", w)
+		}
+		calls := l.claimCalls()
+		if len(calls) != 5 || l.single.Load() != 0 {
+			t.Fatalf("ClaimEach calls of %v requests and %d single claims: want 5 calls of 100", calls, l.single.Load())
+		}
+		for _, n := range calls {
+			if n != 100 {
+				t.Fatalf("ClaimEach calls of %v requests: want 100 each", calls)
+			}
+		}
+		ran.each(t, 500, 1)
+	})
+}
+
+// With WithRunsPerTick(2) on three hosts, each host's first choices of
+// every timer due at an instant go in one ClaimEach call, and the timers
+// whose choice was taken try their other claim in a second call: at most
+// two calls per host and instant, and every tick still runs exactly twice.
+func TestRunsPerTickClaimsInRounds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		time.Sleep(time.Until(epoch))
+		table := testkit.Must(memlock.New())
+		ctx, cancel := context.WithTimeout(t.Context(), 5500*time.Millisecond)
+		defer cancel()
+		var ran timerTicks
+		var hosts []*eachCounting
+		var wg sync.WaitGroup
+		for range 3 {
+			l := &eachCounting{Lock: testkit.Must(table.Share())}
+			hosts = append(hosts, l)
+			s := testkit.Must(timers.New(l))
+			for i := range 20 {
+				if err := s.Add(timers.Every(fmt.Sprintf("r%d", i), time.Second, ran.fn, timers.WithRunsPerTick(2))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			wg.Go(func() { _ = s.Run(ctx) })
+		}
+		wg.Wait()
+		ran.each(t, 100, 2)
+		for i, l := range hosts {
+			calls := l.claimCalls()
+			if len(calls) < 5 || len(calls) > 10 || calls[0] != 20 || l.single.Load() != 0 {
+				t.Errorf("host %d: ClaimEach calls of %v requests, %d single claims: want 5 to 10 calls, the first of 20", i, calls, l.single.Load())
+			}
+		}
+	})
+}
+
+// timerTicks counts the runs of each tick of each timer.
+type timerTicks struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *timerTicks) fn(ctx context.Context) error {
+	tick, _ := timers.TickFrom(ctx)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	c.n[fmt.Sprint(tick.Timer, "@", tick.At.UnixMilli())]++
+	return nil
+}
+
+// each fails unless ticks ticks ran, each runs times.
+func (c *timerTicks) each(t *testing.T, ticks, runs int) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.n) != ticks {
+		t.Fatalf("%d ticks ran, want %d", len(c.n), ticks)
+	}
+	for tick, n := range c.n {
+		if n != runs {
+			t.Fatalf("tick %s ran %d times, want %d", tick, n, runs)
+		}
+	}
+}
+
+// Two hosts disagree on a timer's WithMaxConcurrency (2 here, 3 there):
+// the scheduler checks the sizes of all its timers' semaphores at once
+// (semaphore.CheckSizes) when it starts and every 30 s. Host B, started
+// after A, finds A's size at once and skips every tick it claims (reason
+// error); host A finds B's size at its check 30 s in, and skips from then
+// on.
+func TestSizeMismatchSkipsTicks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		time.Sleep(time.Until(epoch))
+		table := testkit.Must(memlock.New())
+		ctx, cancel := context.WithTimeout(t.Context(), 35500*time.Millisecond)
+		defer cancel()
+		var hosts []*timers.Scheduler
+		var wg sync.WaitGroup
+		for i, n := range []int{2, 3} {
+			s := testkit.Must(timers.New(testkit.Must(table.Share()), timers.WithCommon(lock.Common{Logger: slog.New(slog.DiscardHandler)})))
+			if err := s.Add(timers.Every("sized", time.Second, func(context.Context) error { return nil }, timers.WithMaxConcurrency(n))); err != nil {
+				t.Fatal(err)
+			}
+			hosts = append(hosts, s)
+			wg.Go(func() {
+				time.Sleep(time.Duration(i) * 1500 * time.Millisecond)
+				_ = s.Run(ctx)
+			})
+		}
+		wg.Wait()
+		a, b := hosts[0].Status()[0], hosts[1].Status()[0]
+		if b.Runs != 0 || b.Skips == 0 || b.LastSkip.Reason != "error" {
+			t.Errorf("host B (size 3): %+v; want no run and its ticks skipped (error)", b)
+		}
+		if a.Runs == 0 || a.LastSkip.Reason != "error" || !a.LastSkip.Tick.After(epoch.Add(30*time.Second)) || a.LastRun.Tick.After(epoch.Add(30*time.Second)) {
+			t.Errorf("host A (size 2): %+v; want runs until its check at 30 s, then skips (error)", a)
+		}
+	})
+}
+
+// batchCounting is memlock whose Batches record the handles of each Renew.
+type batchCounting struct {
+	*memlock.Lock
+	mu     sync.Mutex
+	renews []int
+}
+
+func (c *batchCounting) NewBatch(ctx context.Context, ttl time.Duration) (lock.Batch, error) {
+	b, err := c.Lock.NewBatch(ctx, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return &countedBatch{b, c}, nil
+}
+
+type countedBatch struct {
+	lock.Batch
+	c *batchCounting
+}
+
+func (b *countedBatch) Renew(ctx context.Context, hs []lock.Handle) []error {
+	b.c.mu.Lock()
+	b.c.renews = append(b.c.renews, len(hs))
+	b.c.mu.Unlock()
+	return b.Batch.Renew(ctx, hs)
+}
+
+// 50 timers every 10 s whose runs last 8 s: the runs' slot leases (ttl
+// 10 s, renewed every 3.3 s) are kept by one lock.Keeper, renewed together
+// in one Batch.Renew per renewal period (two per tick), not by a
+// goroutine and a renewal each; Run ends with no slot held.
+func TestSlotLeasesRenewedTogether(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		time.Sleep(time.Until(epoch))
+		l := &batchCounting{Lock: testkit.Must(memlock.New())}
+		s := testkit.Must(timers.New(l))
+		var ran timerTicks
+		for i := range 50 {
+			if err := s.Add(timers.Every(fmt.Sprintf("long-%d", i), 10*time.Second, func(ctx context.Context) error {
+				time.Sleep(8 * time.Second)
+				if ctx.Err() != nil {
+					return context.Cause(ctx)
+				}
+				return ran.fn(ctx)
+			})); err != nil {
+				t.Fatal(err)
+			}
+		}
+		runFor(t, s, 35*time.Second)
+		ran.each(t, 150, 1)
+		l.mu.Lock()
+		renews := l.renews
+		l.mu.Unlock()
+		if len(renews) != 6 {
+			t.Errorf("Batch.Renew calls of %v handles: want 6 (two per tick)", renews)
+		}
+		for _, n := range renews {
+			if n != 50 {
+				t.Errorf("Batch.Renew calls of %v handles: want 50 each (every run's slot)", renews)
+				break
+			}
+		}
+		for _, st := range s.Status() {
+			if st.Failures != 0 {
+				t.Fatalf("status %+v", st)
+			}
+		}
+		if held, _ := l.List(t.Context(), "sem/{timer/long-"); len(held) > 50 { // the size declarations only
+			t.Errorf("%d grants left after Run: %v", len(held), held)
+		}
+	})
+}
+
+// slowSlots is memlock whose slot attempts (TryAcquireAny) take 10 ms
+// and record how many are in flight at once.
+type slowSlots struct {
+	*memlock.Lock
+	inFlight, peak atomic.Int64
+}
+
+func (s *slowSlots) TryAcquireAny(ctx context.Context, keys []string, ttl time.Duration) (lock.Handle, error) {
+	n := s.inFlight.Add(1)
+	defer s.inFlight.Add(-1)
+	for p := s.peak.Load(); n > p && !s.peak.CompareAndSwap(p, n); p = s.peak.Load() {
+	}
+	time.Sleep(10 * time.Millisecond)
+	return s.Lock.TryAcquireAny(ctx, keys, ttl)
+}
+
+// 100 timers due at one instant on a backend whose slot attempts take
+// 10 ms: at most 16 attempts are in flight at once (so that they do not
+// hold every connection of a client's pool while the next instant's
+// claims wait), and every tick still runs, within its interval.
+func TestSlotAttemptsAreBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		time.Sleep(time.Until(epoch))
+		l := &slowSlots{Lock: testkit.Must(memlock.New())}
+		s := testkit.Must(timers.New(l))
+		var ran timerTicks
+		for i := range 100 {
+			if err := s.Add(timers.Every(fmt.Sprintf("t%d", i), time.Second, ran.fn)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		runFor(t, s, 3500*time.Millisecond)
+		ran.each(t, 300, 1)
+		if p := l.peak.Load(); p != 16 {
+			t.Errorf("%d slot attempts in flight at once, want 16", p)
+		}
+	})
+}
