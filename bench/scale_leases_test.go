@@ -175,11 +175,17 @@ func scalePostgres(b *testing.B) scaleBackend {
 			_, err := probe.Exec(ctx, "SELECT 1")
 			return err
 		},
+		// A connection of its own: the probe's ends when a ping is cut
+		// short by the probe's stop (pgx closes a connection whose query
+		// is cancelled).
 		conns: func(ctx context.Context) (int, error) {
-			mu.Lock()
-			defer mu.Unlock()
+			c, err := pgx.Connect(ctx, srv.DSN())
+			if err != nil {
+				return 0, err
+			}
+			defer c.Close(ctx)
 			var n int
-			err := probe.QueryRow(ctx, "SELECT count(DISTINCT pid) FROM pg_locks WHERE locktype = 'advisory'").Scan(&n)
+			err = c.QueryRow(ctx, "SELECT count(DISTINCT pid) FROM pg_locks WHERE locktype = 'advisory'").Scan(&n)
 			return n, err
 		},
 		full:  func(err error) bool { return errors.Is(err, pglock.ErrLockTableFull) },

@@ -60,7 +60,11 @@ var _ lock.Batcher = (*Lock)(nil)
 // session shows at the next statement on it.
 //
 // The number of keys all sessions of a server hold is bounded by its lock
-// table; see "Many grants" in the package documentation.
+// table, and a batch holds at most as many as the table is sized for
+// (max_locks_per_transaction × (max_connections +
+// max_prepared_transactions), read by NewBatch): past that, or when the
+// server's table is full sooner, TryAcquire fails with ErrLockTableFull.
+// See "Many grants" in the package documentation.
 func (l *Lock) NewBatch(ctx context.Context, ttl time.Duration) (lock.Batch, error) {
 	if err := backendkit.CheckContext(ctx); err != nil {
 		return nil, err
@@ -71,7 +75,15 @@ func (l *Lock) NewBatch(ctx context.Context, ttl time.Duration) (lock.Batch, err
 	if err := l.ensureSetup(ctx); err != nil {
 		return nil, err
 	}
-	b := &batch{l: l, ttl: ttl, sessions: make([]*session, l.batchSessions)}
+	// The batch holds no more locks than the server's lock table is sized
+	// for: PostgreSQL lends a full table the shared memory that new
+	// connections and other sessions' queries need ("out of shared memory"
+	// when they start), so filling it would break them.
+	var table int
+	if err := l.pool.QueryRow(ctx, lockTableSize).Scan(&table); err != nil {
+		return nil, backendkit.Unavailable("pglock: batch: reading the lock table's size", err)
+	}
+	b := &batch{l: l, ttl: ttl, sessions: make([]*session, l.batchSessions), table: table}
 	b.reap.timer = time.AfterFunc(time.Hour, b.sweep)
 	b.reap.timer.Stop()
 	l.heldMu.Lock()
@@ -91,6 +103,7 @@ type batch struct {
 	mu       sync.Mutex
 	sessions []*session // a nil or dead slot gets a new session when picked
 	closed   bool
+	table    int    // the server's lock table size: the most locks the batch holds
 	reap     reaper // the sweep of grants left to expire
 }
 
@@ -147,7 +160,7 @@ func (b *batch) pick() (*session, error) {
 	if b.closed {
 		return nil, backendkit.Invalid("pglock", "the batch is closed")
 	}
-	best, bestLoad, bestLive := -1, 0, false
+	best, bestLoad, bestLive, total := -1, 0, false, 0
 	for i, s := range b.sessions {
 		n, live := 0, false
 		if s != nil {
@@ -156,9 +169,13 @@ func (b *batch) pick() (*session, error) {
 		if !live {
 			n = 0
 		}
+		total += n
 		if best < 0 || n < bestLoad {
 			best, bestLoad, bestLive = i, n, live
 		}
+	}
+	if total >= b.table {
+		return nil, fmt.Errorf("%w: the batch holds %d locks, the size of the server's lock table (max_locks_per_transaction × (max_connections + max_prepared_transactions))", ErrLockTableFull, total)
 	}
 	if !bestLive {
 		b.sessions[best] = &session{b: b, io: make(chan struct{}, 1), grants: map[int64]*batchHandle{}}
@@ -784,3 +801,6 @@ func cmp(errs ...error) error {
 	}
 	return errors.New("the grant is gone")
 }
+
+// lockTableSize is the size the server's shared lock table is made for.
+const lockTableSize = `SELECT current_setting('max_locks_per_transaction')::int8 * (current_setting('max_connections')::int8 + current_setting('max_prepared_transactions')::int8)`

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold-go/leasehold/internal/testkit"
@@ -443,6 +444,23 @@ func TestBatchLockTableFull(t *testing.T) {
 	l := newLock(t, srv.DSN())
 	ctx := ctxFor(t, 2*time.Minute)
 	b := newBatch(t, l, time.Minute)
+	// Another session fills the server's table, then frees 100 entries: the
+	// batch (which stops at the table's nominal size, 200 here) meets the
+	// server's own limit first.
+	hog := connect(t, srv.DSN())
+	var taken int64
+	for ; ; taken++ {
+		if _, err := hog.Exec(ctx, "SELECT pg_advisory_lock($1)", 1_000_000+taken); err != nil {
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) || pgErr.Code != "53200" {
+				t.Fatalf("filling the lock table: %v", err)
+			}
+			break
+		}
+	}
+	if _, err := hog.Exec(ctx, "SELECT pg_advisory_unlock(x) FROM generate_series($1::int8, $2::int8) x", 1_000_000+taken-100, 1_000_000+taken-1); err != nil {
+		t.Fatal(err)
+	}
 	// Filled by 16 acquirers at once, as a Keeper's callers do (the scale
 	// benchmark's 32 met a failure one acquirer never did: the undo of a
 	// grant whose lock was taken before its statement failed needed an
@@ -529,6 +547,50 @@ func TestBatchLockTableFull(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Renew of grant %d after: %v", i, err)
 		}
+	}
+}
+
+// A batch stops at the lock table's nominal size, max_locks_per_transaction
+// × (max_connections + max_prepared_transactions), with ErrLockTableFull:
+// PostgreSQL would lend a fuller table the shared memory that new
+// connections need, and a new connection then failed with "out of shared
+// memory" (found by BenchmarkScaleLeases, whose batch held 23,230 locks on
+// a server sized for 6,400).
+func TestBatchStopsAtTheLockTablesSize(t *testing.T) {
+	srv := testenv.NewPostgres(t, testenv.PostgresSetting("max_locks_per_transaction", "10"),
+		testenv.PostgresSetting("max_connections", "20"))
+	l := newLock(t, srv.DSN())
+	ctx := ctxFor(t, 2*time.Minute)
+	b := newBatch(t, l, time.Minute)
+	var hs []lock.Handle
+	for i := range 1000 {
+		h, err := b.TryAcquire(ctx, fmt.Sprint("batch/size/", i))
+		if errors.Is(err, pglock.ErrLockTableFull) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("grant %d: %v", i, err)
+		}
+		hs = append(hs, h)
+	}
+	if len(hs) != 10*20 {
+		t.Fatalf("the batch held %d locks, want the table's size, 200", len(hs))
+	}
+	// Everything else works: a new connection, the batch's grants.
+	c := connect(t, srv.DSN())
+	if _, err := c.Exec(ctx, "SELECT 1"); err != nil {
+		t.Fatalf("a query on a new connection: %v", err)
+	}
+	for i, err := range b.Renew(ctx, hs) {
+		if err != nil {
+			t.Fatalf("Renew of grant %d: %v", i, err)
+		}
+	}
+	if err := hs[0].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.TryAcquire(ctx, "batch/size/after"); err != nil {
+		t.Fatalf("TryAcquire after a Release: %v", err)
 	}
 }
 

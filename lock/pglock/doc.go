@@ -31,11 +31,16 @@
 // sessions, whose idle_session_timeout is their shared ttl; a Renew is one
 // statement per session, and a session that ends loses its grants alone
 // (this is how one lost grant is reported on its own). The server's lock
-// table bounds them: at least max_locks_per_transaction × (max_connections
-// + max_prepared_transactions) locks, 6,400 by default, shared by every
-// session of the server. Past it, the new grant fails with
-// ErrLockTableFull and nothing else breaks; raise max_locks_per_transaction
-// for more. ClaimEach makes claims in one statement per ClaimChunk (1,000).
+// table bounds them. Sizing rule: the table is made for
+// max_locks_per_transaction × (max_connections + max_prepared_transactions)
+// locks, 6,400 by default, shared by every session of the server; a batch
+// holds at most that many. Past it (or when the table is full sooner,
+// other sessions holding locks too) the new grant fails with
+// ErrLockTableFull, and nothing else breaks: held grants renew and
+// release, and other clients still connect and query. PostgreSQL would
+// lend a fuller table the shared memory that new connections need ("out of
+// shared memory" when they start), which is why a batch stops at the
+// nominal size. Raise max_locks_per_transaction for more. ClaimEach makes claims in one statement per ClaimChunk (1,000).
 // See NewBatch and docs/postgres.md.
 //
 // Shared grants (lock.SharedLock): TryAcquireShared takes the server's
