@@ -79,6 +79,12 @@ func (l *Lock) NewBatch(ctx context.Context, ttl time.Duration) (lock.Batch, err
 	// for: PostgreSQL lends a full table the shared memory that new
 	// connections and other sessions' queries need ("out of shared memory"
 	// when they start), so filling it would break them.
+	l.heldMu.Lock()
+	closed := l.closed
+	l.heldMu.Unlock()
+	if closed {
+		return nil, backendkit.Invalid("pglock", "Lock is closed")
+	}
 	var table int
 	if err := l.pool.QueryRow(ctx, lockTableSize).Scan(&table); err != nil {
 		return nil, backendkit.Unavailable("pglock: batch: reading the lock table's size", err)
