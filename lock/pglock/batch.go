@@ -62,7 +62,7 @@ var _ lock.Batcher = (*Lock)(nil)
 // The number of keys all sessions of a server hold is bounded by its lock
 // table, and a batch holds at most as many as the table is sized for
 // (max_locks_per_transaction × (max_connections +
-// max_prepared_transactions), read by NewBatch): past that, or when the
+// max_prepared_transactions), read by its first session): past that, or when the
 // server's table is full sooner, TryAcquire fails with ErrLockTableFull.
 // See "Many grants" in the package documentation.
 func (l *Lock) NewBatch(ctx context.Context, ttl time.Duration) (lock.Batch, error) {
@@ -75,21 +75,7 @@ func (l *Lock) NewBatch(ctx context.Context, ttl time.Duration) (lock.Batch, err
 	if err := l.ensureSetup(ctx); err != nil {
 		return nil, err
 	}
-	// The batch holds no more locks than the server's lock table is sized
-	// for: PostgreSQL lends a full table the shared memory that new
-	// connections and other sessions' queries need ("out of shared memory"
-	// when they start), so filling it would break them.
-	l.heldMu.Lock()
-	closed := l.closed
-	l.heldMu.Unlock()
-	if closed {
-		return nil, backendkit.Invalid("pglock", "Lock is closed")
-	}
-	var table int
-	if err := l.pool.QueryRow(ctx, lockTableSize).Scan(&table); err != nil {
-		return nil, backendkit.Unavailable("pglock: batch: reading the lock table's size", err)
-	}
-	b := &batch{l: l, ttl: ttl, sessions: make([]*session, l.batchSessions), table: table}
+	b := &batch{l: l, ttl: ttl, sessions: make([]*session, l.batchSessions)}
 	b.reap.timer = time.AfterFunc(time.Hour, b.sweep)
 	b.reap.timer.Stop()
 	l.heldMu.Lock()
@@ -109,8 +95,13 @@ type batch struct {
 	mu       sync.Mutex
 	sessions []*session // a nil or dead slot gets a new session when picked
 	closed   bool
-	table    int    // the server's lock table size: the most locks the batch holds
-	reap     reaper // the sweep of grants left to expire
+	// table is the size of the server's lock table, the most locks the
+	// batch holds (0 until its first session reads it): PostgreSQL lends a
+	// full table the shared memory that new connections and other
+	// sessions' queries need ("out of shared memory" when they start), so
+	// filling it would break them.
+	table int
+	reap  reaper // the sweep of grants left to expire
 }
 
 // session is one server session of a batch. Lock order: io, then mu, then
@@ -180,7 +171,7 @@ func (b *batch) pick() (*session, error) {
 			best, bestLoad, bestLive = i, n, live
 		}
 	}
-	if total >= b.table {
+	if b.table > 0 && total >= b.table {
 		return nil, fmt.Errorf("%w: the batch holds %d locks, the size of the server's lock table (max_locks_per_transaction × (max_connections + max_prepared_transactions))", ErrLockTableFull, total)
 	}
 	if !bestLive {
@@ -202,6 +193,19 @@ func (s *session) open(ctx context.Context, key string) error {
 	if err := c.QueryRow(ctx, l.sql.batch.clean).Scan(&pid); err != nil {
 		destroy(c)
 		return backendkit.Unavailable("pglock: batch: opening a session", err)
+	}
+	s.b.mu.Lock()
+	known := s.b.table > 0
+	s.b.mu.Unlock()
+	if !known {
+		var table int
+		if err := c.QueryRow(ctx, lockTableSize).Scan(&table); err != nil {
+			destroy(c)
+			return backendkit.Unavailable("pglock: batch: reading the lock table's size", err)
+		}
+		s.b.mu.Lock()
+		s.b.table = table
+		s.b.mu.Unlock()
 	}
 	s.conn, s.pid = c, int32(c.Conn().PgConn().PID())
 	if l.pooled { // a session pooler tells the client a pid of its own
