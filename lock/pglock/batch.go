@@ -391,7 +391,7 @@ func (s *session) acquire(ctx context.Context, key string) (*batchHandle, error)
 	case len(*res) > 0 && (*res)[0] == 'h':
 		var rem time.Duration
 		if n, err := strconv.ParseInt((*res)[1:], 10, 64); err == nil {
-			rem = backendkit.RemainingMillis(n)
+			rem = heldFor(n)
 		}
 		return nil, backendkit.NotAcquired(key, rem)
 	}

@@ -99,7 +99,7 @@ func (l *Lock) TryAcquireAll(ctx context.Context, keys []string, ttl time.Durati
 		}
 		var rem time.Duration
 		if n, err := strconv.ParseInt(ms, 10, 64); err == nil {
-			rem = backendkit.RemainingMillis(n)
+			rem = heldFor(n)
 		}
 		return nil, backendkit.NotAcquired(keys[order[i-1]], rem)
 	}

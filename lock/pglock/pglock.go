@@ -330,6 +330,22 @@ func ID(namespace, key string) int64 {
 
 func (l *Lock) id(key string) int64 { return ID(l.namespace, key) }
 
+// overdueRetry is the hint of a refusal by a holder whose ttl has run out
+// while its session still lives: the server ends it at any moment (its
+// idle_session_timeout fires late under load), so the waiter tries again
+// soon rather than waiting for a release that a crashed holder never
+// sends.
+const overdueRetry = 10 * time.Millisecond
+
+// heldFor is the remaining ttl a refusal reports, from the holders'
+// shortest remaining ms: overdueRetry for one that is overdue (0).
+func heldFor(ms int64) time.Duration {
+	if ms <= 0 {
+		return overdueRetry
+	}
+	return backendkit.RemainingMillis(ms)
+}
+
 // Setup creates the token sequence and the key-name table if they are
 // missing. The first operation of a Lock does it by itself; call it (or run
 // its statements, see the package documentation) once with a role that may
@@ -607,7 +623,7 @@ func (l *Lock) granted(ctx context.Context, hd *handle, c *pgxpool.Conn, keys []
 		c.Release()
 		var rem time.Duration
 		if ms, err := strconv.ParseInt(string(res[1:]), 10, 64); err == nil {
-			rem = backendkit.RemainingMillis(ms)
+			rem = heldFor(ms)
 		}
 		return nil, backendkit.NotAcquiredAny(keys, rem)
 	}

@@ -337,3 +337,29 @@ func TestSchemasShareAPool(t *testing.T) {
 		}
 	}
 }
+
+// A holder whose ttl ran out while its session still lives (the server's
+// idle_session_timeout fires late on a loaded machine) is about to lose
+// its lock: a refusal says to try again soon. It said 0 (unknown), and a
+// waiter then slept DefaultMaxBackoff (500 ms) before trying again, past a
+// crashed holder's ttl + slack (semaphore TestSuite/postgres/
+// CrashedHolderFrees failed so under CI's load).
+func TestOverdueHolderHintsASoonRetry(t *testing.T) {
+	srv := testenv.Postgres(t)
+	key := "overdue/" + lock.NewOwner()
+	ghost := connect(t, srv.DSN())
+	ctx := ctxFor(t, 30*time.Second)
+	// A holder whose name says ttl 0, on a session without
+	// idle_session_timeout: overdue for as long as the test runs.
+	if _, err := ghost.Exec(ctx, "SELECT set_config('application_name', '1 0 0 ghost', false), pg_advisory_lock($1)", pglock.ID(pglock.DefaultNamespace, key)); err != nil {
+		t.Fatal(err)
+	}
+	l := newLock(t, srv.DSN())
+	_, err := l.TryAcquire(ctx, key, time.Second)
+	if !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire of a held key: %v", err)
+	}
+	if hint := lock.RemainingTTL(err); hint <= 0 || hint > 50*time.Millisecond {
+		t.Fatalf("refused by an overdue holder with hint %v: want a retry within 50 ms", hint)
+	}
+}
