@@ -20,3 +20,27 @@ func SetCountChunk(t testing.TB, n int) {
 	countChunk = n
 	t.Cleanup(func() { countChunk = old })
 }
+
+// HeartbeatStatements counts the heartbeat statements r sent: those that
+// extend leases whole (fast) and those that move jobs into new leases
+// (slow).
+func HeartbeatStatements(r *Registry) (fast, slow int64) {
+	return r.fastStatements.Load(), r.slowStatements.Load()
+}
+
+// SetHeartbeatChunk makes leases of at most n jobs for the rest of t (t
+// must not be parallel).
+func SetHeartbeatChunk(t testing.TB, n int) {
+	old := heartbeatChunk
+	heartbeatChunk = n
+	t.Cleanup(func() { heartbeatChunk = old })
+}
+
+// ForgetLeases empties r's cache of leases: its next heartbeat moves every
+// job.
+func ForgetLeases(r *Registry) {
+	r.cache.mu.Lock()
+	defer r.cache.mu.Unlock()
+	clear(r.cache.leases)
+	clear(r.cache.of)
+}

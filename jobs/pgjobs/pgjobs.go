@@ -81,6 +81,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -100,6 +101,11 @@ type Registry struct {
 
 	setupMu sync.Mutex
 	ready   bool
+
+	cache leaseCache
+	// fastStatements and slowStatements count the heartbeat statements
+	// sent (for the tests).
+	fastStatements, slowStatements atomic.Int64
 }
 
 var (
@@ -121,11 +127,11 @@ func New(pool *pgxpool.Pool, table string) (*Registry, error) {
 	if !identifier.MatchString(table) {
 		return nil, backendkit.Invalid("pgjobs", "table name %q must match %s", table, identifier)
 	}
-	return &Registry{pool: pool, table: table, q: newQueries(table)}, nil
+	return &Registry{pool: pool, table: table, q: newQueries(table), cache: newLeaseCache()}, nil
 }
 
 type queries struct {
-	setup, track, done, heartbeat, remove, expired, inflight, reclaim, bury, dead, deadJob, purge, countJobs, countDead string
+	setup, track, done, heartbeat, extend, remove, expired, inflight, reclaim, bury, dead, deadJob, purge, countJobs, countDead string
 }
 
 const (
@@ -133,13 +139,48 @@ const (
 	// listed are the columns of the operator listings (InFlight, Dead):
 	// all but the payload, which stays on the server.
 	listed = `id, owner, attempt, epoch, deadline, history, max_retries`
+	// jcols and jlisted are cols and listed of the jobs table as j.
+	jcols   = `j.id, j.payload, j.owner, j.attempt, j.epoch, j.deadline, j.history, j.max_retries`
+	jlisted = `j.id, j.owner, j.attempt, j.epoch, j.deadline, j.history, j.max_retries`
 )
+
+// leave are the CTEs that take the jobs of CTE src (a column lease, one
+// row per job that leaves its lease) out of their leases: each lease row is
+// locked (after the jobs', always in that order), and its members
+// decremented, or the row deleted when none are left. The decision is on
+// the locked row's count, so concurrent leavers of one lease never lose a
+// decrement. It ends with a comma.
+func leave(src string) string {
+	return `g AS (SELECT lease, count(*) AS n FROM ` + src + ` WHERE lease IS NOT NULL GROUP BY lease),
+	ol AS (SELECT l.id, l.members, g.n FROM T__lease l JOIN g ON l.id = g.lease ORDER BY l.id FOR UPDATE OF l),
+	od AS (DELETE FROM T__lease l USING ol WHERE l.id = ol.id AND ol.members <= ol.n),
+	ou AS (UPDATE T__lease l SET members = l.members - ol.n FROM ol WHERE l.id = ol.id AND ol.members > ol.n),
+	`
+}
+
+// effective is a job's deadline: its lease's when it has one.
+const effective = `coalesce((SELECT l.deadline FROM T__lease l WHERE l.id = j.lease), j.deadline)`
 
 func newQueries(t string) queries {
 	r := strings.NewReplacer("T_", t)
+	// The listings read pages of $1 rows after a cursor ($2, $3): the last
+	// row's deadline (or time of death) and ID. A job's deadline is its
+	// lease's when it has one: the jobs alone come from the partial index
+	// on deadline, the leased ones from the leases' index on deadline and
+	// then the members' index (lease, id); each part is ordered and
+	// limited, and the two are merged.
+	listing := func(sel, where string) string {
+		leased := strings.ReplaceAll(sel, "j.deadline", "l.deadline")
+		return `SELECT * FROM ((SELECT ` + sel + ` FROM T_ j WHERE j.lease IS NULL` + strings.ReplaceAll(where, "D_", "j.deadline") + `
+	AND j.deadline >= $2 AND (j.deadline > $2 OR j.id > $3) ORDER BY j.deadline, j.id LIMIT $1)
+UNION ALL (SELECT ` + leased + ` FROM T__lease l JOIN T_ j ON j.lease = l.id AND j.lease IS NOT NULL
+	WHERE true` + strings.ReplaceAll(where, "D_", "l.deadline") + ` AND l.deadline >= $2 AND (l.deadline > $2 OR j.id > $3)
+	ORDER BY l.deadline, j.id LIMIT $1)) AS x ORDER BY deadline, id LIMIT $1`
+	}
 	return queries{
 		setup: r.Replace(`
 CREATE SEQUENCE IF NOT EXISTS T__epoch;
+CREATE SEQUENCE IF NOT EXISTS T__lease_id;
 CREATE TABLE IF NOT EXISTS T_ (
 	id       bytea PRIMARY KEY,
 	payload  bytea NOT NULL,
@@ -148,9 +189,15 @@ CREATE TABLE IF NOT EXISTS T_ (
 	epoch    bigint NOT NULL,
 	deadline timestamptz NOT NULL,
 	history  jsonb NOT NULL DEFAULT '[]',
-	max_retries int NOT NULL DEFAULT 0
+	max_retries int NOT NULL DEFAULT 0,
+	lease    bigint
 );
-CREATE INDEX IF NOT EXISTS T__deadline ON T_ (deadline);
+CREATE TABLE IF NOT EXISTS T__lease (
+	id       bigint PRIMARY KEY,
+	deadline timestamptz NOT NULL,
+	members  int NOT NULL
+);
+CREATE INDEX IF NOT EXISTS T__lease_deadline ON T__lease (deadline);
 CREATE TABLE IF NOT EXISTS T__dead (
 	id       bytea PRIMARY KEY,
 	payload  bytea NOT NULL,
@@ -194,10 +241,16 @@ BEGIN
 	IF (SELECT atttypid FROM pg_attribute WHERE attrelid = 'T__dead'::regclass AND attname = 'id') = 'text'::regtype THEN
 		ALTER TABLE T__dead ALTER COLUMN id TYPE bytea USING convert_to(id, 'UTF8');
 	END IF;
+	IF NOT EXISTS (SELECT FROM pg_attribute WHERE attrelid = 'T_'::regclass AND attname = 'lease' AND NOT attisdropped) THEN
+		ALTER TABLE T_ ADD COLUMN IF NOT EXISTS lease bigint;
+	END IF;
 END
-$migrate$;`),
-		done: r.Replace(`WITH d AS (DELETE FROM T_ WHERE id = $1 AND epoch = $2 RETURNING id, epoch),
-	r AS (DELETE FROM T__retry WHERE id IN (SELECT id FROM d)),
+$migrate$;
+CREATE INDEX IF NOT EXISTS T__solo ON T_ (deadline) WHERE lease IS NULL;
+CREATE INDEX IF NOT EXISTS T__leased ON T_ (lease, id) WHERE lease IS NOT NULL;
+DROP INDEX IF EXISTS T__deadline;`),
+		done: r.Replace(`WITH d AS (DELETE FROM T_ WHERE id = $1 AND epoch = $2 RETURNING id, epoch, lease),
+	` + leave("d") + `r AS (DELETE FROM T__retry WHERE id IN (SELECT id FROM d)),
 	m AS (INSERT INTO T__done (epoch, id, at) SELECT epoch, id, now() FROM d ON CONFLICT (epoch) DO NOTHING),
 	gc AS (DELETE FROM T__done WHERE epoch IN (SELECT epoch FROM T__done
 		WHERE at < now() - $3::bigint * interval '1 millisecond' ORDER BY at LIMIT 16 FOR UPDATE SKIP LOCKED))
@@ -206,48 +259,76 @@ SELECT EXISTS (SELECT FROM d) OR EXISTS (SELECT FROM T__done WHERE epoch = $2 AN
 		// consumed; p if still within the window) or of the entry it
 		// replaces (ON CONFLICT, j): attempt and history unless the
 		// caller's attempt is higher, max retries unless the caller's is
-		// not 0.
-		track: r.Replace(`WITH r AS (DELETE FROM T__retry WHERE id = $1
+		// not 0. The entry it replaces (old, locked first) leaves its
+		// lease; an entry that another Track inserted meanwhile and that a
+		// heartbeat put in a lease is not replaced (no row: Track tries
+		// again).
+		track: r.Replace(`WITH old AS (SELECT id, lease FROM T_ WHERE id = $1 FOR UPDATE),
+	` + leave("old") + `r AS (DELETE FROM T__retry WHERE id = $1
 		RETURNING attempt, max_retries, history, at > now() - $8::bigint * interval '1 millisecond' AS fresh),
 	p AS (SELECT attempt, max_retries, history FROM r WHERE fresh)
-INSERT INTO T_ AS j (` + cols + `)
+INSERT INTO T_ AS j (` + cols + `, lease)
 SELECT $1, $2, $3, CASE WHEN p.attempt >= $4::int THEN p.attempt ELSE $4::int END,
 	nextval('T__epoch'), now() + $5::bigint * interval '1 millisecond',
 	CASE WHEN p.attempt >= $4::int THEN p.history ELSE $6::jsonb END,
-	CASE WHEN $7::int = 0 THEN coalesce(p.max_retries, 0) ELSE $7::int END
+	CASE WHEN $7::int = 0 THEN coalesce(p.max_retries, 0) ELSE $7::int END, NULL
 FROM (SELECT) AS one LEFT JOIN p ON true
 ON CONFLICT (id) DO UPDATE SET payload = excluded.payload, owner = excluded.owner,
 	attempt = greatest(j.attempt, excluded.attempt),
 	history = CASE WHEN j.attempt >= excluded.attempt THEN j.history ELSE excluded.history END,
 	max_retries = CASE WHEN $7::int = 0 THEN j.max_retries ELSE $7::int END,
-	epoch = excluded.epoch, deadline = excluded.deadline
+	epoch = excluded.epoch, deadline = excluded.deadline, lease = NULL
+	WHERE j.lease IS NOT DISTINCT FROM (SELECT lease FROM old)
 RETURNING epoch, deadline, attempt, max_retries, history`),
-		// heartbeat returns the IDs it did not extend (lost).
-		heartbeat: r.Replace(`WITH r AS (SELECT * FROM unnest($1::bytea[], $2::bigint[]) AS r(id, epoch)),
-	u AS (UPDATE T_ AS j SET deadline = now() + $3::bigint * interval '1 millisecond'
-		FROM r WHERE j.id = r.id AND j.epoch = r.epoch RETURNING j.id)
-SELECT r.id FROM r WHERE NOT EXISTS (SELECT FROM u WHERE u.id = r.id)`),
-		remove: r.Replace(`WITH d AS (DELETE FROM T_ WHERE id = $1 AND epoch = $2 RETURNING id, attempt, max_retries, history),
-	m AS (INSERT INTO T__retry (id, attempt, max_retries, history, at) SELECT id, attempt, max_retries, history, now() FROM d
+		// heartbeat moves the live jobs of a chunk ($1, $2) into a new lease
+		// of deadline now() + $3 ms, taking them out of their old leases;
+		// it returns the new lease (NULL: none live) with each ID it did
+		// not find (lost), then a row with a NULL ID.
+		heartbeat: r.Replace(`WITH r AS (SELECT DISTINCT * FROM unnest($1::bytea[], $2::bigint[]) AS r(id, epoch)),
+	mv AS (SELECT j.id, j.lease FROM T_ j JOIN r ON j.id = r.id AND j.epoch = r.epoch ORDER BY j.id FOR UPDATE OF j),
+	nl AS (INSERT INTO T__lease (id, deadline, members)
+		SELECT nextval('T__lease_id'), now() + $3::bigint * interval '1 millisecond', count(*) FROM mv HAVING count(*) > 0
+		RETURNING id),
+	` + leave("mv") + `u AS (UPDATE T_ j SET lease = nl.id FROM mv, nl WHERE j.id = mv.id RETURNING j.id)
+SELECT (SELECT id FROM nl), r.id FROM r WHERE NOT EXISTS (SELECT FROM u WHERE u.id = r.id)
+UNION ALL SELECT (SELECT id FROM nl), NULL`),
+		// extend moves the deadline of each lease ($1) that still has the
+		// members the registry counts ($2) to now() + $3 ms (plus a
+		// microsecond per place in the list, so that no two leases of a
+		// statement share a deadline: a listing's page ends at a lease),
+		// and returns the leases it extended.
+		extend: r.Replace(`UPDATE T__lease l SET deadline = now() + $3::bigint * interval '1 millisecond' + c.o * interval '1 microsecond'
+FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS c(id, n, o)
+WHERE l.id = c.id AND l.members = c.n RETURNING l.id`),
+		remove: r.Replace(`WITH d AS (DELETE FROM T_ WHERE id = $1 AND epoch = $2 RETURNING id, attempt, max_retries, history, lease),
+	` + leave("d") + `m AS (INSERT INTO T__retry (id, attempt, max_retries, history, at) SELECT id, attempt, max_retries, history, now() FROM d
 		ON CONFLICT (id) DO UPDATE SET attempt = excluded.attempt, max_retries = excluded.max_retries,
 			history = excluded.history, at = excluded.at),
 	gc AS (DELETE FROM T__retry WHERE id <> $1 AND id IN (SELECT id FROM T__retry
 		WHERE at < now() - $3::bigint * interval '1 millisecond' ORDER BY at LIMIT 16 FOR UPDATE SKIP LOCKED))
 SELECT count(*) FROM d`),
-		// The listings read pages of $1 rows after a cursor ($2, $3): the
-		// last row's deadline (or time of death) and ID.
-		expired: r.Replace(`SELECT ` + cols + ` FROM T_ WHERE deadline <= now() AND deadline >= $2 AND (deadline > $2 OR id > $3)
-ORDER BY deadline, id LIMIT $1`),
-		inflight: r.Replace(`SELECT ` + listed + ` FROM T_ WHERE deadline >= $2 AND (deadline > $2 OR id > $3)
-ORDER BY deadline, id LIMIT $1`),
-		reclaim: r.Replace(`UPDATE T_ SET epoch = nextval('T__epoch'), attempt = attempt + 1, owner = $3,
-	deadline = now() + $4::bigint * interval '1 millisecond',
-	history = history || jsonb_build_array(jsonb_build_object('at', now(), 'from', owner, 'by', $3::text, 'attempt', attempt + 1))
-WHERE id = $1 AND epoch = $2 AND deadline <= now()
-RETURNING ` + cols),
-		bury: r.Replace(`WITH d AS (DELETE FROM T_ WHERE id = $1 AND epoch = $2 RETURNING ` + cols + `),
-	r AS (DELETE FROM T__retry WHERE id IN (SELECT id FROM d))
-INSERT INTO T__dead (` + cols + `, died, reason) SELECT ` + cols + `, now(), $3 FROM d
+		expired:  r.Replace(listing(jcols, " AND D_ <= now()")),
+		inflight: r.Replace(listing(jlisted, "")),
+		// reclaim locks the job (j0), then its lease if that has expired
+		// (lk: FOR UPDATE re-checks the deadline after a heartbeat that
+		// extended it commits), and takes the job only with that lock, or,
+		// for a job alone, when its own deadline has passed; the job
+		// leaves its lease.
+		reclaim: r.Replace(`WITH j0 AS (SELECT id, lease FROM T_ WHERE id = $1 AND epoch = $2 FOR UPDATE),
+	lk AS (SELECT l.id, l.members, l.deadline FROM T__lease l WHERE l.id = (SELECT lease FROM j0) AND l.deadline <= now() FOR UPDATE),
+	u AS (UPDATE T_ j SET epoch = nextval('T__epoch'), attempt = j.attempt + 1, owner = $3,
+		deadline = now() + $4::bigint * interval '1 millisecond', lease = NULL,
+		history = j.history || jsonb_build_array(jsonb_build_object('at', now(), 'from', j.owner, 'by', $3::text, 'attempt', j.attempt + 1))
+		FROM j0 WHERE j.id = j0.id AND j.epoch = $2
+			AND CASE WHEN j0.lease IS NULL THEN j.deadline <= now() ELSE EXISTS (SELECT FROM lk) END
+		RETURNING j.id, j.payload, j.owner, j.attempt, j.epoch, j.deadline, j.history, j.max_retries),
+	od AS (DELETE FROM T__lease l USING lk WHERE l.id = lk.id AND lk.members <= 1 AND EXISTS (SELECT FROM u)),
+	ou AS (UPDATE T__lease l SET members = l.members - 1 FROM lk WHERE l.id = lk.id AND lk.members > 1 AND EXISTS (SELECT FROM u))
+SELECT * FROM u`),
+		bury: r.Replace(`WITH d AS (DELETE FROM T_ j WHERE id = $1 AND epoch = $2 RETURNING ` + jcols + `, lease),
+	` + leave("d") + `r AS (DELETE FROM T__retry WHERE id IN (SELECT id FROM d))
+INSERT INTO T__dead (` + cols + `, died, reason) SELECT id, payload, owner, attempt, epoch,
+	coalesce((SELECT l.deadline FROM T__lease l WHERE l.id = d.lease), d.deadline), history, max_retries, now(), $3 FROM d
 ON CONFLICT (id) DO UPDATE SET payload = excluded.payload, owner = excluded.owner, attempt = excluded.attempt,
 	epoch = excluded.epoch, deadline = excluded.deadline, history = excluded.history, max_retries = excluded.max_retries,
 	died = excluded.died, reason = excluded.reason`),
@@ -258,8 +339,9 @@ ORDER BY died DESC, id LIMIT $1`),
 	r AS (DELETE FROM T__retry WHERE id IN (SELECT id FROM d))
 SELECT count(*) FROM d`),
 		// The counts read pages of $2 rows in ID order after $1 (the
-		// primary key): how many, how many expired, and the last ID.
-		countJobs: r.Replace(`WITH p AS (SELECT id, deadline <= now() AS expired FROM T_ WHERE id > $1 ORDER BY id LIMIT $2)
+		// primary key): how many, how many expired (by the lease's
+		// deadline for a leased job), and the last ID.
+		countJobs: r.Replace(`WITH p AS (SELECT j.id, ` + effective + ` <= now() AS expired FROM T_ j WHERE j.id > $1 ORDER BY j.id LIMIT $2)
 SELECT count(*), count(*) FILTER (WHERE expired), (SELECT id FROM p ORDER BY id DESC LIMIT 1) FROM p`),
 		countDead: r.Replace(`WITH p AS (SELECT id FROM T__dead WHERE id > $1 ORDER BY id LIMIT $2)
 SELECT count(*), 0::bigint, (SELECT id FROM p ORDER BY id DESC LIMIT 1) FROM p`),
@@ -376,9 +458,17 @@ func (r *Registry) Track(ctx context.Context, job jobs.Job, lease time.Duration)
 	}
 	var epoch int64
 	var hist []byte
-	err := r.pool.QueryRow(ctx, r.q.track, []byte(job.ID), job.Payload, job.Owner, job.Attempt, lease.Milliseconds(),
-		encodeHistory(job.History), job.MaxRetries, jobs.RetryWindow.Milliseconds()).
-		Scan(&epoch, &job.Deadline, &job.Attempt, &job.MaxRetries, &hist)
+	var err error
+	for range 3 {
+		// No row: an entry another Track inserted meanwhile moved into a
+		// lease before this statement could replace it; again.
+		err = r.pool.QueryRow(ctx, r.q.track, []byte(job.ID), job.Payload, job.Owner, job.Attempt, lease.Milliseconds(),
+			encodeHistory(job.History), job.MaxRetries, jobs.RetryWindow.Milliseconds()).
+			Scan(&epoch, &job.Deadline, &job.Attempt, &job.MaxRetries, &hist)
+		if !errors.Is(err, pgx.ErrNoRows) {
+			break
+		}
+	}
 	if err != nil {
 		return jobs.Job{}, unavailable("track", err)
 	}
@@ -386,17 +476,156 @@ func (r *Registry) Track(ctx context.Context, job jobs.Job, lease time.Duration)
 	return job, nil
 }
 
-// heartbeatChunk is the most jobs one heartbeat UPDATE extends (its own
-// transaction, so that it holds its rows' locks for a couple of
-// milliseconds at most). A variable for the tests of chunk boundaries.
+// heartbeatChunk is the most jobs one heartbeat statement moves into a
+// new lease (its own transaction, so that it holds its rows' locks for a
+// couple of milliseconds at most): a lease has at most that many members.
+// A variable for the tests of chunk boundaries.
 var heartbeatChunk = 200
 
-// Heartbeat implements jobs.Registry: one UPDATE … FROM unnest per
-// heartbeatChunk (200) jobs, each its own transaction, all in one
-// pipeline on one connection: one round trip of wall time plus the
-// server's work, whatever the number of jobs; deadline on server time. It
-// returns the IDs whose row of that epoch is gone. When some statements
-// fail, the jobs of the others are extended and the error is a
+// extendChunk is the most leases one heartbeat statement extends (one
+// small row each).
+var extendChunk = 100
+
+// leaseCache is what a Registry knows of the leases it made: for each, the
+// refs it moved in (less those it has seen leave since), and when the
+// lease ends (on the local clock, to forget the leases no longer
+// heartbeated). Its invariant: a lease's members on the server are a
+// subset of its cached refs, as members only ever leave a lease and a ref
+// is dropped from the cache only once it is known to have left. So a lease
+// whose count of members is the count of its cached refs has exactly
+// those: extending it extends them all.
+type leaseCache struct {
+	mu     sync.Mutex
+	leases map[int64]*cachedLease
+	of     map[jobs.Ref]int64
+}
+
+type cachedLease struct {
+	refs  map[jobs.Ref]struct{}
+	until time.Time
+}
+
+func newLeaseCache() leaseCache {
+	return leaseCache{leases: map[int64]*cachedLease{}, of: map[jobs.Ref]int64{}}
+}
+
+// fastLease is a cached lease whose every cached ref is in a heartbeat.
+type fastLease struct {
+	id   int64
+	refs []jobs.Ref
+}
+
+// plan splits the distinct refs of a heartbeat into the leases it may
+// extend whole and the refs it must move into new leases (in the order of
+// refs): those of no cached lease, and those of a lease with cached refs
+// that the heartbeat leaves out (which stays behind with them and is
+// forgotten). It forgets the leases that ended before now.
+func (c *leaseCache) plan(refs []jobs.Ref, now time.Time) (fast []fastLease, slow []jobs.Ref) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id, l := range c.leases {
+		if now.After(l.until) {
+			c.drop(id)
+		}
+	}
+	seen := make(map[jobs.Ref]bool, len(refs))
+	byLease := map[int64][]jobs.Ref{}
+	for _, ref := range refs {
+		if seen[ref] {
+			continue
+		}
+		seen[ref] = true
+		if id, ok := c.of[ref]; ok {
+			byLease[id] = append(byLease[id], ref)
+		}
+	}
+	for id, rs := range byLease {
+		if len(rs) == len(c.leases[id].refs) {
+			fast = append(fast, fastLease{id, rs})
+		} else {
+			c.drop(id)
+		}
+	}
+	slices.SortFunc(fast, func(a, b fastLease) int { return cmp.Compare(a.id, b.id) })
+	clear(seen)
+	for _, ref := range refs {
+		if _, cached := c.of[ref]; !cached && !seen[ref] {
+			seen[ref] = true
+			slow = append(slow, ref)
+		}
+	}
+	return fast, slow
+}
+
+// drop forgets a lease (c.mu held).
+func (c *leaseCache) drop(id int64) {
+	for ref := range c.leases[id].refs {
+		if c.of[ref] == id {
+			delete(c.of, ref)
+		}
+	}
+	delete(c.leases, id)
+}
+
+// put records a new lease and the refs moved into it.
+func (c *leaseCache) put(id int64, refs []jobs.Ref, until time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := &cachedLease{refs: make(map[jobs.Ref]struct{}, len(refs)), until: until}
+	for _, ref := range refs {
+		l.refs[ref] = struct{}{}
+		c.of[ref] = id
+	}
+	c.leases[id] = l
+}
+
+// extended records a lease's new end; dropped forgets the leases that
+// were not extended.
+func (c *leaseCache) extended(id int64, until time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l, ok := c.leases[id]; ok {
+		l.until = until
+	}
+}
+
+func (c *leaseCache) dropped(id int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.leases[id]; ok {
+		c.drop(id)
+	}
+}
+
+// forget drops a ref known to have left its lease (completed, removed,
+// buried, reclaimed or lost).
+func (c *leaseCache) forget(ref jobs.Ref) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	id, ok := c.of[ref]
+	if !ok {
+		return
+	}
+	delete(c.of, ref)
+	if l := c.leases[id]; l != nil {
+		delete(l.refs, ref)
+		if len(l.refs) == 0 {
+			delete(c.leases, id)
+		}
+	}
+}
+
+// Heartbeat implements jobs.Registry with leases: the jobs a Registry
+// heartbeats are members of lease rows, and a heartbeat extends a lease
+// whole, one small row, when the lease still has exactly the members the
+// Registry moved in (its count proves it: see the package doc). The other
+// refs (new ones, those of a lease that lost a member or whose other
+// members the heartbeat leaves out) move into new leases, one statement of
+// up to heartbeatChunk (200) jobs each. Every statement is its own
+// transaction, all in one pipeline on one connection: one round trip of
+// wall time, two when a lease could not be extended; deadline on server
+// time. It returns the IDs whose row of that epoch is gone. When some
+// statements fail, the jobs of the others are extended and the error is a
 // *jobs.HeartbeatError naming the failed statements' IDs.
 func (r *Registry) Heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Duration) ([]string, error) {
 	if err := jobs.CheckHeartbeat(ctx, refs, lease); err != nil {
@@ -408,7 +637,7 @@ func (r *Registry) Heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Du
 	if err := r.ensure(ctx); err != nil {
 		return nil, err
 	}
-	lost, unknown, err := r.heartbeatPipeline(ctx, refs, lease)
+	lost, unknown, err := r.heartbeat(ctx, refs, lease)
 	switch {
 	case err != nil && len(unknown) == len(refs):
 		return nil, unavailable("heartbeat", err) // nothing is known
@@ -418,77 +647,218 @@ func (r *Registry) Heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Du
 	return lost, nil
 }
 
-// heartbeatPipeline sends refs in chunks on one connection, one pipeline,
-// a Sync after each statement (so each is a transaction of its own and a
-// failed one leaves the others done); it returns the lost IDs of the
-// statements that answered, and the IDs of those that failed with the
-// first error.
-func (r *Registry) heartbeatPipeline(ctx context.Context, refs []jobs.Ref, lease time.Duration) (lost, unknown []string, err error) {
-	fail := func(from int, e error) ([]string, []string, error) {
-		for _, ref := range refs[from:] {
-			unknown = append(unknown, ref.ID)
+// heartbeat extends the cached leases of refs whole and moves the other
+// refs, and those of the leases it could not extend, into new leases; it
+// returns the lost IDs and those of unknown outcome, in the order of refs,
+// with the first error.
+func (r *Registry) heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Duration) (lost, unknown []string, err error) {
+	start := time.Now()
+	until := start.Add(lease)
+	fast, slow := r.cache.plan(refs, start)
+	lostRefs, unknownRefs := map[jobs.Ref]bool{}, map[jobs.Ref]bool{}
+	result := func() ([]string, []string, error) {
+		for _, ref := range refs {
+			switch {
+			case unknownRefs[ref]:
+				unknown = append(unknown, ref.ID)
+			case lostRefs[ref]:
+				lost = append(lost, ref.ID)
+			}
 		}
-		return lost, unknown, cmp.Or(err, e)
+		return lost, unknown, err
 	}
 	conn, e := r.pool.Acquire(ctx)
 	if e != nil {
-		return fail(0, e)
+		for _, ref := range refs {
+			unknownRefs[ref] = true
+		}
+		err = e
+		return result()
 	}
 	defer conn.Release()
-	pipe := conn.Conn().PgConn().StartPipeline(ctx)
 	leaseArg := []byte(strconv.FormatInt(lease.Milliseconds(), 10))
-	for lo := 0; lo < len(refs); lo += heartbeatChunk {
-		ids, epochs := textArrays(refs[lo:min(lo+heartbeatChunk, len(refs))])
-		pipe.SendQueryParams(r.q.heartbeat, [][]byte{ids, epochs, leaseArg}, nil, nil, []int16{1})
+	var again []jobs.Ref // the refs of the leases not extended
+	var stmts []statement
+	for lo := 0; lo < len(fast); lo += extendChunk {
+		stmts = append(stmts, r.extendStatement(fast[lo:min(lo+extendChunk, len(fast))], leaseArg, until, &again, unknownRefs))
+	}
+	for lo := 0; lo < len(slow); lo += heartbeatChunk {
+		stmts = append(stmts, r.moveStatement(slow[lo:min(lo+heartbeatChunk, len(slow))], leaseArg, until, lostRefs, unknownRefs))
+	}
+	err = pipeline(ctx, conn.Conn().PgConn(), stmts)
+	if len(again) > 0 {
+		stmts = stmts[:0]
+		for lo := 0; lo < len(again); lo += heartbeatChunk {
+			stmts = append(stmts, r.moveStatement(again[lo:min(lo+heartbeatChunk, len(again))], leaseArg, until, lostRefs, unknownRefs))
+		}
+		err = cmp.Or(err, pipeline(ctx, conn.Conn().PgConn(), stmts))
+	}
+	return result()
+}
+
+// statement is one statement of a pipeline, its own transaction: its
+// rows are passed to row, then done is called, or failed when it failed
+// or its outcome is unknown.
+type statement struct {
+	sql     string
+	args    [][]byte
+	formats []int16
+	row     func(values [][]byte) error
+	done    func()
+	failed  func()
+}
+
+// extendStatement extends the leases of fast that still have the members
+// cached; the refs of the others go to again, their leases forgotten.
+func (r *Registry) extendStatement(fast []fastLease, leaseArg []byte, until time.Time, again *[]jobs.Ref, unknown map[jobs.Ref]bool) statement {
+	r.fastStatements.Add(1)
+	ids, counts := []byte{'{'}, []byte{'{'}
+	for i, l := range fast {
+		if i > 0 {
+			ids, counts = append(ids, ','), append(counts, ',')
+		}
+		ids = strconv.AppendInt(ids, l.id, 10)
+		counts = strconv.AppendInt(counts, int64(len(l.refs)), 10)
+	}
+	extended := map[int64]bool{}
+	return statement{
+		sql: r.q.extend, args: [][]byte{append(ids, '}'), append(counts, '}'), leaseArg}, formats: []int16{0},
+		row: func(v [][]byte) error {
+			id, err := strconv.ParseInt(string(v[0]), 10, 64)
+			extended[id] = true
+			return err
+		},
+		done: func() {
+			for _, l := range fast {
+				if extended[l.id] {
+					r.cache.extended(l.id, until)
+				} else {
+					r.cache.dropped(l.id)
+					*again = append(*again, l.refs...)
+				}
+			}
+		},
+		failed: func() {
+			for _, l := range fast {
+				for _, ref := range l.refs {
+					unknown[ref] = true
+				}
+			}
+		},
+	}
+}
+
+// moveStatement moves the live jobs of refs into a new lease and records
+// the others as lost.
+func (r *Registry) moveStatement(refs []jobs.Ref, leaseArg []byte, until time.Time, lost, unknown map[jobs.Ref]bool) statement {
+	r.slowStatements.Add(1)
+	ids, epochs := textArrays(refs)
+	var newLease int64
+	gone := map[string]bool{}
+	return statement{
+		sql: r.q.heartbeat, args: [][]byte{ids, epochs, leaseArg}, formats: []int16{0, 1},
+		row: func(v [][]byte) error {
+			if v[0] != nil {
+				n, err := strconv.ParseInt(string(v[0]), 10, 64)
+				if err != nil {
+					return err
+				}
+				newLease = n
+			}
+			if v[1] != nil {
+				gone[string(v[1])] = true // bytea, binary format: the ID's bytes
+			}
+			return nil
+		},
+		done: func() {
+			var moved []jobs.Ref
+			for _, ref := range refs {
+				if gone[ref.ID] {
+					lost[ref] = true
+					r.cache.forget(ref)
+				} else {
+					moved = append(moved, ref)
+				}
+			}
+			if newLease != 0 && len(moved) > 0 {
+				r.cache.put(newLease, moved, until)
+			}
+		},
+		failed: func() {
+			for _, ref := range refs {
+				unknown[ref] = true
+			}
+		},
+	}
+}
+
+// pipeline sends stmts on conn in one pipeline, a Sync after each (so each
+// is a transaction of its own and a failed one leaves the others done),
+// and reads their results. A statement that fails on the server fails
+// alone; a failure of the connection fails the statement being read and
+// those after it. It returns the first error.
+func pipeline(ctx context.Context, conn *pgconn.PgConn, stmts []statement) (err error) {
+	if len(stmts) == 0 {
+		return nil
+	}
+	fail := func(from int, e error) error {
+		for _, s := range stmts[from:] {
+			s.failed()
+		}
+		return cmp.Or(err, e)
+	}
+	pipe := conn.StartPipeline(ctx)
+	for _, s := range stmts {
+		pipe.SendQueryParams(s.sql, s.args, nil, nil, s.formats)
 		pipe.SendPipelineSync()
 	}
 	if e := pipe.Flush(); e != nil {
 		_ = pipe.Close()
 		return fail(0, e)
 	}
-	for lo := 0; lo < len(refs); lo += heartbeatChunk {
-		got, e := heartbeatResult(pipe)
-		if e != nil {
+	for i, s := range stmts {
+		if e := readStatement(pipe, s); e != nil {
 			var pgErr *pgconn.PgError
 			if !errors.As(e, &pgErr) {
 				_ = pipe.Close()
-				return fail(lo, e) // the connection: this chunk and the rest are unknown
+				return fail(i, e) // the connection: this statement and the rest are unknown
 			}
-			// The statement failed on the server: its chunk is unknown,
-			// the next ones (after the Sync) ran.
-			for _, ref := range refs[lo:min(lo+heartbeatChunk, len(refs))] {
-				unknown = append(unknown, ref.ID)
-			}
+			// The statement failed on the server: it is unknown, the
+			// next ones (after the Sync) ran.
+			s.failed()
 			err = cmp.Or(err, e)
+		} else {
+			s.done()
 		}
-		lost = append(lost, got...)
 		if _, e := pipe.GetResults(); e != nil { // the Sync's
 			_ = pipe.Close()
-			return fail(min(lo+heartbeatChunk, len(refs)), e)
+			return fail(i+1, e)
 		}
 	}
 	if e := pipe.Close(); e != nil {
 		err = cmp.Or(err, e)
 	}
-	return lost, unknown, err
+	return err
 }
 
-// heartbeatResult reads the lost IDs of one heartbeat statement.
-func heartbeatResult(pipe *pgconn.Pipeline) ([]string, error) {
+// readStatement reads the rows of one statement of a pipeline.
+func readStatement(pipe *pgconn.Pipeline, s statement) error {
 	res, err := pipe.GetResults()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	rr, ok := res.(*pgconn.ResultReader)
 	if !ok {
-		return nil, fmt.Errorf("pgjobs: heartbeat: unexpected pipeline result %T", res)
+		return fmt.Errorf("pgjobs: heartbeat: unexpected pipeline result %T", res)
 	}
-	var lost []string
+	var rowErr error
 	for rr.NextRow() {
-		lost = append(lost, string(rr.Values()[0])) // bytea, binary format: the ID's bytes
+		if rowErr == nil {
+			rowErr = s.row(rr.Values())
+		}
 	}
 	_, err = rr.Close()
-	return lost, err
+	return cmp.Or(err, rowErr)
 }
 
 // textArrays encodes the IDs and epochs of refs as bytea[] and bigint[]
@@ -522,6 +892,7 @@ func (r *Registry) Done(ctx context.Context, ref jobs.Ref) error {
 	if err := r.pool.QueryRow(ctx, r.q.done, []byte(ref.ID), int64(ref.Epoch), jobs.DoneWindow.Milliseconds()).Scan(&completed); err != nil {
 		return unavailable("done", err)
 	}
+	r.cache.forget(ref) // gone, whether it completed now or before
 	if !completed {
 		return stale(ref)
 	}
@@ -541,6 +912,9 @@ func (r *Registry) Remove(ctx context.Context, ref jobs.Ref) error {
 	}
 	var n int64
 	err := r.pool.QueryRow(ctx, r.q.remove, []byte(ref.ID), int64(ref.Epoch), jobs.RetryWindow.Milliseconds()).Scan(&n)
+	if err == nil {
+		r.cache.forget(ref) // gone, whether removed now or before
+	}
 	switch {
 	case err != nil:
 		return unavailable("remove", err)
@@ -650,6 +1024,7 @@ func (r *Registry) Reclaim(ctx context.Context, ref jobs.Ref, by string, lease t
 	case err != nil:
 		return jobs.Job{}, unavailable("reclaim", err)
 	}
+	r.cache.forget(ref)
 	return j, nil
 }
 
@@ -664,6 +1039,9 @@ func (r *Registry) Bury(ctx context.Context, ref jobs.Ref, reason string) error 
 		return err
 	}
 	tag, err := r.pool.Exec(ctx, r.q.bury, []byte(ref.ID), int64(ref.Epoch), reason)
+	if err == nil {
+		r.cache.forget(ref) // gone, whether buried now or before
+	}
 	switch {
 	case err != nil:
 		return unavailable("bury", err)

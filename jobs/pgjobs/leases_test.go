@@ -1,0 +1,330 @@
+package pgjobs_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leasehold-go/leasehold/jobs"
+	"github.com/leasehold-go/leasehold/jobs/pgjobs"
+)
+
+// trackN tracks n jobs prefix-0 … prefix-(n−1) for lease.
+func trackN(t *testing.T, r *pgjobs.Registry, prefix string, n int, lease time.Duration) []jobs.Job {
+	t.Helper()
+	js := make([]jobs.Job, n)
+	for i := range js {
+		j, err := r.Track(t.Context(), jobs.Job{ID: fmt.Sprintf("%s-%d", prefix, i), Owner: "w"}, lease)
+		if err != nil {
+			t.Fatal(err)
+		}
+		js[i] = j
+	}
+	return js
+}
+
+func refsOf(js []jobs.Job) []jobs.Ref {
+	refs := make([]jobs.Ref, len(js))
+	for i, j := range js {
+		refs[i] = j.Ref()
+	}
+	return refs
+}
+
+// heartbeat fails the test unless exactly want are lost.
+func heartbeat(t *testing.T, r *pgjobs.Registry, refs []jobs.Ref, lease time.Duration, want ...string) {
+	t.Helper()
+	lost, err := r.Heartbeat(t.Context(), refs, lease)
+	if err != nil {
+		t.Fatalf("Heartbeat: %v", err)
+	}
+	slices.Sort(lost)
+	slices.Sort(want)
+	if !slices.Equal(lost, want) && len(lost)+len(want) > 0 {
+		t.Fatalf("Heartbeat: lost %q, want %q", lost, want)
+	}
+}
+
+// deadlineOf returns the deadlines of the jobs in flight (InFlight: the
+// effective ones), by ID.
+func deadlineOf(t *testing.T, r *pgjobs.Registry) map[string]time.Time {
+	t.Helper()
+	all, err := r.InFlight(t.Context(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]time.Time{}
+	for _, j := range all {
+		out[j.ID] = j.Deadline
+	}
+	return out
+}
+
+// checkMembers fails the test unless every lease row counts exactly the
+// jobs in it, and has some.
+func checkMembers(t *testing.T, pool *pgxpool.Pool, table string) {
+	t.Helper()
+	rows, _ := pool.Query(t.Context(), strings.NewReplacer("T_", table).Replace(`
+SELECT coalesce(l.id, j.lease), coalesce(l.members, 0), coalesce(j.n, 0)
+FROM T__lease l FULL JOIN (SELECT lease, count(*) AS n FROM T_ WHERE lease IS NOT NULL GROUP BY lease) j ON j.lease = l.id
+WHERE l.members IS DISTINCT FROM j.n`))
+	bad, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct{ Lease, Members, Jobs int64 }])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bad) > 0 {
+		t.Fatalf("leases whose count is not their members (lease, members, jobs): %v", bad)
+	}
+}
+
+// twoRegistries returns two registries of one new table (each its own
+// cache of leases, as in two processes).
+func twoRegistries(t *testing.T, prefix string) (*pgxpool.Pool, *pgjobs.Registry, *pgjobs.Registry, string) {
+	pool := newPool(t)
+	a, table := newRegistry(t, pool, prefix)
+	b, err := pgjobs.New(pool, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pool, a, b, table
+}
+
+// A steady heartbeat extends each lease whole: the first heartbeat moves
+// the jobs into leases of HeartbeatChunk (one statement each), the next
+// ones send one statement per 100 leases and move no job.
+func TestSteadyHeartbeatExtendsLeasesWhole(t *testing.T) {
+	pool := newPool(t)
+	r, table := newRegistry(t, pool, "steady")
+	pgjobs.SetHeartbeatChunk(t, 10)
+	js := trackN(t, r, "s", 35, time.Minute)
+	refs := refsOf(js)
+	heartbeat(t, r, refs, time.Hour)
+	if fast, slow := pgjobs.HeartbeatStatements(r); fast != 0 || slow != 4 {
+		t.Fatalf("first heartbeat of 35 jobs in leases of 10: %d extending and %d moving statements, want 0 and 4", fast, slow)
+	}
+	for i := range 3 {
+		heartbeat(t, r, refs, time.Duration(2+i)*time.Hour)
+		if fast, slow := pgjobs.HeartbeatStatements(r); fast != int64(i+1) || slow != 4 {
+			t.Fatalf("heartbeat %d: %d extending and %d moving statements in all, want %d and 4", i+2, fast, slow, i+1)
+		}
+		for id, d := range deadlineOf(t, r) {
+			if time.Until(d) < time.Duration(2+i)*time.Hour-time.Minute {
+				t.Fatalf("heartbeat %d: %s ends at %v", i+2, id, d)
+			}
+		}
+	}
+	checkMembers(t, pool, table)
+}
+
+// Jobs that another Registry completed, removed, buried or reclaimed
+// between two heartbeats are reported lost, and the others of their
+// leases extended: a lease that lost a member fails the extending
+// statement (its count changed), and its jobs move.
+func TestJobsTakenElsewhereAreLost(t *testing.T) {
+	pool, a, b, table := twoRegistries(t, "elsewhere")
+	pgjobs.SetHeartbeatChunk(t, 10)
+	ctx := t.Context()
+	js := trackN(t, a, "e", 40, time.Minute)
+	refs := refsOf(js)
+	heartbeat(t, a, refs, time.Hour)
+	heartbeat(t, a, refs, time.Hour) // fast: all four leases extended
+	if err := b.Done(ctx, js[0].Ref()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Remove(ctx, js[11].Ref()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Bury(ctx, js[12].Ref(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	// js[25]'s lease expires (the server's clock moved on), b reclaims it.
+	if _, err := pool.Exec(ctx, "UPDATE "+table+"_lease SET deadline = now() - interval '1 second' WHERE id = (SELECT lease FROM "+table+" WHERE id = $1)", []byte(js[25].ID)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Reclaim(ctx, js[25].Ref(), "recoverer", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	checkMembers(t, pool, table)
+	_, slowBefore := pgjobs.HeartbeatStatements(a)
+	heartbeat(t, a, refs, 2*time.Hour, js[0].ID, js[11].ID, js[12].ID, js[25].ID)
+	if _, slow := pgjobs.HeartbeatStatements(a); slow-slowBefore != 3 {
+		t.Fatalf("%d moving statements for the 36 jobs of 3 leases that lost members, want 3 (in chunks of 10)", slow-slowBefore)
+	}
+	ds := deadlineOf(t, a)
+	for i, j := range js {
+		switch i {
+		case 0, 11, 12:
+			if _, ok := ds[j.ID]; ok {
+				t.Fatalf("%s is still in flight", j.ID)
+			}
+		case 25:
+			if time.Until(ds[j.ID]) > 2*time.Minute {
+				t.Fatalf("the reclaimed %s was extended: ends at %v", j.ID, ds[j.ID])
+			}
+		default:
+			if time.Until(ds[j.ID]) < 2*time.Hour-time.Minute {
+				t.Fatalf("%s was not extended: ends at %v", j.ID, ds[j.ID])
+			}
+		}
+	}
+	checkMembers(t, pool, table)
+	heartbeat(t, a, slices.Delete(refs, 25, 26), time.Hour, js[0].ID, js[11].ID, js[12].ID)
+	checkMembers(t, pool, table)
+}
+
+// A job the caller leaves out of its heartbeats stays in its old lease and
+// expires with it; the other jobs of that lease move and stay.
+func TestDroppedJobExpires(t *testing.T) {
+	pool := newPool(t)
+	r, table := newRegistry(t, pool, "dropped")
+	pgjobs.SetHeartbeatChunk(t, 10)
+	js := trackN(t, r, "d", 20, time.Hour)
+	refs := refsOf(js)
+	heartbeat(t, r, refs, 50*time.Millisecond)
+	kept := slices.Delete(slices.Clone(refs), 3, 4)
+	heartbeat(t, r, kept, time.Hour)
+	heartbeat(t, r, kept, time.Hour)
+	var expired []jobs.Job
+	for end := time.Now().Add(10 * time.Second); len(expired) == 0 && time.Now().Before(end); <-time.After(10 * time.Millisecond) {
+		var err error
+		if expired, err = r.Expired(t.Context(), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(expired) != 1 || expired[0].ID != js[3].ID {
+		t.Fatalf("Expired: %+v, want only %s", expired, js[3].ID)
+	}
+	for id, d := range deadlineOf(t, r) {
+		if id != js[3].ID && time.Until(d) < 50*time.Minute {
+			t.Fatalf("%s ends at %v", id, d)
+		}
+	}
+	if _, err := r.Reclaim(t.Context(), js[3].Ref(), "recoverer", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	checkMembers(t, pool, table)
+}
+
+// A Reclaim that races a heartbeat of the same expired job never succeeds
+// when the heartbeat extends the job: the Reclaim waits for the lease row
+// that the heartbeat updates and re-checks its deadline; the heartbeat's
+// extension fails when the Reclaim took a member first. Run many times,
+// over the extending path (the lease cached) and the moving one.
+func TestReclaimRacesHeartbeat(t *testing.T) {
+	pool, r, other, table := twoRegistries(t, "race")
+	ctx := t.Context()
+	pgjobs.SetHeartbeatChunk(t, 4)
+	const rounds, n = 40, 8
+	both := 0
+	for round := range rounds {
+		js := trackN(t, r, fmt.Sprint("r", round), n, time.Hour)
+		refs := refsOf(js)
+		heartbeat(t, r, refs, time.Hour)
+		if round%2 == 0 {
+			heartbeat(t, r, refs, time.Hour) // cached: the race is with the extending statement
+		} else {
+			pgjobs.ForgetLeases(r) // the race is with the moving statement
+		}
+		if _, err := pool.Exec(ctx, "UPDATE "+table+"_lease SET deadline = now() - interval '1 second'"); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		var lost []string
+		var hbErr error
+		reclaimed := make([]error, n)
+		wg.Go(func() { lost, hbErr = r.Heartbeat(ctx, refs, time.Hour) })
+		for i := range n {
+			wg.Go(func() { _, reclaimed[i] = other.Reclaim(ctx, js[i].Ref(), "recoverer", time.Hour) })
+		}
+		wg.Wait()
+		if hbErr != nil {
+			t.Fatal(hbErr)
+		}
+		for i, j := range js {
+			switch alive := !slices.Contains(lost, j.ID); {
+			case alive && reclaimed[i] == nil:
+				t.Errorf("round %d: %s both extended by the heartbeat and reclaimed", round, j.ID)
+			case !alive && reclaimed[i] != nil:
+				t.Errorf("round %d: %s lost by the heartbeat, and its Reclaim failed: %v", round, j.ID, reclaimed[i])
+			case !alive:
+				both++
+			}
+		}
+		checkMembers(t, pool, table)
+	}
+	t.Logf("%d of %d jobs reclaimed first", both, rounds*n)
+}
+
+// Tables of the layout before leases (an index on deadline, no lease
+// column) are migrated by Setup: the column and the new indexes added, the
+// old index dropped, and their jobs work on.
+func TestSetupMigratesToLeases(t *testing.T) {
+	pool := newPool(t)
+	table := fmt.Sprintf("test_jobs_preleases_%d", tables.Add(1))
+	ctx := t.Context()
+	old := strings.NewReplacer("T_", table).Replace(`
+CREATE SEQUENCE T__epoch;
+CREATE TABLE T_ (id bytea PRIMARY KEY, payload bytea NOT NULL, owner text NOT NULL, attempt int NOT NULL,
+	epoch bigint NOT NULL, deadline timestamptz NOT NULL, history jsonb NOT NULL DEFAULT '[]', max_retries int NOT NULL DEFAULT 0);
+CREATE INDEX T__deadline ON T_ (deadline);
+CREATE TABLE T__dead (id bytea PRIMARY KEY, payload bytea NOT NULL, owner text NOT NULL, attempt int NOT NULL,
+	epoch bigint NOT NULL, deadline timestamptz NOT NULL, history jsonb NOT NULL, died timestamptz NOT NULL, reason text NOT NULL,
+	max_retries int NOT NULL DEFAULT 0);
+CREATE INDEX T__dead_died ON T__dead (died);
+INSERT INTO T_ (id, payload, owner, attempt, epoch, deadline)
+	SELECT convert_to('old-' || i, 'UTF8'), 'p', 'w', 0, nextval('T__epoch'),
+		CASE WHEN i = 0 THEN now() - interval '1 second' ELSE now() + interval '1 hour' END
+	FROM generate_series(0, 4) i;`)
+	if _, err := pool.Exec(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	r, err := pgjobs.New(pool, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rows, _ := pool.Query(ctx, "SELECT indexname FROM pg_indexes WHERE tablename = $1 ORDER BY 1", table)
+	idx, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{table + "_leased", table + "_pkey", table + "_solo"}; !slices.Equal(idx, want) {
+		t.Fatalf("indexes after Setup: %q, want %q", idx, want)
+	}
+	expired, err := r.Expired(ctx, 0)
+	if err != nil || len(expired) != 1 || expired[0].ID != "old-0" {
+		t.Fatalf("Expired after the migration: %+v, %v", expired, err)
+	}
+	in, err := r.InFlight(ctx, 0)
+	if err != nil || len(in) != 5 {
+		t.Fatalf("InFlight after the migration: %d jobs, %v", len(in), err)
+	}
+	var refs []jobs.Ref
+	for _, j := range in[1:] {
+		refs = append(refs, j.Ref())
+	}
+	heartbeat(t, r, refs, 2*time.Hour)
+	heartbeat(t, r, refs, 3*time.Hour)
+	if fast, slow := pgjobs.HeartbeatStatements(r); fast != 1 || slow != 1 {
+		t.Fatalf("heartbeats of migrated jobs: %d extending and %d moving statements, want 1 and 1", fast, slow)
+	}
+	if _, err := r.Reclaim(ctx, expired[0].Ref(), "recoverer", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Done(ctx, refs[0]); err != nil {
+		t.Fatal(err)
+	}
+	c, err := r.Counts(ctx)
+	if err != nil || c.Tracked != 4 || c.Expired != 0 {
+		t.Fatalf("Counts after the migration: %+v, %v", c, err)
+	}
+	checkMembers(t, pool, table)
+}
