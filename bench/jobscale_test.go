@@ -73,7 +73,12 @@ func inFlight(tracked int) []jobs.Ref {
 // BenchmarkJobsScale: a registry of BENCH_JOBS_TRACKED jobs (10,000,000 by
 // default) of which 100 expired, on a server of its own. scan is the
 // recovery scan (Registry.Expired, which must find the 100); heartbeat is
-// one Registry.Heartbeat of 100,000 in-flight jobs (none lost). Each
+// one Registry.Heartbeat of 100,000 in-flight jobs (none lost). On
+// PostgreSQL, whose heartbeats go through lease rows (jobs/pgjobs),
+// heartbeat is the steady one, which extends the leases whole;
+// heartbeat-join is the first by a registry (a process that starts),
+// which moves every job into a lease; scan-leased is the scan once they
+// are in leases. Each
 // reports, beside its time (ns/op), the longest single server call of the
 // registry made while it ran, and a typical one (max-call-µs and
 // typical-call-µs: on Redis the longest and the median script in SLOWLOG,
@@ -247,12 +252,24 @@ func jobsScalePostgres(b *testing.B, tracked int) {
 		}
 		return time.Duration(maxMs * float64(time.Millisecond)), time.Duration(meanMs * float64(time.Millisecond))
 	}
-	probe, err := pgx.Connect(ctx, srv.DSN())
-	if err != nil {
-		b.Fatal(err)
+	// The probe's connection is opened again when the probe of the
+	// sub-benchmark before stopped it mid-statement (pgx closes it then).
+	var probe *pgx.Conn
+	defer func() {
+		if probe != nil {
+			probe.Close(ctx)
+		}
+	}()
+	ping := func(pctx context.Context) error {
+		if probe == nil || probe.IsClosed() {
+			var err error
+			if probe, err = pgx.Connect(ctx, srv.DSN()); err != nil {
+				return err
+			}
+		}
+		_, err := probe.Exec(pctx, "SELECT 1")
+		return err
 	}
-	defer probe.Close(ctx)
-	ping := func(ctx context.Context) error { _, err := probe.Exec(ctx, "SELECT 1"); return err }
 	b.Run("scan", func(b *testing.B) {
 		scaleRun(b, ping, reset, calls, func() {
 			if js, err := reg.Expired(ctx, jobs.DefaultScanBatch); err != nil || len(js) != jobsExpired {
@@ -261,10 +278,41 @@ func jobsScalePostgres(b *testing.B, tracked int) {
 		})
 	})
 	refs := inFlight(tracked)
-	b.Run("heartbeat", func(b *testing.B) {
+	heartbeat := func(reg *pgjobs.Registry) {
+		if lost, err := reg.Heartbeat(ctx, refs, time.Hour); err != nil || len(lost) != 0 {
+			b.Fatalf("Heartbeat of %d jobs: %d lost, %v", len(refs), len(lost), err)
+		}
+	}
+	// heartbeat-join: the first heartbeat of the jobs by a registry (a
+	// process that starts), which moves each into a lease row: a registry
+	// of its own each time.
+	b.Run("heartbeat-join", func(b *testing.B) {
+		fresh := make([]*pgjobs.Registry, 8)
+		for i := range fresh {
+			if fresh[i], err = pgjobs.New(pool, table); err != nil {
+				b.Fatal(err)
+			}
+			if err := fresh[i].Setup(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
 		scaleRun(b, ping, reset, calls, func() {
-			if lost, err := reg.Heartbeat(ctx, refs, time.Hour); err != nil || len(lost) != 0 {
-				b.Fatalf("Heartbeat of %d jobs: %d lost, %v", len(refs), len(lost), err)
+			if len(fresh) == 0 {
+				b.Fatal("heartbeat-join: more iterations than registries; use -benchtime 7x or less")
+			}
+			heartbeat(fresh[0])
+			fresh = fresh[1:]
+		})
+	})
+	// heartbeat: the steady heartbeat (its warm-up call is its join).
+	b.Run("heartbeat", func(b *testing.B) {
+		scaleRun(b, ping, reset, calls, func() { heartbeat(reg) })
+	})
+	// scan-leased: the recovery scan once the in-flight jobs are in leases.
+	b.Run("scan-leased", func(b *testing.B) {
+		scaleRun(b, ping, reset, calls, func() {
+			if js, err := reg.Expired(ctx, jobs.DefaultScanBatch); err != nil || len(js) != jobsExpired {
+				b.Fatalf("Expired: %d jobs, %v; want %d", len(js), err, jobsExpired)
 			}
 		})
 	})

@@ -170,12 +170,17 @@ func newQueries(t string) queries {
 	// then the members' index (lease, id); each part is ordered and
 	// limited, and the two are merged.
 	listing := func(sel, where string) string {
+		// The leases in deadline order, then each one's members (LATERAL,
+		// and OFFSET 0 keeps the planner from flattening it into a join
+		// that starts from the jobs): an incremental sort by deadline, ID
+		// of a lease's members at a time.
 		leased := strings.ReplaceAll(sel, "j.deadline", "l.deadline")
 		return `SELECT * FROM ((SELECT ` + sel + ` FROM T_ j WHERE j.lease IS NULL` + strings.ReplaceAll(where, "D_", "j.deadline") + `
 	AND j.deadline >= $2 AND (j.deadline > $2 OR j.id > $3) ORDER BY j.deadline, j.id LIMIT $1)
-UNION ALL (SELECT ` + leased + ` FROM T__lease l JOIN T_ j ON j.lease = l.id AND j.lease IS NOT NULL
-	WHERE true` + strings.ReplaceAll(where, "D_", "l.deadline") + ` AND l.deadline >= $2 AND (l.deadline > $2 OR j.id > $3)
-	ORDER BY l.deadline, j.id LIMIT $1)) AS x ORDER BY deadline, id LIMIT $1`
+UNION ALL (SELECT ` + leased + ` FROM (SELECT id, deadline FROM T__lease WHERE deadline >= $2` + strings.ReplaceAll(where, "D_", "deadline") + `
+		ORDER BY deadline, id OFFSET 0) AS l,
+	LATERAL (SELECT * FROM T_ j WHERE j.lease = l.id AND j.lease IS NOT NULL ORDER BY j.id OFFSET 0) AS j
+	WHERE l.deadline > $2 OR j.id > $3 ORDER BY l.deadline, j.id LIMIT $1)) AS x ORDER BY deadline, id LIMIT $1`
 	}
 	return queries{
 		setup: r.Replace(`
@@ -480,7 +485,7 @@ func (r *Registry) Track(ctx context.Context, job jobs.Job, lease time.Duration)
 // new lease (its own transaction, so that it holds its rows' locks for a
 // couple of milliseconds at most): a lease has at most that many members.
 // A variable for the tests of chunk boundaries.
-var heartbeatChunk = 200
+var heartbeatChunk = 50
 
 // extendChunk is the most leases one heartbeat statement extends (one
 // small row each).
