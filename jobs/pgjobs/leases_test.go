@@ -122,8 +122,8 @@ func TestSteadyHeartbeatExtendsLeasesWhole(t *testing.T) {
 	checkMembers(t, pool, table)
 }
 
-// Jobs that another Registry completed, removed, buried or reclaimed
-// between two heartbeats are reported lost, and the others of their
+// Jobs that another Registry completed, removed, buried, reclaimed or
+// tracked again between two heartbeats are reported lost, and the others of their
 // leases extended: a lease that lost a member fails the extending
 // statement (its count changed), and its jobs move.
 func TestJobsTakenElsewhereAreLost(t *testing.T) {
@@ -143,6 +143,9 @@ func TestJobsTakenElsewhereAreLost(t *testing.T) {
 	if err := b.Bury(ctx, js[12].Ref(), "test"); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := b.Track(ctx, jobs.Job{ID: js[31].ID, Owner: "other"}, 2*time.Hour); err != nil {
+		t.Fatal(err)
+	}
 	// js[25]'s lease expires (the server's clock moved on), b reclaims it.
 	if _, err := pool.Exec(ctx, "UPDATE "+table+"_lease SET deadline = now() - interval '1 second' WHERE id = (SELECT lease FROM "+table+" WHERE id = $1)", []byte(js[25].ID)); err != nil {
 		t.Fatal(err)
@@ -152,9 +155,9 @@ func TestJobsTakenElsewhereAreLost(t *testing.T) {
 	}
 	checkMembers(t, pool, table)
 	_, slowBefore := pgjobs.HeartbeatStatements(a)
-	heartbeat(t, a, refs, 2*time.Hour, js[0].ID, js[11].ID, js[12].ID, js[25].ID)
-	if _, slow := pgjobs.HeartbeatStatements(a); slow-slowBefore != 3 {
-		t.Fatalf("%d moving statements for the 36 jobs of 3 leases that lost members, want 3 (in chunks of 10)", slow-slowBefore)
+	heartbeat(t, a, refs, 2*time.Hour, js[0].ID, js[11].ID, js[12].ID, js[25].ID, js[31].ID)
+	if _, slow := pgjobs.HeartbeatStatements(a); slow-slowBefore != 4 {
+		t.Fatalf("%d moving statements for the 40 jobs of 4 leases that lost members, want 4 (in chunks of 10)", slow-slowBefore)
 	}
 	ds := deadlineOf(t, a)
 	for i, j := range js {
@@ -167,6 +170,10 @@ func TestJobsTakenElsewhereAreLost(t *testing.T) {
 			if time.Until(ds[j.ID]) > 2*time.Minute {
 				t.Fatalf("the reclaimed %s was extended: ends at %v", j.ID, ds[j.ID])
 			}
+		case 31:
+			if in, _ := a.InFlight(ctx, 0); !slices.ContainsFunc(in, func(x jobs.Job) bool { return x.ID == j.ID && x.Owner == "other" }) {
+				t.Fatalf("the re-tracked %s is not in flight as the other's", j.ID)
+			}
 		default:
 			if time.Until(ds[j.ID]) < 2*time.Hour-time.Minute {
 				t.Fatalf("%s was not extended: ends at %v", j.ID, ds[j.ID])
@@ -174,7 +181,7 @@ func TestJobsTakenElsewhereAreLost(t *testing.T) {
 		}
 	}
 	checkMembers(t, pool, table)
-	heartbeat(t, a, slices.Delete(refs, 25, 26), time.Hour, js[0].ID, js[11].ID, js[12].ID)
+	heartbeat(t, a, slices.Delete(refs, 25, 26), time.Hour, js[0].ID, js[11].ID, js[12].ID, js[31].ID)
 	checkMembers(t, pool, table)
 }
 

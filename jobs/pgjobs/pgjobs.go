@@ -1,22 +1,58 @@
-// Package pgjobs is the PostgreSQL jobs.Registry: two tables and a
-// sequence, which Setup creates (or the first operation, when the role may
-// create tables):
+// Package pgjobs is the PostgreSQL jobs.Registry: tables and sequences,
+// which Setup creates (or the first operation, when the role may create
+// tables):
 //
-//	<table>        in-flight jobs; a b-tree index on deadline is the expiry index
-//	<table>_dead   the dead set, indexed by time of death
-//	<table>_done   completion markers (epoch, id, time), indexed by time
-//	<table>_retry  retry records of requeued jobs (id, attempt, max_retries,
-//	               history, time), indexed by time
-//	<table>_epoch  the epoch sequence
+//	<table>          in-flight jobs; a partial index on deadline (jobs in no
+//	                 lease) and one on (lease, id) (jobs in a lease)
+//	<table>_lease    leases: id, deadline, members; indexed by deadline
+//	<table>_dead     the dead set, indexed by time of death
+//	<table>_done     completion markers (epoch, id, time), indexed by time
+//	<table>_retry    retry records of requeued jobs (id, attempt, max_retries,
+//	                 history, time), indexed by time
+//	<table>_epoch    the epoch sequence; <table>_lease_id the leases' ids
 //
 // Job IDs are bytea: an ID is opaque bytes (NUL and invalid UTF-8
 // included), which text cannot hold. Setup converts the id column of
 // tables made by earlier versions (text) in place, once, and adds what
-// they lack (<table>_done, <table>_retry, the max_retries columns, with
-// ALTER TABLE … ADD COLUMN IF NOT EXISTS, run only when the column is
-// missing): after an upgrade, run Setup once with a role that owns the
-// tables when the application's role does not (its operations fail until
-// then).
+// they lack (<table>_done, <table>_retry, <table>_lease, the max_retries
+// and lease columns, with ALTER TABLE … ADD COLUMN IF NOT EXISTS, run only
+// when the column is missing; the two indexes on the jobs table, then it
+// drops the old <table>_deadline index): after an upgrade, run Setup once
+// with a role that owns the tables when the application's role does not
+// (its operations fail until then). Building the two indexes blocks the
+// jobs' writes meanwhile (seconds per million jobs); on a large table,
+// build them first with CREATE INDEX CONCURRENTLY under the same names
+// and definitions (see the setup statement), and Setup finds them.
+//
+// # Leases
+//
+// A job that a Registry heartbeats is a member of a lease row, and its
+// deadline is its lease's (a job in no lease, tracked or reclaimed and not
+// yet heartbeated, has its own). A lease gets its members when it is made,
+// by one heartbeat statement, and only ever loses them after: every
+// statement that takes a job out of a lease (Done, Remove, Bury, Reclaim,
+// Track replacing it, a heartbeat moving it) decrements the lease's members
+// under the lease row's lock, and deletes the lease at 0. Each Registry
+// remembers which refs it moved into which lease (a map entry per job it
+// heartbeats, dropped when the job leaves through it or its lease ends).
+// A heartbeat extends a
+// lease whose every remembered ref is in its refs with one UPDATE of the
+// lease row, WHERE members is the count it remembers: a row back proves
+// that every one of those refs is still a member (any other party's
+// removal would have changed the count), so they are all extended. The
+// other refs — new ones, those of a lease that lost a member, those of a
+// lease whose other members the heartbeat leaves out — move into new
+// leases, each job's row written once; a lost ref is one whose row of that
+// epoch is gone. A job the caller stops heartbeating stays in its old
+// lease and expires with it. So a steady heartbeat of 100,000 jobs updates
+// 2,000 lease rows and no job row.
+//
+// Reclaim of a job in a lease takes the lease row's lock with its
+// deadline check (FOR UPDATE … WHERE deadline <= now(), which PostgreSQL
+// re-checks after a heartbeat that extended the lease commits) before it
+// takes the job, and decrements its members: a heartbeat and a Reclaim of
+// the same job never both succeed. The locks are always taken job rows
+// first, then lease rows.
 //
 // Remove (after a requeue) leaves the job's retry record, which the next
 // Track of its ID takes over (jobs.Registry); each Remove also deletes up
@@ -31,33 +67,41 @@
 // as many as the completions of one window, and no statement walks them.
 //
 // Every operation is statements on the server's clock (now()), in one
-// round trip but for listings longer than a page. Expired is an index
-// range scan, ORDER BY deadline, id LIMIT n: its cost grows with the
+// round trip but for listings longer than a page and a heartbeat whose
+// leases lost members (two). Expired merges two index range scans, the
+// jobs in no lease by deadline and the expired leases by deadline with
+// their members, ORDER BY deadline, id LIMIT n: its cost grows with the
 // number expired, not the number tracked. The operator listings (InFlight,
 // Dead) select every column but the payload, which never leaves the
-// server for them.
+// server for them; they, Expired, Counts and Job.Deadline use a job's
+// deadline as above (its lease's).
 //
 // # Bounds
 //
 // No statement that writes holds row locks over a set larger than a
-// chunk, so that none holds them for more than about a couple of
-// milliseconds (measured: bench BenchmarkJobsScale):
+// chunk, so that none holds them for more than a few milliseconds
+// (measured: bench BenchmarkJobsScale, docs/benchmarks.md "Scale"):
 //
-//   - Track, Done, Remove, Reclaim, Bury, Purge, DeadJob: one job each
-//     (Done and Remove also delete at most 16 expired markers or records).
-//   - Heartbeat: one UPDATE … FROM unnest($ids, $epochs) per 200 jobs, each
-//     its own transaction (a pipeline with a Sync after each statement) on
-//     one connection: one round trip of wall time plus the server's work
-//     (100,000 jobs are 500 statements). A failed statement fails its chunk
-//     alone (jobs.HeartbeatError). One connection, not several: concurrent
-//     heartbeat statements contend for the deadline index's last page and
-//     took twice as long (measured at 10,000,000 jobs).
+//   - Track, Done, Remove, Reclaim, Bury, Purge, DeadJob: one job each,
+//     and its lease row (Done and Remove also delete at most 16 expired
+//     markers or records).
+//   - Heartbeat: one UPDATE of up to 100 lease rows (FROM unnest) per 100
+//     leases it extends, and one statement per 50 jobs it moves (a new
+//     lease of those, the jobs' rows, their old leases' rows): leases have
+//     at most 50 members. Each statement is its own transaction (a
+//     pipeline with a Sync after each) on one connection: one round trip
+//     of wall time plus the server's work, and a second round trip when a
+//     lease could not be extended (its jobs move). A failed statement fails
+//     its jobs alone (jobs.HeartbeatError). The leases extended by one
+//     statement get deadlines a microsecond apart (at most 100 µs past
+//     the lease asked for), so that listing pages end at a lease. Measured
+//     at 10,000,000 jobs: see docs/benchmarks.md "Scale".
 //   - Expired, InFlight, Dead: one SELECT per page of 1,000 rows, each
 //     after the last (deadline or time of death, id) of the page before, one
 //     round trip per page: a scan of 100 expired jobs is one. A page reads
 //     past its limit the rows that share its last deadline (an incremental
-//     sort of the deadline index): a heartbeat statement's rows share one,
-//     so at most 200 more. Rows that move between two pages (a heartbeat, a
+//     sort): the members of one lease (at most 50), or jobs tracked with
+//     one deadline. Rows that move between two pages (a heartbeat, a
 //     completion) may be listed twice — the registry drops the second — or
 //     not at all: the next scan sees them.
 //   - Counts reads the tables in pages of 5,000 rows in ID order, one
@@ -626,7 +670,7 @@ func (c *leaseCache) forget(ref jobs.Ref) {
 // Registry moved in (its count proves it: see the package doc). The other
 // refs (new ones, those of a lease that lost a member or whose other
 // members the heartbeat leaves out) move into new leases, one statement of
-// up to heartbeatChunk (200) jobs each. Every statement is its own
+// up to heartbeatChunk (50) jobs each. Every statement is its own
 // transaction, all in one pipeline on one connection: one round trip of
 // wall time, two when a lease could not be extended; deadline on server
 // time. It returns the IDs whose row of that epoch is gone. When some
@@ -930,10 +974,11 @@ func (r *Registry) Remove(ctx context.Context, ref jobs.Ref) error {
 }
 
 // Expired implements jobs.Registry: one SELECT … WHERE deadline <= now()
-// ORDER BY deadline, id LIMIT per page of listChunk (1,000) rows, each a
-// range scan of the deadline index from the page before's last row: its
-// cost grows with the expired count, not the tracked count (0: all). 100
-// expired jobs are one round trip.
+// ORDER BY deadline, id LIMIT per page of listChunk (1,000) rows, each two
+// range scans from the page before's last row (the jobs in no lease by
+// their deadline, the expired leases by theirs with their members),
+// merged: its cost grows with the expired count, not the tracked count
+// (0: all). 100 expired jobs are one round trip.
 func (r *Registry) Expired(ctx context.Context, limit int) ([]jobs.Job, error) {
 	return r.list(ctx, r.q.expired, limit, true)
 }
@@ -1012,9 +1057,11 @@ func (r *Registry) list(ctx context.Context, query string, limit int, whole bool
 	return out, nil
 }
 
-// Reclaim implements jobs.Registry: one UPDATE of the row of ref's epoch
-// whose deadline has passed (server time): a new epoch, Attempt+1, owner
-// by, a deadline and a history entry; else jobs.ErrStale.
+// Reclaim implements jobs.Registry: one statement updates the row of
+// ref's epoch whose deadline (its lease's, whose row it locks first with
+// the check: see the package doc) has passed (server time): a new epoch,
+// Attempt+1, owner by, a deadline of its own and a history entry, out of
+// its lease; else jobs.ErrStale.
 func (r *Registry) Reclaim(ctx context.Context, ref jobs.Ref, by string, lease time.Duration) (jobs.Job, error) {
 	if err := jobs.CheckReclaim(ctx, ref, by, lease); err != nil {
 		return jobs.Job{}, err
