@@ -335,3 +335,19 @@ INSERT INTO T_ (id, payload, owner, attempt, epoch, deadline)
 	}
 	checkMembers(t, pool, table)
 }
+
+// A ref listed twice counts once: a heartbeat that lists one job of a
+// lease twice and leaves the other out does not extend the lease whole.
+func TestDuplicateRefCountsOnce(t *testing.T) {
+	pool := newPool(t)
+	r, table := newRegistry(t, pool, "dup")
+	js := trackN(t, r, "u", 2, time.Hour)
+	heartbeat(t, r, refsOf(js), time.Minute)
+	a := js[0].Ref()
+	heartbeat(t, r, []jobs.Ref{a, a}, 2*time.Hour)
+	ds := deadlineOf(t, r)
+	if time.Until(ds[js[1].ID]) > 2*time.Minute || time.Until(ds[js[0].ID]) < time.Hour {
+		t.Fatalf("after a heartbeat of %s twice: deadlines %v; want %s's unchanged", a.ID, ds, js[1].ID)
+	}
+	checkMembers(t, pool, table)
+}

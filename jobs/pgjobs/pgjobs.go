@@ -546,104 +546,163 @@ var extendChunk = 100
 type leaseCache struct {
 	mu     sync.Mutex
 	leases map[int64]*cachedLease
-	of     map[jobs.Ref]int64
+	of     map[jobs.Ref]*cachedRef
+	plans  uint64 // plans made: a stamp that tells a plan's counts from the last one's
+}
+
+// cachedRef is a cached ref's lease; a ref is cached in lease l when
+// of[ref].lease == l and l is in leases.
+type cachedRef struct {
+	lease *cachedLease
+	plan  uint64 // the plan that last counted it
+}
+
+// fastLease is a lease a heartbeat may extend whole, with its count of
+// cached refs then (all in the heartbeat).
+type fastLease struct {
+	*cachedLease
+	n int
 }
 
 type cachedLease struct {
-	refs  map[jobs.Ref]struct{}
+	id    int64
+	refs  []jobs.Ref // moved in; those cached here still are n of them
+	n     int
 	until time.Time
+	plan  uint64 // the plan that last counted its refs
+	seen  int    // how many, in that plan
 }
 
 func newLeaseCache() leaseCache {
-	return leaseCache{leases: map[int64]*cachedLease{}, of: map[jobs.Ref]int64{}}
-}
-
-// fastLease is a cached lease whose every cached ref is in a heartbeat.
-type fastLease struct {
-	id   int64
-	refs []jobs.Ref
+	return leaseCache{leases: map[int64]*cachedLease{}, of: map[jobs.Ref]*cachedRef{}}
 }
 
 // plan splits the distinct refs of a heartbeat into the leases it may
-// extend whole and the refs it must move into new leases (in the order of
-// refs): those of no cached lease, and those of a lease with cached refs
-// that the heartbeat leaves out (which stays behind with them and is
-// forgotten). It forgets the leases that ended before now.
+// extend whole (each with its count of cached refs) and the refs it must
+// move into new leases (in the order of refs): those of no cached lease,
+// and those of a lease with cached refs that the heartbeat leaves out
+// (which stays behind with them and is forgotten). It forgets the leases
+// that ended before now. One map lookup a ref, when all are cached.
 func (c *leaseCache) plan(refs []jobs.Ref, now time.Time) (fast []fastLease, slow []jobs.Ref) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for id, l := range c.leases {
+	for _, l := range c.leases {
 		if now.After(l.until) {
-			c.drop(id)
+			c.drop(l)
 		}
 	}
-	seen := make(map[jobs.Ref]bool, len(refs))
-	byLease := map[int64][]jobs.Ref{}
+	c.plans++
+	var touched []*cachedLease
+	uncached := false
 	for _, ref := range refs {
-		if seen[ref] {
-			continue
-		}
-		seen[ref] = true
-		if id, ok := c.of[ref]; ok {
-			byLease[id] = append(byLease[id], ref)
+		e := c.of[ref]
+		switch {
+		case e == nil:
+			uncached = true
+		case e.plan == c.plans: // listed twice
+		default:
+			e.plan = c.plans
+			if e.lease.plan != c.plans {
+				e.lease.plan, e.lease.seen = c.plans, 0
+				touched = append(touched, e.lease)
+			}
+			e.lease.seen++
 		}
 	}
-	for id, rs := range byLease {
-		if len(rs) == len(c.leases[id].refs) {
-			fast = append(fast, fastLease{id, rs})
+	for _, l := range touched {
+		if l.seen == l.n {
+			fast = append(fast, fastLease{l, l.n})
 		} else {
-			c.drop(id)
+			c.drop(l)
+			uncached = true
 		}
 	}
 	slices.SortFunc(fast, func(a, b fastLease) int { return cmp.Compare(a.id, b.id) })
-	clear(seen)
-	for _, ref := range refs {
-		if _, cached := c.of[ref]; !cached && !seen[ref] {
-			seen[ref] = true
-			slow = append(slow, ref)
+	if uncached {
+		seen := map[jobs.Ref]bool{}
+		for _, ref := range refs {
+			if c.of[ref] == nil && !seen[ref] {
+				seen[ref] = true
+				slow = append(slow, ref)
+			}
 		}
 	}
 	return fast, slow
 }
 
 // drop forgets a lease (c.mu held).
-func (c *leaseCache) drop(id int64) {
-	for ref := range c.leases[id].refs {
-		if c.of[ref] == id {
+func (c *leaseCache) drop(l *cachedLease) {
+	for _, ref := range l.refs {
+		if e := c.of[ref]; e != nil && e.lease == l {
 			delete(c.of, ref)
 		}
 	}
-	delete(c.leases, id)
+	delete(c.leases, l.id)
 }
 
-// put records a new lease and the refs moved into it.
+// put records a new lease and the refs moved into it (out of the leases
+// they were cached in).
 func (c *leaseCache) put(id int64, refs []jobs.Ref, until time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	l := &cachedLease{refs: make(map[jobs.Ref]struct{}, len(refs)), until: until}
+	l := &cachedLease{id: id, refs: refs, n: len(refs), until: until}
 	for _, ref := range refs {
-		l.refs[ref] = struct{}{}
-		c.of[ref] = id
+		c.leave(ref)
+		c.of[ref] = &cachedRef{lease: l}
 	}
 	c.leases[id] = l
 }
 
-// extended records a lease's new end; dropped forgets the leases that
-// were not extended.
-func (c *leaseCache) extended(id int64, until time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if l, ok := c.leases[id]; ok {
-		l.until = until
+// leave drops ref from its lease (c.mu held).
+func (c *leaseCache) leave(ref jobs.Ref) {
+	e := c.of[ref]
+	if e == nil {
+		return
+	}
+	delete(c.of, ref)
+	if l := e.lease; c.leases[l.id] == l {
+		if l.n--; l.n == 0 {
+			delete(c.leases, l.id)
+		}
 	}
 }
 
-func (c *leaseCache) dropped(id int64) {
+// extended records the new end of the leases extended and forgets the
+// others of fast, returning their cached refs.
+func (c *leaseCache) extended(fast []fastLease, ok map[int64]bool, until time.Time) (again []jobs.Ref) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.leases[id]; ok {
-		c.drop(id)
+	for _, f := range fast {
+		l := f.cachedLease
+		if ok[l.id] {
+			l.until = until
+			continue
+		}
+		for _, ref := range l.refs {
+			if e := c.of[ref]; e != nil && e.lease == l {
+				again = append(again, ref)
+			}
+		}
+		if c.leases[l.id] == l {
+			c.drop(l)
+		}
 	}
+	return again
+}
+
+// cachedRefs returns the refs cached in the leases of fast.
+func (c *leaseCache) cachedRefs(fast []fastLease) (refs []jobs.Ref) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, f := range fast {
+		l := f.cachedLease
+		for _, ref := range l.refs {
+			if e := c.of[ref]; e != nil && e.lease == l {
+				refs = append(refs, ref)
+			}
+		}
+	}
+	return refs
 }
 
 // forget drops a ref known to have left its lease (completed, removed,
@@ -651,17 +710,7 @@ func (c *leaseCache) dropped(id int64) {
 func (c *leaseCache) forget(ref jobs.Ref) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	id, ok := c.of[ref]
-	if !ok {
-		return
-	}
-	delete(c.of, ref)
-	if l := c.leases[id]; l != nil {
-		delete(l.refs, ref)
-		if len(l.refs) == 0 {
-			delete(c.leases, id)
-		}
-	}
+	c.leave(ref)
 }
 
 // Heartbeat implements jobs.Registry with leases: the jobs a Registry
@@ -706,6 +755,9 @@ func (r *Registry) heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Du
 	fast, slow := r.cache.plan(refs, start)
 	lostRefs, unknownRefs := map[jobs.Ref]bool{}, map[jobs.Ref]bool{}
 	result := func() ([]string, []string, error) {
+		if len(lostRefs)+len(unknownRefs) == 0 {
+			return nil, nil, err
+		}
 		for _, ref := range refs {
 			switch {
 			case unknownRefs[ref]:
@@ -767,9 +819,9 @@ func (r *Registry) extendStatement(fast []fastLease, leaseArg []byte, until time
 			ids, counts = append(ids, ','), append(counts, ',')
 		}
 		ids = strconv.AppendInt(ids, l.id, 10)
-		counts = strconv.AppendInt(counts, int64(len(l.refs)), 10)
+		counts = strconv.AppendInt(counts, int64(l.n), 10)
 	}
-	extended := map[int64]bool{}
+	extended := make(map[int64]bool, len(fast))
 	return statement{
 		sql: r.q.extend, args: [][]byte{append(ids, '}'), append(counts, '}'), leaseArg}, formats: []int16{0},
 		row: func(v [][]byte) error {
@@ -777,21 +829,10 @@ func (r *Registry) extendStatement(fast []fastLease, leaseArg []byte, until time
 			extended[id] = true
 			return err
 		},
-		done: func() {
-			for _, l := range fast {
-				if extended[l.id] {
-					r.cache.extended(l.id, until)
-				} else {
-					r.cache.dropped(l.id)
-					*again = append(*again, l.refs...)
-				}
-			}
-		},
+		done: func() { *again = append(*again, r.cache.extended(fast, extended, until)...) },
 		failed: func() {
-			for _, l := range fast {
-				for _, ref := range l.refs {
-					unknown[ref] = true
-				}
+			for _, ref := range r.cache.cachedRefs(fast) {
+				unknown[ref] = true
 			}
 		},
 	}
