@@ -149,7 +149,7 @@ func (c *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // BenchmarkHeartbeat10k: one heartbeat for 10,000 in-flight jobs. It counts
 // the requests the client sends (round-trips/op: on Redis a script per 100
 // jobs, two at a time, so 100 of about 50 round trips of wall time; on
-// PostgreSQL one pipeline, of a statement per 100 leases of 50 jobs once the
+// PostgreSQL one pipeline, of a statement per 25 leases of 50 jobs once the
 // jobs are in leases (jobs/pgjobs), one) and fails if
 // there are more than one per 100 jobs. The first heartbeat, outside the count, warms
 // the client (script and statement caches) as a running worker's are.

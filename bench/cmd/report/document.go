@@ -553,7 +553,7 @@ func (d *doc) recovery() {
 		d.p("| %s | %s | %s | %s | %s |", be, dur(d.get(in, "ns/op")/1e3), d.memCell(in), dur(d.get(ev, "ns/op")/1e3), d.memCell(ev))
 	}
 	d.p("")
-	d.p("One batched heartbeat of a worker with 10,000 jobs in flight (main module's `BenchmarkHeartbeat10k`, 20 heartbeats after a warm-up one): its duration, and the requests the client sent per heartbeat, counted by a go-redis hook and the pool's acquisitions (Redis: a script per 100 jobs, two in flight at once; PostgreSQL: one pipeline, of a statement per 100 leases of 50 jobs once the jobs are in leases; the benchmark fails above one per 100 jobs).")
+	d.p("One batched heartbeat of a worker with 10,000 jobs in flight (main module's `BenchmarkHeartbeat10k`, 20 heartbeats after a warm-up one): its duration, and the requests the client sent per heartbeat, counted by a go-redis hook and the pool's acquisitions (Redis: a script per 100 jobs, two in flight at once; PostgreSQL: one pipeline, of a statement per 25 leases of 50 jobs once the jobs are in leases; the benchmark fails above one per 100 jobs).")
 	d.p("")
 	d.p("| backend | heartbeat of 10,000 jobs | round trips | B/op, allocs/op |")
 	d.p("| --- | --- | --- | --- |")
