@@ -44,3 +44,7 @@ func ForgetLeases(r *Registry) {
 	clear(r.cache.leases)
 	clear(r.cache.of)
 }
+
+// SetAfterPlan makes r's heartbeats call f between their plan and their
+// statements (set it before any heartbeat runs).
+func SetAfterPlan(r *Registry, f func()) { r.afterPlan = f }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -93,6 +94,18 @@ func twoRegistries(t *testing.T, prefix string) (*pgxpool.Pool, *pgjobs.Registry
 		t.Fatal(err)
 	}
 	return pool, a, b, table
+}
+
+// leased tracks n jobs in a new registry and heartbeats them for lease,
+// in leases of 10.
+func leased(t *testing.T, prefix string, n int, lease time.Duration) (*pgxpool.Pool, *pgjobs.Registry, string, []jobs.Job, []jobs.Ref) {
+	pool := newPool(t)
+	r, table := newRegistry(t, pool, prefix)
+	pgjobs.SetHeartbeatChunk(t, 10)
+	js := trackN(t, r, prefix, n, time.Hour)
+	refs := refsOf(js)
+	heartbeat(t, r, refs, lease)
+	return pool, r, table, js, refs
 }
 
 // A steady heartbeat extends each lease whole: the first heartbeat moves
@@ -188,12 +201,7 @@ func TestJobsTakenElsewhereAreLost(t *testing.T) {
 // A job the caller leaves out of its heartbeats stays in its old lease and
 // expires with it; the other jobs of that lease move and stay.
 func TestDroppedJobExpires(t *testing.T) {
-	pool := newPool(t)
-	r, table := newRegistry(t, pool, "dropped")
-	pgjobs.SetHeartbeatChunk(t, 10)
-	js := trackN(t, r, "d", 20, time.Hour)
-	refs := refsOf(js)
-	heartbeat(t, r, refs, 50*time.Millisecond)
+	pool, r, table, js, refs := leased(t, "dropped", 20, 50*time.Millisecond)
 	kept := slices.Delete(slices.Clone(refs), 3, 4)
 	heartbeat(t, r, kept, time.Hour)
 	heartbeat(t, r, kept, time.Hour)
@@ -348,6 +356,112 @@ func TestDuplicateRefCountsOnce(t *testing.T) {
 	ds := deadlineOf(t, r)
 	if time.Until(ds[js[1].ID]) > 2*time.Minute || time.Until(ds[js[0].ID]) < time.Hour {
 		t.Fatalf("after a heartbeat of %s twice: deadlines %v; want %s's unchanged", a.ID, ds, js[1].ID)
+	}
+	checkMembers(t, pool, table)
+}
+
+// Heartbeats of one Registry that run at once over shared jobs (one of
+// all, one of some: it moves them out of the leases the other extends)
+// never report a job extended that is not: each job either has the later
+// deadline or is reported lost.
+func TestConcurrentHeartbeatsOfOneRegistry(t *testing.T) {
+	pool := newPool(t)
+	r, table := newRegistry(t, pool, "concurrent")
+	pgjobs.SetHeartbeatChunk(t, 10)
+	for round := range 20 {
+		js := trackN(t, r, fmt.Sprint("c", round), 40, time.Hour)
+		refs := refsOf(js)
+		heartbeat(t, r, refs, time.Minute)
+		heartbeat(t, r, refs, time.Minute)
+		var wg sync.WaitGroup
+		var lostAll, lostSome []string
+		var errAll, errSome error
+		wg.Go(func() { lostAll, errAll = r.Heartbeat(t.Context(), refs, 2*time.Hour) })
+		wg.Go(func() { lostSome, errSome = r.Heartbeat(t.Context(), refs[5:25], 2*time.Hour) })
+		wg.Wait()
+		if errAll != nil || errSome != nil || len(lostAll)+len(lostSome) > 0 {
+			t.Fatalf("round %d: lost %q and %q, %v, %v", round, lostAll, lostSome, errAll, errSome)
+		}
+		ds := deadlineOf(t, r)
+		for _, j := range js {
+			if time.Until(ds[j.ID]) < time.Hour {
+				t.Fatalf("round %d: %s reported extended, ends at %v", round, j.ID, ds[j.ID])
+			}
+		}
+		checkMembers(t, pool, table)
+	}
+}
+
+// Done, Remove and Bury that run at once with a heartbeat moving their
+// jobs into new leases keep every lease's count exact: a statement that
+// finds its job moved into a lease made after it began is sent again.
+func TestLeaversRaceMovingHeartbeat(t *testing.T) {
+	pool, r, other, table := twoRegistries(t, "leavers")
+	pgjobs.SetHeartbeatChunk(t, 4)
+	ctx := t.Context()
+	for round := range 30 {
+		js := trackN(t, r, fmt.Sprint("l", round), 12, time.Hour)
+		refs := refsOf(js)
+		heartbeat(t, r, refs, time.Hour)
+		pgjobs.ForgetLeases(r) // the next heartbeat moves every job
+		var wg sync.WaitGroup
+		errs := make([]error, len(js))
+		var hbErr error
+		wg.Go(func() { _, hbErr = r.Heartbeat(ctx, refs, time.Hour) })
+		for i, j := range js {
+			wg.Go(func() {
+				switch i % 3 {
+				case 0:
+					errs[i] = other.Done(ctx, j.Ref())
+				case 1:
+					errs[i] = other.Remove(ctx, j.Ref())
+				default:
+					errs[i] = other.Bury(ctx, j.Ref(), "test")
+				}
+			})
+		}
+		wg.Wait()
+		if hbErr != nil {
+			t.Fatal(hbErr)
+		}
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: %s: %v", round, js[i].ID, err)
+			}
+		}
+		checkMembers(t, pool, table)
+	}
+}
+
+// A heartbeat whose lease another heartbeat of the same Registry partly
+// moved after the first one planned (so that its extension fails) moves
+// every job of that lease it lists, those the other one did not move
+// included: none is reported extended and left to expire.
+func TestHeartbeatAfterAnotherMovedPartOfItsLease(t *testing.T) {
+	pool, r, table, _, refs := leased(t, "interleaved", 10, time.Minute)
+	planned, release := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
+	pgjobs.SetAfterPlan(r, func() {
+		if calls.Add(1) == 1 {
+			close(planned)
+			<-release
+		}
+	})
+	var lost []string
+	var err error
+	done := make(chan struct{})
+	go func() { defer close(done); lost, err = r.Heartbeat(t.Context(), refs, 2*time.Hour) }()
+	<-planned
+	heartbeat(t, r, refs[5:], 2*time.Hour) // moves i-5 … i-9 out of the lease the first will extend
+	close(release)
+	<-done
+	if err != nil || len(lost) != 0 {
+		t.Fatalf("Heartbeat: lost %q, %v", lost, err)
+	}
+	for id, d := range deadlineOf(t, r) {
+		if time.Until(d) < time.Hour {
+			t.Fatalf("%s reported extended, ends at %v", id, d)
+		}
 	}
 	checkMembers(t, pool, table)
 }

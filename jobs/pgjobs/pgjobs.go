@@ -52,7 +52,11 @@
 // re-checks after a heartbeat that extended the lease commits) before it
 // takes the job, and decrements its members: a heartbeat and a Reclaim of
 // the same job never both succeed. The locks are always taken job rows
-// first, then lease rows.
+// first, then lease rows. A statement that, once it has a job's lock,
+// finds the job moved into a lease made after the statement began (a
+// heartbeat at once, whose new lease row its snapshot does not hold)
+// fails whole and is sent again, up to 5 times (a heartbeat's moving
+// statement in its next round trip): the counts stay exact.
 //
 // Remove (after a requeue) leaves the job's retry record, which the next
 // Track of its ID takes over (jobs.Registry); each Remove also deletes up
@@ -158,6 +162,9 @@ type Registry struct {
 	// fastStatements and slowStatements count the heartbeat statements
 	// sent (for the tests).
 	fastStatements, slowStatements atomic.Int64
+	// afterPlan, when set (by the tests), runs between a heartbeat's plan
+	// and its statements.
+	afterPlan func()
 }
 
 var (
@@ -201,13 +208,38 @@ const (
 // locked (after the jobs', always in that order), and its members
 // decremented, or the row deleted when none are left. The decision is on
 // the locked row's count, so concurrent leavers of one lease never lose a
-// decrement. It ends with a comma.
+// decrement. A job may have moved, once the statement locked it, into a
+// lease made after the statement's snapshot: chk then fails the statement
+// (retryMark), which must read chk's x (count(x): a statement that only
+// asks whether chk has rows may never compute x). It ends with a comma.
 func leave(src string) string {
 	return `g AS (SELECT lease, count(*) AS n FROM ` + src + ` WHERE lease IS NOT NULL GROUP BY lease),
 	ol AS (SELECT l.id, l.members, g.n FROM T__lease l JOIN g ON l.id = g.lease ORDER BY l.id FOR UPDATE OF l),
 	od AS (DELETE FROM T__lease l USING ol WHERE l.id = ol.id AND ol.members <= ol.n),
 	ou AS (UPDATE T__lease l SET members = l.members - ol.n FROM ol WHERE l.id = ol.id AND ol.members > ol.n),
+	chk AS MATERIALIZED (SELECT ('` + retryMark + ` ' || g.lease)::bigint AS x FROM g WHERE NOT EXISTS (SELECT FROM ol WHERE ol.id = g.lease)),
 	`
+}
+
+// retryMark starts the error of a statement that found a job in a lease
+// made after the statement began (so the lease row is not in its snapshot,
+// and it could not take the job out of it): the statement fails whole
+// (chk, which each statement reads) and is sent again.
+const retryMark = "pgjobs: retry: a job moved into a lease made meanwhile:"
+
+// retrying calls f until its error is not a retry, at most 5 times.
+func retrying(f func() error) error {
+	for i := 0; ; i++ {
+		if err := f(); !retry(err) || i == 4 {
+			return err
+		}
+	}
+}
+
+// retry reports whether err is a statement's that must be sent again.
+func retry(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && strings.Contains(pgErr.Message, retryMark)
 }
 
 // effective is a job's deadline: its lease's when it has one.
@@ -311,7 +343,7 @@ DROP INDEX IF EXISTS T__deadline;`),
 	m AS (INSERT INTO T__done (epoch, id, at) SELECT epoch, id, now() FROM d ON CONFLICT (epoch) DO NOTHING),
 	gc AS (DELETE FROM T__done WHERE epoch IN (SELECT epoch FROM T__done
 		WHERE at < now() - $3::bigint * interval '1 millisecond' ORDER BY at LIMIT 16 FOR UPDATE SKIP LOCKED))
-SELECT EXISTS (SELECT FROM d) OR EXISTS (SELECT FROM T__done WHERE epoch = $2 AND id = $1)`),
+SELECT (SELECT count(x) FROM chk) = 0 AND (EXISTS (SELECT FROM d) OR EXISTS (SELECT FROM T__done WHERE epoch = $2 AND id = $1))`),
 		// track takes over the count of the ID's retry record (r, deleted:
 		// consumed; p if still within the window) or of the entry it
 		// replaces (ON CONFLICT, j): attempt and history unless the
@@ -329,7 +361,7 @@ SELECT $1, $2, $3, CASE WHEN p.attempt >= $4::int THEN p.attempt ELSE $4::int EN
 	nextval('T__epoch'), now() + $5::bigint * interval '1 millisecond',
 	CASE WHEN p.attempt >= $4::int THEN p.history ELSE $6::jsonb END,
 	CASE WHEN $7::int = 0 THEN coalesce(p.max_retries, 0) ELSE $7::int END, NULL
-FROM (SELECT) AS one LEFT JOIN p ON true
+FROM (SELECT) AS one LEFT JOIN p ON true WHERE (SELECT count(x) FROM chk) = 0
 ON CONFLICT (id) DO UPDATE SET payload = excluded.payload, owner = excluded.owner,
 	attempt = greatest(j.attempt, excluded.attempt),
 	history = CASE WHEN j.attempt >= excluded.attempt THEN j.history ELSE excluded.history END,
@@ -348,7 +380,7 @@ RETURNING epoch, deadline, attempt, max_retries, history`),
 		RETURNING id),
 	` + leave("mv") + `u AS (UPDATE T_ j SET lease = nl.id FROM mv, nl WHERE j.id = mv.id RETURNING j.id)
 SELECT (SELECT id FROM nl), r.id FROM r WHERE NOT EXISTS (SELECT FROM u WHERE u.id = r.id)
-UNION ALL SELECT (SELECT id FROM nl), NULL`),
+UNION ALL SELECT (SELECT id FROM nl), NULL WHERE (SELECT count(x) FROM chk) = 0`),
 		// extend moves the deadline of each lease ($1) that still has the
 		// members the registry counts ($2) to now() + $3 ms (plus a
 		// microsecond per place in the list, so that no two leases of a
@@ -363,7 +395,7 @@ WHERE l.id = c.id AND l.members = c.n RETURNING l.id`),
 			history = excluded.history, at = excluded.at),
 	gc AS (DELETE FROM T__retry WHERE id <> $1 AND id IN (SELECT id FROM T__retry
 		WHERE at < now() - $3::bigint * interval '1 millisecond' ORDER BY at LIMIT 16 FOR UPDATE SKIP LOCKED))
-SELECT count(*) FROM d`),
+SELECT (SELECT count(*) FROM d) + (SELECT count(x) FROM chk)`),
 		expired:  r.Replace(listing(jcols, " AND D_ <= now()")),
 		inflight: r.Replace(listing(jlisted, "")),
 		// reclaim locks the job (j0), then its lease if that has expired
@@ -386,6 +418,7 @@ SELECT * FROM u`),
 	` + leave("d") + `r AS (DELETE FROM T__retry WHERE id IN (SELECT id FROM d))
 INSERT INTO T__dead (` + cols + `, died, reason) SELECT id, payload, owner, attempt, epoch,
 	coalesce((SELECT l.deadline FROM T__lease l WHERE l.id = d.lease), d.deadline), history, max_retries, now(), $3 FROM d
+WHERE (SELECT count(x) FROM chk) = 0
 ON CONFLICT (id) DO UPDATE SET payload = excluded.payload, owner = excluded.owner, attempt = excluded.attempt,
 	epoch = excluded.epoch, deadline = excluded.deadline, history = excluded.history, max_retries = excluded.max_retries,
 	died = excluded.died, reason = excluded.reason`),
@@ -516,13 +549,14 @@ func (r *Registry) Track(ctx context.Context, job jobs.Job, lease time.Duration)
 	var epoch int64
 	var hist []byte
 	var err error
-	for range 3 {
+	for range 5 {
 		// No row: an entry another Track inserted meanwhile moved into a
-		// lease before this statement could replace it; again.
+		// lease before this statement could replace it; again (and on a
+		// retry error).
 		err = r.pool.QueryRow(ctx, r.q.track, []byte(job.ID), job.Payload, job.Owner, job.Attempt, lease.Milliseconds(),
 			encodeHistory(job.History), job.MaxRetries, jobs.RetryWindow.Milliseconds()).
 			Scan(&epoch, &job.Deadline, &job.Attempt, &job.MaxRetries, &hist)
-		if !errors.Is(err, pgx.ErrNoRows) {
+		if !errors.Is(err, pgx.ErrNoRows) && !retry(err) {
 			break
 		}
 	}
@@ -676,8 +710,10 @@ func (c *leaseCache) leave(ref jobs.Ref) {
 }
 
 // extended records the new end of the leases extended and forgets the
-// others of fast, returning their cached refs.
-func (c *leaseCache) extended(fast []fastLease, ok map[int64]bool, until time.Time) (again []jobs.Ref) {
+// others of fast, returning the refs moved into them that the heartbeat
+// lists (listed): all it counted, even when a heartbeat running at once
+// has moved some elsewhere since.
+func (c *leaseCache) extended(fast []fastLease, ok map[int64]bool, until time.Time, listed func(jobs.Ref) bool) (again []jobs.Ref) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, f := range fast {
@@ -687,7 +723,7 @@ func (c *leaseCache) extended(fast []fastLease, ok map[int64]bool, until time.Ti
 			continue
 		}
 		for _, ref := range l.refs {
-			if e := c.of[ref]; e != nil && e.lease == l {
+			if listed(ref) {
 				again = append(again, ref)
 			}
 		}
@@ -696,21 +732,6 @@ func (c *leaseCache) extended(fast []fastLease, ok map[int64]bool, until time.Ti
 		}
 	}
 	return again
-}
-
-// cachedRefs returns the refs cached in the leases of fast.
-func (c *leaseCache) cachedRefs(fast []fastLease) (refs []jobs.Ref) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, f := range fast {
-		l := f.cachedLease
-		for _, ref := range l.refs {
-			if e := c.of[ref]; e != nil && e.lease == l {
-				refs = append(refs, ref)
-			}
-		}
-	}
-	return refs
 }
 
 // forget drops a ref known to have left its lease (completed, removed,
@@ -761,6 +782,9 @@ func (r *Registry) heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Du
 	start := time.Now()
 	until := start.Add(lease)
 	fast, slow := r.cache.plan(refs, start)
+	if r.afterPlan != nil {
+		r.afterPlan()
+	}
 	lostRefs, unknownRefs := map[jobs.Ref]bool{}, map[jobs.Ref]bool{}
 	result := func() ([]string, []string, error) {
 		if len(lostRefs)+len(unknownRefs) == 0 {
@@ -786,19 +810,42 @@ func (r *Registry) heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Du
 	}
 	defer conn.Release()
 	leaseArg := []byte(strconv.FormatInt(lease.Milliseconds(), 10))
+	var in map[jobs.Ref]bool // refs as a set, made when needed
+	listed := func(ref jobs.Ref) bool {
+		if in == nil {
+			in = make(map[jobs.Ref]bool, len(refs))
+			for _, ref := range refs {
+				in[ref] = true
+			}
+		}
+		return in[ref]
+	}
 	var again []jobs.Ref // the refs of the leases not extended
 	var stmts []statement
 	for lo := 0; lo < len(fast); lo += extendChunk {
-		stmts = append(stmts, r.extendStatement(fast[lo:min(lo+extendChunk, len(fast))], leaseArg, until, &again, unknownRefs))
+		stmts = append(stmts, r.extendStatement(fast[lo:min(lo+extendChunk, len(fast))], leaseArg, until, listed, &again, unknownRefs))
 	}
 	for lo := 0; lo < len(slow); lo += heartbeatChunk {
-		stmts = append(stmts, r.moveStatement(slow[lo:min(lo+heartbeatChunk, len(slow))], leaseArg, until, lostRefs, unknownRefs))
+		stmts = append(stmts, r.moveStatement(slow[lo:min(lo+heartbeatChunk, len(slow))], leaseArg, until, &again, lostRefs, unknownRefs))
 	}
 	err = pipeline(ctx, conn.Conn().PgConn(), stmts)
-	if len(again) > 0 {
+	// Then the jobs of the leases not extended, and those of the moving
+	// statements to send again (a heartbeat of the same jobs at once), a
+	// round trip each time, at most 4 times.
+	for round := 0; len(again) > 0; round++ {
+		moves := again
+		slices.SortFunc(moves, func(a, b jobs.Ref) int { return cmp.Or(strings.Compare(a.ID, b.ID), cmp.Compare(a.Epoch, b.Epoch)) })
+		moves, again = slices.Compact(moves), nil // a ref moved into two leases by heartbeats at once
+		if round == 4 {
+			for _, ref := range moves {
+				unknownRefs[ref] = true
+			}
+			err = cmp.Or(err, errors.New("pgjobs: heartbeat: jobs moved by other heartbeats at once, 4 times"))
+			break
+		}
 		stmts = stmts[:0]
-		for lo := 0; lo < len(again); lo += heartbeatChunk {
-			stmts = append(stmts, r.moveStatement(again[lo:min(lo+heartbeatChunk, len(again))], leaseArg, until, lostRefs, unknownRefs))
+		for lo := 0; lo < len(moves); lo += heartbeatChunk {
+			stmts = append(stmts, r.moveStatement(moves[lo:min(lo+heartbeatChunk, len(moves))], leaseArg, until, &again, lostRefs, unknownRefs))
 		}
 		err = cmp.Or(err, pipeline(ctx, conn.Conn().PgConn(), stmts))
 	}
@@ -814,12 +861,12 @@ type statement struct {
 	formats []int16
 	row     func(values [][]byte) error
 	done    func()
-	failed  func()
+	failed  func(err error)
 }
 
 // extendStatement extends the leases of fast that still have the members
 // cached; the refs of the others go to again, their leases forgotten.
-func (r *Registry) extendStatement(fast []fastLease, leaseArg []byte, until time.Time, again *[]jobs.Ref, unknown map[jobs.Ref]bool) statement {
+func (r *Registry) extendStatement(fast []fastLease, leaseArg []byte, until time.Time, listed func(jobs.Ref) bool, again *[]jobs.Ref, unknown map[jobs.Ref]bool) statement {
 	r.fastStatements.Add(1)
 	ids, counts := []byte{'{'}, []byte{'{'}
 	for i, l := range fast {
@@ -837,18 +884,23 @@ func (r *Registry) extendStatement(fast []fastLease, leaseArg []byte, until time
 			extended[id] = true
 			return err
 		},
-		done: func() { *again = append(*again, r.cache.extended(fast, extended, until)...) },
-		failed: func() {
-			for _, ref := range r.cache.cachedRefs(fast) {
-				unknown[ref] = true
+		done: func() { *again = append(*again, r.cache.extended(fast, extended, until, listed)...) },
+		failed: func(error) {
+			for _, l := range fast {
+				for _, ref := range l.refs {
+					if listed(ref) {
+						unknown[ref] = true
+					}
+				}
 			}
 		},
 	}
 }
 
 // moveStatement moves the live jobs of refs into a new lease and records
-// the others as lost.
-func (r *Registry) moveStatement(refs []jobs.Ref, leaseArg []byte, until time.Time, lost, unknown map[jobs.Ref]bool) statement {
+// the others as lost; refs go to again when the statement must be sent
+// again (retry).
+func (r *Registry) moveStatement(refs []jobs.Ref, leaseArg []byte, until time.Time, again *[]jobs.Ref, lost, unknown map[jobs.Ref]bool) statement {
 	r.slowStatements.Add(1)
 	ids, epochs := textArrays(refs)
 	var newLease int64
@@ -882,7 +934,11 @@ func (r *Registry) moveStatement(refs []jobs.Ref, leaseArg []byte, until time.Ti
 				r.cache.put(newLease, moved, until)
 			}
 		},
-		failed: func() {
+		failed: func(err error) {
+			if retry(err) {
+				*again = append(*again, refs...)
+				return
+			}
 			for _, ref := range refs {
 				unknown[ref] = true
 			}
@@ -901,7 +957,7 @@ func pipeline(ctx context.Context, conn *pgconn.PgConn, stmts []statement) (err 
 	}
 	fail := func(from int, e error) error {
 		for _, s := range stmts[from:] {
-			s.failed()
+			s.failed(e)
 		}
 		return cmp.Or(err, e)
 	}
@@ -921,10 +977,12 @@ func pipeline(ctx context.Context, conn *pgconn.PgConn, stmts []statement) (err 
 				_ = pipe.Close()
 				return fail(i, e) // the connection: this statement and the rest are unknown
 			}
-			// The statement failed on the server: it is unknown, the
-			// next ones (after the Sync) ran.
-			s.failed()
-			err = cmp.Or(err, e)
+			// The statement failed on the server: it is unknown (or to
+			// be sent again), the next ones (after the Sync) ran.
+			s.failed(e)
+			if !retry(e) {
+				err = cmp.Or(err, e)
+			}
 		} else {
 			s.done()
 		}
@@ -987,7 +1045,9 @@ func (r *Registry) Done(ctx context.Context, ref jobs.Ref) error {
 		return err
 	}
 	var completed bool
-	if err := r.pool.QueryRow(ctx, r.q.done, []byte(ref.ID), int64(ref.Epoch), jobs.DoneWindow.Milliseconds()).Scan(&completed); err != nil {
+	if err := retrying(func() error {
+		return r.pool.QueryRow(ctx, r.q.done, []byte(ref.ID), int64(ref.Epoch), jobs.DoneWindow.Milliseconds()).Scan(&completed)
+	}); err != nil {
 		return unavailable("done", err)
 	}
 	r.cache.forget(ref) // gone, whether it completed now or before
@@ -1009,7 +1069,9 @@ func (r *Registry) Remove(ctx context.Context, ref jobs.Ref) error {
 		return err
 	}
 	var n int64
-	err := r.pool.QueryRow(ctx, r.q.remove, []byte(ref.ID), int64(ref.Epoch), jobs.RetryWindow.Milliseconds()).Scan(&n)
+	err := retrying(func() error {
+		return r.pool.QueryRow(ctx, r.q.remove, []byte(ref.ID), int64(ref.Epoch), jobs.RetryWindow.Milliseconds()).Scan(&n)
+	})
 	if err == nil {
 		r.cache.forget(ref) // gone, whether removed now or before
 	}
@@ -1139,7 +1201,11 @@ func (r *Registry) Bury(ctx context.Context, ref jobs.Ref, reason string) error 
 	if err := r.ensure(ctx); err != nil {
 		return err
 	}
-	tag, err := r.pool.Exec(ctx, r.q.bury, []byte(ref.ID), int64(ref.Epoch), reason)
+	var tag pgconn.CommandTag
+	err := retrying(func() (err error) {
+		tag, err = r.pool.Exec(ctx, r.q.bury, []byte(ref.ID), int64(ref.Epoch), reason)
+		return err
+	})
 	if err == nil {
 		r.cache.forget(ref) // gone, whether buried now or before
 	}
