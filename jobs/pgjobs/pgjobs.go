@@ -99,15 +99,6 @@
 //     its jobs alone (jobs.HeartbeatError). The leases extended by one
 //     statement get deadlines a microsecond apart (at most 25 µs past
 //     the lease asked for), so that listing pages end at a lease.
-//
-// Measured at 10,000,000 jobs, 100 expired (bench BenchmarkJobsScale, 2
-// cores shared, load average 3 to 7): a steady heartbeat of 100,000 jobs
-// takes 60 ms, its longest statement 0.6 ms (0.17 ms on average); the
-// first heartbeat of 100,000 jobs by a registry (a process that starts:
-// every job moves into a lease) takes 2.8 to 7.2 s, its statements 0.8 to
-// 2 ms on average but up to 13 to 92 ms under that load, over the 5 ms
-// aim; the recovery scan takes 0.9 ms, before and after the jobs are in
-// leases.
 //   - Expired, InFlight, Dead: one SELECT per page of 1,000 rows, each
 //     after the last (deadline or time of death, id) of the page before, one
 //     round trip per page: a scan of 100 expired jobs is one. A page reads
@@ -120,6 +111,15 @@
 //     SELECT each (it locks no row): its round trips grow with the jobs
 //     (2,000 at 10,000,000), no statement's work does. It is the
 //     operator's view; the Runner never calls it.
+//
+// Measured at 10,000,000 jobs, 100 expired (bench BenchmarkJobsScale;
+// docs/benchmarks.md "Scale" has the command; 2 cores shared, load average 2.6 to 7): a steady heartbeat of 100,000
+// jobs takes 60 to 81 ms, its statements 0.2 ms on average (the longest
+// 0.6 ms, and in one run one of 8.8 ms); the first heartbeat of 100,000
+// jobs by a registry (a process that starts: every job moves into a
+// lease) takes 2.8 to 7.2 s, its statements 0.8 to 2 ms on average but
+// up to 13 to 92 ms under that load, over the 5 ms aim; the recovery scan
+// takes about 1 ms, before and after the jobs are in leases.
 //
 // The registry is as durable as the database: use a primary with
 // synchronous_commit on (the default) for it.
