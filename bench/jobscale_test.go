@@ -78,7 +78,8 @@ func inFlight(tracked int) []jobs.Ref {
 // heartbeat is the steady one, which extends the leases whole;
 // heartbeat-join is the first by a registry (a process that starts),
 // which moves every job into a lease; scan-leased is the scan once they
-// are in leases. Each
+// are in leases, scan-expired-leases once two leases of 50 have ended
+// too. Each
 // reports, beside its time (ns/op), the longest single server call of the
 // registry made while it ran, and a typical one (max-call-µs and
 // typical-call-µs: on Redis the longest and the median script in SLOWLOG,
@@ -313,6 +314,19 @@ func jobsScalePostgres(b *testing.B, tracked int) {
 		scaleRun(b, ping, reset, calls, func() {
 			if js, err := reg.Expired(ctx, jobs.DefaultScanBatch); err != nil || len(js) != jobsExpired {
 				b.Fatalf("Expired: %d jobs, %v; want %d", len(js), err, jobsExpired)
+			}
+		})
+	})
+	// scan-expired-leases: the leases of 100 more jobs ended (the server's
+	// clock moved past them): the scan finds them too, 200 in all.
+	if _, err := pool.Exec(ctx, `UPDATE `+table+`_lease SET deadline = now() - interval '1 second'
+		WHERE id IN (SELECT lease FROM `+table+` WHERE id = ANY($1))`, [][]byte{[]byte(refs[0].ID), []byte(refs[len(refs)-1].ID)}); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("scan-expired-leases", func(b *testing.B) {
+		scaleRun(b, ping, reset, calls, func() {
+			if js, err := reg.Expired(ctx, jobs.DefaultScanBatch); err != nil || len(js) != 2*jobsExpired {
+				b.Fatalf("Expired: %d jobs, %v; want %d", len(js), err, 2*jobsExpired)
 			}
 		})
 	})

@@ -113,13 +113,14 @@
 //     operator's view; the Runner never calls it.
 //
 // Measured at 10,000,000 jobs, 100 expired (bench BenchmarkJobsScale;
-// docs/benchmarks.md "Scale" has the command; 2 cores shared, load average 2.6 to 7): a steady heartbeat of 100,000
-// jobs takes 60 to 81 ms, its statements 0.2 ms on average (the longest
-// 0.6 ms, and in one run one of 8.8 ms); the first heartbeat of 100,000
-// jobs by a registry (a process that starts: every job moves into a
-// lease) takes 2.8 to 7.2 s, its statements 0.8 to 2 ms on average but
-// up to 13 to 92 ms under that load, over the 5 ms aim; the recovery scan
-// takes about 1 ms, before and after the jobs are in leases.
+// docs/benchmarks.md "Scale" has the command; 2 cores shared, load
+// average 2.6 to 7, four runs): a steady heartbeat of 100,000 jobs takes
+// 54 to 81 ms, its statements about 0.2 ms (the longest 0.6 to 3.3 ms,
+// and 8.8 ms in one run); the first heartbeat of 100,000 jobs by a
+// registry (a process that starts: every job moves into a lease) takes
+// 2.8 to 7.2 s, its statements 0.8 to 2 ms on average but up to 13 to
+// 92 ms under that load, over the 5 ms aim; the recovery scan takes about
+// 1 ms, with the jobs in leases or not, expired in leases or not.
 //
 // The registry is as durable as the database: use a primary with
 // synchronous_commit on (the default) for it.
