@@ -20,7 +20,7 @@ func ExampleAnyEachAcquirer() {
 	}
 	_, native := l.(lock.AnyEachAcquirer)
 	fmt.Println("memlock:", native)
-	// Output: memlock: false
+	// Output: memlock: true
 }
 
 // One free key of each of two pools, in one call.
