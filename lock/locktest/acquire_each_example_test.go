@@ -33,3 +33,12 @@ func ExampleRunAcquireEach() {
 	}
 	_ = TestAcquireEach
 }
+
+// A backend whose grants each hold a connection of a small pool checks
+// TryAcquireAnyEach with fewer requests per call. Compile-only.
+func ExampleWithEachRequests() {
+	TestAcquireEach := func(t *testing.T, newLock locktest.Factory) {
+		locktest.RunAcquireEach(t, newLock, locktest.WithEachRequests(12))
+	}
+	_ = TestAcquireEach
+}

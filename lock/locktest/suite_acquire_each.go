@@ -18,7 +18,7 @@ const acquireEachRequests = 300
 
 // RunAcquireEach checks lock.TryAcquireAnyEach on a backend, natively on a
 // lock.AnyEachAcquirer and through the generic path otherwise, as subtests
-// of t. Many: 300 requests of 3 keys each (a hash tag of their own per
+// of t. Many: 300 requests (WithEachRequests) of 3 keys each (a hash tag of their own per
 // request, so that on Redis Cluster they spread over slots) get one result
 // each, in order: a free request a grant of one of its keys, with a
 // conservative ValidUntil; a request whose keys another instance holds
@@ -32,6 +32,7 @@ const acquireEachRequests = 300
 // two ttls) like any other.
 func RunAcquireEach(t *testing.T, newLock Factory, opts ...Option) {
 	c := defaults()
+	c.eachRequests = acquireEachRequests
 	for _, o := range opts {
 		o(&c)
 	}
@@ -42,6 +43,11 @@ func RunAcquireEach(t *testing.T, newLock Factory, opts ...Option) {
 		{"Handles", s.acquireEachHandles},
 	})
 }
+
+// WithEachRequests sets how many requests the checks of RunAcquireEach
+// make in one call (300 by default): fewer for a backend whose grants each
+// hold a connection (pglock).
+func WithEachRequests(n int) Option { return func(c *config) { c.eachRequests = n } }
 
 // eachKeys are the keys of request i: n keys sharing a hash tag of their
 // own.
@@ -57,7 +63,7 @@ func (s *suite) acquireEachMany(t *testing.T) {
 	a, b := s.newLock(t), s.newLock(t)
 	ttl, held := s.cfg.longTTL, s.cfg.longTTL/2
 	ctx := ctxFor(t, 10*s.cfg.waitBound)
-	reqs := make([]lock.AnyRequest, acquireEachRequests)
+	reqs := make([]lock.AnyRequest, s.cfg.eachRequests)
 	const (
 		free  = iota
 		full  // all its keys held by b
@@ -226,7 +232,7 @@ func (s *suite) acquireEachHandles(t *testing.T) {
 	l, other := s.newLock(t), s.newLock(t)
 	ttl := max(s.cfg.minTTL, 2*time.Second)
 	ctx := ctxFor(t, 10*s.cfg.waitBound)
-	reqs := make([]lock.AnyRequest, 20)
+	reqs := make([]lock.AnyRequest, min(20, s.cfg.eachRequests))
 	for i := range reqs {
 		reqs[i] = lock.AnyRequest{Keys: s.eachKeys(t, i, 2), TTL: ttl}
 	}
