@@ -174,3 +174,9 @@ func TestAcquireEachUnderReplicaAcks(t *testing.T) {
 		}
 	})
 }
+
+// 1,000 TryAcquireAny in one TryAcquireAnyEach (one pipeline of 32
+// scripts), against 16 at once and one after the other.
+func BenchmarkRedisAcquireEach(b *testing.B) {
+	locktest.BenchAcquireEach(b, newLock(b, newClient(b, testenv.Redis(b).Addr())), 1000, 4)
+}
