@@ -51,6 +51,10 @@
 // one script each. On Cluster the keys of a group must share a hash tag
 // ({…}), otherwise lock.ErrInvalidKey.
 //
+// TryAcquireAnyEach (lock.AnyEachAcquirer) makes many TryAcquireAny in
+// one pipeline: scripts of at most 32 requests and 128 of their keys (per
+// Cluster slot), each request as TryAcquireAny makes it.
+//
 // Many grants (lock.Batcher, lock.EachClaimer). A Batch (NewBatch, which
 // lock.Keeper uses) renews many grants of the Lock together: one script
 // per chunk of at most 1,000 keys (on a Cluster, keys of one hash slot:
@@ -60,8 +64,6 @@
 // and a lost grant is reported alone. Shares are not renewed by a batch
 // (lock.ErrInvalidArgument: they are extended alone). ClaimEach makes many
 // claims (lock.Claim) the same way, in chunks of at most 250 keys.
-// TryAcquireAnyEach (lock.AnyEachAcquirer) makes many TryAcquireAny the
-// same way, in chunks of at most 32 requests and 128 of their keys.
 //
 // No script of this package works on an unbounded set, so that none
 // stalls the server's other clients for long (each bound below costs the
