@@ -49,6 +49,9 @@
 // makes many claims (EachClaimer) in a few round trips: timers claim every
 // tick due at one instant with it.
 //
+// TryAcquireAnyEach makes many TryAcquireAny (AnyEachAcquirer) in a few
+// round trips: timers take the slots of those ticks with it.
+//
 // # Shared and all-of grants
 //
 // Every backend is also a SharedLock and a GroupLock. A SharedLock grants

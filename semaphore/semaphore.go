@@ -11,6 +11,9 @@
 // permits of TryAcquire and AcquirePermit are not renewed: they lapse after
 // their ttl, when another caller may take the slot while the first still
 // works, unless the caller keeps them (lock.Keep, lock.Hold).
+// TryAcquireEach is TryAcquire for many semaphores of one Lock at once,
+// in one lock.TryAcquireAnyEach (on Redis one round trip for all of them,
+// in scripts of at most 32 semaphores and 128 slots).
 //
 // # How it works
 //
@@ -412,13 +415,7 @@ func (s *Semaphore) try(ctx context.Context, ttl time.Duration) (*Permit, error)
 	if err != nil {
 		return nil, err
 	}
-	slot, ok := s.slotOf(h.Key())
-	if !ok {
-		_ = h.Release(ctx)
-		return nil, fmt.Errorf("semaphore: the backend granted %q, not one of the slots", h.Key())
-	}
-	s.metric.held.Add(context.WithoutCancel(ctx), 1, s.metric.attrs)
-	return &Permit{Handle: h, slot: slot, sem: s}, nil
+	return s.permit(ctx, h)
 }
 
 // tryAny takes a free slot with TryAcquireAny: in one call, or in batches

@@ -95,4 +95,7 @@
 // BenchSharedAcquireRelease, BenchGroup and BenchReadersWriter measure the
 // shared and all-of shapes, as BenchTryAcquireRelease and BenchHandoff do
 // the exclusive one.
+//
+// RunAcquireEach checks lock.TryAcquireAnyEach (see its doc), and
+// BenchAcquireEach measures it.
 package locktest

@@ -3,6 +3,9 @@ package locktest
 import "time"
 
 type config struct {
+	// eachRequests: requests per call of RunAcquireEach (0: acquireEachRequests)
+	eachRequests int
+
 	ttl       time.Duration
 	minTTL    time.Duration
 	roundsUp  bool
