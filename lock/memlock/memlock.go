@@ -416,12 +416,7 @@ func (h *handle) Release(ctx context.Context) error {
 	}
 	now := time.Now()
 	h.l.mu.Lock()
-	var err error
-	if h.released || !h.l.currentLocked(h.g, now) {
-		err = h.lostLocked()
-	}
-	h.released = true
-	h.l.removeLocked(h.g) // an expired entry of ours is dropped too
+	err := h.releaseLocked(now)
 	h.l.mu.Unlock()
 	h.l.metrics.Release(ctx, err)
 	return err
