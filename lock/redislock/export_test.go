@@ -1,0 +1,9 @@
+package redislock
+
+// SetReleaseChunk sets the most grants one script of ReleaseEach
+// releases, and returns a func that restores it.
+func SetReleaseChunk(n int) (restore func()) {
+	old := releaseChunk
+	releaseChunk = n
+	return func() { releaseChunk = old }
+}
