@@ -8,17 +8,17 @@ import (
 )
 
 // releaser sends the Releases of a Keeper's leases to the backend
-// together (a group commit): a release that finds none in flight starts a
-// flush at once; the releases that arrive while a ReleaseEach is in flight
-// go together in the next one, up to keeperReleaseChunk handles each. On a
-// backend that is not an EachReleaser each handle is released on its own,
-// as before. The flush runs on one goroutine, which exits when nothing is
-// left to send.
+// together (a group commit): a release that finds none in flight goes at
+// once, on its caller's goroutine, in a ReleaseEach of its own; the
+// releases that arrive while a ReleaseEach is in flight go together in the
+// next one, up to keeperReleaseChunk handles each, sent by one flush
+// goroutine that exits when nothing is left to send. On a backend that is
+// not an EachReleaser each handle is released on its own, as before.
 type releaser struct {
 	l Lock
 
 	mu      sync.Mutex
-	busy    bool // a flush goroutine runs
+	busy    bool // a ReleaseEach is in flight (a lone release's, or the flush's)
 	pending []*releaseReq
 }
 
@@ -39,15 +39,19 @@ func (r *releaser) release(ctx context.Context, h Handle) error {
 	if err := checkContext(ctx); err != nil {
 		return err
 	}
-	req := &releaseReq{ctx: ctx, h: h, done: make(chan struct{})}
 	r.mu.Lock()
-	r.pending = append(r.pending, req)
-	start := !r.busy
-	r.busy = true
-	r.mu.Unlock()
-	if start {
-		go r.flush()
+	if !r.busy {
+		r.busy = true
+		r.mu.Unlock()
+		err := ReleaseEach(ctx, r.l, []Handle{h})[0]
+		r.mu.Lock()
+		r.next()
+		r.mu.Unlock()
+		return err
 	}
+	req := &releaseReq{ctx: ctx, h: h, done: make(chan struct{})}
+	r.pending = append(r.pending, req)
+	r.mu.Unlock()
 	select {
 	case <-req.done:
 		return req.err
@@ -65,18 +69,28 @@ func (r *releaser) release(ctx context.Context, h Handle) error {
 	}
 }
 
+// next, with r.mu held once a ReleaseEach returned, starts the flush of
+// the releases that arrived meanwhile, or ends the busy spell.
+func (r *releaser) next() {
+	if len(r.pending) > 0 {
+		go r.flush()
+		return
+	}
+	r.busy = false
+	r.pending = nil
+}
+
 // flush sends the pending releases, a chunk per ReleaseEach, until none
 // is left.
 func (r *releaser) flush() {
 	for {
 		r.mu.Lock()
-		n := min(len(r.pending), keeperReleaseChunk)
-		if n == 0 {
-			r.busy = false
-			r.pending = nil
+		if len(r.pending) == 0 {
+			r.next()
 			r.mu.Unlock()
 			return
 		}
+		n := min(len(r.pending), keeperReleaseChunk)
 		reqs := r.pending[:n:n]
 		r.pending = r.pending[n:]
 		r.mu.Unlock()

@@ -7,3 +7,7 @@ func SetReleaseChunk(n int) (restore func()) {
 	releaseChunk = n
 	return func() { releaseChunk = old }
 }
+
+// ReleaseScripts are the hashes of the scripts that release grants
+// (Release's and ReleaseEach's).
+var ReleaseScripts = []string{releaseScript.Hash(), releaseEachScript.Hash()}
