@@ -47,7 +47,8 @@
 // not with the grants, and each lease still ends on its own, at its loss
 // or at its ValidUntil. WithKeeper makes Hold and Do use one. ClaimEach
 // makes many claims (EachClaimer) in a few round trips: timers claim every
-// tick due at one instant with it.
+// tick due at one instant with it. ReleaseEach releases many grants
+// (EachReleaser) in a few round trips.
 //
 // TryAcquireAnyEach makes many TryAcquireAny (AnyEachAcquirer) in a few
 // round trips: timers take the slots of those ticks with it.

@@ -15,6 +15,8 @@ type config struct {
 	waitBound time.Duration
 	// sessionLoss: a forced release ends a server session's grants (RunBatch)
 	sessionLoss bool
+	// releaseChunk: the backend's ReleaseEach chunk size (RunReleaseEach)
+	releaseChunk int
 }
 
 func defaults() config {
