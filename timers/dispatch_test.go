@@ -301,3 +301,43 @@ func TestSlotAttemptsAreBounded(t *testing.T) {
 		}
 	})
 }
+
+// 300 timers spread over the second (WithSpreadStart), for 3.5 s: the
+// dispatcher wakes at multiples of 5 ms, once per 5 ms that holds a tick,
+// not once per tick instant, and takes every tick of those 5 ms then; a
+// tick never starts before its instant, nor a grain or more after it.
+func TestWakeUpsOnTheGrain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		time.Sleep(time.Until(epoch))
+		s := testkit.Must(timers.New(testkit.Must(memlock.New())))
+		const grain = 5 * time.Millisecond
+		var mu sync.Mutex
+		late := map[time.Time]time.Duration{} // by tick instant
+		for i := range 300 {
+			if err := s.Add(timers.Every(fmt.Sprintf("spread-%d", i), time.Second, func(ctx context.Context) error {
+				tick, _ := timers.TickFrom(ctx)
+				mu.Lock()
+				late[tick.At] = time.Since(tick.At)
+				mu.Unlock()
+				return nil
+			}, timers.WithSpreadStart())); err != nil {
+				t.Fatal(err)
+			}
+		}
+		runFor(t, s, 3500*time.Millisecond)
+		grains := map[int64]bool{}
+		for at, d := range late {
+			if d < 0 || d >= grain {
+				t.Errorf("tick %v started %v after its instant, want [0, %v)", at, d, grain)
+			}
+			grains[(at.UnixNano()+int64(grain)-1)/int64(grain)] = true
+		}
+		if len(late) < 900 {
+			t.Fatalf("%d distinct tick instants ran, want about 1,050", len(late))
+		}
+		// The last wake-up's ticks may be cut short by Run's end (skipped).
+		if w := timers.Wakeups(s); w < int64(len(grains)) || w > int64(len(grains))+1 {
+			t.Errorf("the dispatcher woke %d times for ticks at %d instants in %d grains of 5 ms: want once per grain", w, len(late), len(grains))
+		}
+	})
+}

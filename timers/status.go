@@ -85,4 +85,8 @@ func (e *entry) record(f func(*Status)) {
 	f(&e.status)
 }
 
-func (e *entry) setNext(at time.Time) { e.record(func(st *Status) { st.Next = at }) }
+func (e *entry) setNext(at time.Time) {
+	e.mu.Lock()
+	e.status.Next = at
+	e.mu.Unlock()
+}
