@@ -412,13 +412,7 @@ func (s *Semaphore) try(ctx context.Context, ttl time.Duration) (*Permit, error)
 	if err != nil {
 		return nil, err
 	}
-	slot, ok := s.slotOf(h.Key())
-	if !ok {
-		_ = h.Release(ctx)
-		return nil, fmt.Errorf("semaphore: the backend granted %q, not one of the slots", h.Key())
-	}
-	s.metric.held.Add(context.WithoutCancel(ctx), 1, s.metric.attrs)
-	return &Permit{Handle: h, slot: slot, sem: s}, nil
+	return s.permit(ctx, h)
 }
 
 // tryAny takes a free slot with TryAcquireAny: in one call, or in batches

@@ -60,6 +60,8 @@
 // ClaimEach (lock.EachClaimer) puts up to MaxClaimsPerTxn (127) claims in
 // one Txn of nested Txns, as lock.Claim's generic path would, one lease
 // per distinct ttl. Details: docs/etcd.md.
+// lock.TryAcquireAnyEach takes the generic path here: one TryAcquireAny
+// (one Txn) per request, 16 at once.
 //
 // Limits (lock.Limited; out of them, an error matching
 // lock.ErrInvalidArgument, before anything is sent):

@@ -76,6 +76,8 @@
 // keys or too many are refused with ErrInvalidArgument (BadInput); on an
 // Inspector, the grants of one group share a Group id (Inspector).
 //
+// RunAcquireEach checks lock.TryAcquireAnyEach (see its doc).
+//
 // RunProcessFaults runs a holder in a child process (the test binary,
 // re-executed; its TestMain must call HolderMain) and kills it with SIGKILL
 // or stops it with SIGSTOP past its ttl, as a crashed or stalled host: the

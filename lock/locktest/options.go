@@ -12,6 +12,8 @@ type config struct {
 	waitBound time.Duration
 	// sessionLoss: a forced release ends a server session's grants (RunBatch)
 	sessionLoss bool
+	// eachRequests: requests per call of RunAcquireEach (0: acquireEachRequests)
+	eachRequests int
 }
 
 func defaults() config {

@@ -35,7 +35,6 @@ package memlock
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"sort"
 	"strings"
@@ -167,26 +166,9 @@ func (l *Lock) TryAcquireAny(ctx context.Context, keys []string, ttl time.Durati
 		return nil, err
 	}
 	start := time.Now()
-	off := rand.N(len(keys))
-	var (
-		g        *grant
-		err      error
-		shortest time.Duration
-	)
 	l.mu.Lock()
-	for i := range keys {
-		g, err = l.grantLocked(keys[(off+i)%len(keys)], ttl, start)
-		if err == nil {
-			break
-		}
-		if r := lock.RemainingTTL(err); shortest == 0 || r < shortest {
-			shortest = r
-		}
-	}
+	g, err := l.anyLocked(keys, ttl, start)
 	l.mu.Unlock()
-	if err != nil {
-		err = backendkit.NotAcquiredAny(keys, shortest)
-	}
 	l.metrics.Attempt(ctx, start, err)
 	if err != nil {
 		return nil, err

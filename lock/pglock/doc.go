@@ -41,6 +41,8 @@
 // lend a fuller table the shared memory that new connections need ("out of
 // shared memory" when they start), which is why a batch stops at the
 // nominal size. Raise max_locks_per_transaction for more. ClaimEach makes claims in one statement per ClaimChunk (1,000).
+// lock.TryAcquireAnyEach takes the generic path here: one TryAcquireAny
+// (one statement) per request, 16 at once.
 // See NewBatch and docs/postgres.md.
 //
 // Shared grants (lock.SharedLock): TryAcquireShared takes the server's

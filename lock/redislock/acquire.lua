@@ -19,6 +19,8 @@
 --
 -- The token is max(last + 1, server time in µs) (nextToken, clock.lua).
 --
+-- Several keys are tried by anyOf (any_of.lua, prepended).
+--
 -- A key already granted to this attempt is returned as it is, with its
 -- remaining ttl: go-redis retries a command whose reply was lost, and the
 -- retry must not report the key as held by someone else (nor, for several
@@ -82,27 +84,7 @@ if n == 1 then
   -- Held, or a key of another type, which is not ours to replace.
   busy(KEYS[1])
 else
-  local lockKeys = {}
-  for j = 1, n do lockKeys[j] = KEYS[2 * j - 1] end
-  local values = redis.call('MGET', unpack(lockKeys))
-  for j = 1, n do
-    if values[j] then
-      local r = own(j, values[j])
-      if r then return r end
-    end
-  end
-  for i = 0, n - 1 do
-    local j = (tonumber(ARGV[3]) + i) % n
-    local lockKey = KEYS[2 * j + 1]
-    if not values[j + 1] then
-      local token = nextToken(KEYS[2 * j + 2], since, now)
-      -- NX: a key of another type (MGET reads it as nil) is not ours to replace.
-      if redis.call('SET', lockKey, token .. '|' .. since .. '|' .. ARGV[1], 'PX', ARGV[2], 'NX') then
-        return granted(j, token, since)
-      end
-    end
-    busy(lockKey)
-  end
+  return anyOf(0, n, ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], since, now)
 end
 if waiter ~= '' then
   local nowMs = math.floor(now / 1000)

@@ -60,6 +60,8 @@
 // and a lost grant is reported alone. Shares are not renewed by a batch
 // (lock.ErrInvalidArgument: they are extended alone). ClaimEach makes many
 // claims (lock.Claim) the same way, in chunks of at most 250 keys.
+// TryAcquireAnyEach (lock.AnyEachAcquirer) makes many TryAcquireAny the
+// same way, in chunks of at most 32 requests and 128 of their keys.
 //
 // No script of this package works on an unbounded set, so that none
 // stalls the server's other clients for long (each bound below costs the
@@ -68,6 +70,7 @@
 // MaxGroupKeys (256) per TryAcquireAll, 1,000 expired shares dropped per
 // call, 1,000 queued waiters per Waiting script (a longer queue takes a
 // round trip per 1,000); List reads a key's shares 1,000 at a time.
+// A TryAcquireAnyEach chunk (32 requests, 128 keys) costs about 0.5 ms.
 //
 // Values read back from Redis (remaining ttls, fence counters, queue
 // entries) are not trusted: they are clamped or dropped.

@@ -58,7 +58,7 @@ var (
 	// (see shares.lua).
 	intentSrc = fmt.Sprintf("local intentMs = %d\n", ms(lock.IntentTTL))
 
-	acquireScript       = rediscall.NewScript(clockSrc + intentSrc + acquireSrc)
+	acquireScript       = rediscall.NewScript(clockSrc + intentSrc + anyOfSrc + acquireSrc)
 	extendScript        = rediscall.NewScript(extendSrc)
 	releaseScript       = rediscall.NewScript(clockSrc + handoffSrc + releaseSrc)
 	inspectScript       = rediscall.NewScript(clockSrc + inspectSrc)

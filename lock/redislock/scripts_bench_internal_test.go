@@ -73,6 +73,19 @@ func BenchmarkScriptServerTime(b *testing.B) {
 				}
 			}
 		}},
+		// A full chunk at its costliest: every request takes a key, after
+		// finding the other held (when its random start is on it).
+		{"acquire_each/" + strconv.Itoa(anyEachRequests) + "-requests-of-2-keys", acquireEachScript, func(b *testing.B, l *Lock, c *redis.Client) func(context.Context, int) {
+			return func(ctx context.Context, i int) {
+				ks := keys("each/"+strconv.Itoa(i), anyEachKeys)
+				for j := 0; j < len(ks); j += 2 {
+					if _, err := l.TryAcquire(ctx, ks[j], time.Hour); err != nil {
+						b.Fatal(err)
+					}
+				}
+				mustAny(b, l.TryAcquireAnyEach(ctx, anyEachReqs(ks, 2)))
+			}
+		}},
 		{"acquire_all/" + strconv.Itoa(MaxGroupKeys), acquireAllScript, func(b *testing.B, l *Lock, c *redis.Client) func(context.Context, int) {
 			ks := keys("all", MaxGroupKeys)
 			return func(ctx context.Context, _ int) {
@@ -198,6 +211,23 @@ func BenchmarkScriptServerTime(b *testing.B) {
 				b.ReportMetric(float64(s.sum.Microseconds())/float64(s.n), "mean-µs"+unit)
 			}
 		})
+	}
+}
+
+// anyEachReqs are requests of per keys each, over keys in turn.
+func anyEachReqs(keys []string, per int) []lock.AnyRequest {
+	reqs := make([]lock.AnyRequest, 0, len(keys)/per)
+	for i := 0; i+per <= len(keys); i += per {
+		reqs = append(reqs, lock.AnyRequest{Keys: keys[i : i+per], TTL: 2 * time.Second})
+	}
+	return reqs
+}
+
+func mustAny(b *testing.B, res []lock.AnyResult) {
+	for _, r := range res {
+		if r.Err != nil {
+			b.Fatal(r.Err)
+		}
 	}
 }
 
