@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
@@ -843,4 +844,68 @@ func ExampleBatcher() {
 	// a true false
 	// b false true
 	// c true false
+}
+
+// Many releases in one call: a round trip per chunk on an EachReleaser
+// (memlock, redislock), one Release each otherwise.
+func ExampleReleaseEach() {
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	var hs []lock.Handle
+	for _, key := range []string{"a", "b", "c"} {
+		h, err := l.TryAcquire(ctx, key, time.Minute)
+		if err != nil {
+			log.Fatal(err)
+		}
+		hs = append(hs, h)
+	}
+	_ = hs[1].Release(ctx) // b is gone already
+	for i, err := range lock.ReleaseEach(ctx, l, hs) {
+		fmt.Println(hs[i].Key(), err == nil, errors.Is(err, lock.ErrLost))
+	}
+	// Output:
+	// a true false
+	// b false true
+	// c true false
+}
+
+// A wrapper whose Release does more than release the grant it wraps is
+// released with the others, then told the outcome.
+func ExampleAfterReleaser() {
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	h, err := l.TryAcquire(ctx, "slot/0", time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	var held atomic.Int32
+	held.Add(1)
+	p := &permit{Handle: h, held: &held}
+	fmt.Println(lock.ReleaseEach(ctx, l, []lock.Handle{p})[0], held.Load())
+	// Output: <nil> 0
+}
+
+// permit is a wrapper that counts the grants held (as semaphore.Permit).
+type permit struct {
+	lock.Handle
+	held *atomic.Int32
+}
+
+func (p *permit) Unwrap() lock.Handle { return p.Handle }
+
+func (p *permit) Release(ctx context.Context) error {
+	return p.AfterRelease(ctx, p.Handle.Release(ctx))
+}
+
+func (p *permit) AfterRelease(_ context.Context, err error) error {
+	if err == nil {
+		p.held.Add(-1)
+	}
+	return err
 }

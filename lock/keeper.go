@@ -12,8 +12,13 @@ import (
 
 // keeperPool is how many renewals a Keeper runs at once for the handles
 // its backend's Batch cannot renew (each with its own Extend), and how
-// many releases Close runs at once.
+// many releases ReleaseEach runs at once on a backend that is not an
+// EachReleaser.
 const keeperPool = 16
+
+// keeperReleaseChunk is the most handles a Keeper gives one ReleaseEach
+// (Close, and the releases of its leases sent together).
+var keeperReleaseChunk = 1000
 
 // Keeper holds many leases of one Lock and renews them together: one
 // goroutine per Keeper, whatever the number of leases, and, on a backend
@@ -53,6 +58,8 @@ type Keeper struct {
 
 	stop chan struct{}
 	done chan struct{}
+
+	rel releaser // the Leases' Releases, sent together
 }
 
 // NewKeeper returns a Keeper of leases of l for ttl. The options are
@@ -81,6 +88,7 @@ func NewKeeper(l Lock, ttl time.Duration, opts ...Option) (*Keeper, error) {
 		leases: make(map[*Lease]struct{}),
 		stop:   make(chan struct{}), done: make(chan struct{}),
 	}
+	k.rel.l = l
 	k.expiry = time.AfterFunc(time.Hour, k.expire)
 	k.expiry.Stop()
 	go k.run()
@@ -153,9 +161,10 @@ func (k *Keeper) Keep(ctx context.Context, h Handle) (*Lease, error) {
 	return k.add(ctx, h, false)
 }
 
-// Close releases every lease the Keeper holds (a few at a time), stops
-// renewing, and closes the Keeper's Batch. It returns the first error of
-// a release other than ErrLost. Later calls to TryAcquire, Acquire and
+// Close stops renewing, releases every lease the Keeper holds (through
+// ReleaseEach, 1,000 at a time: a round trip per backend chunk on an
+// EachReleaser), and closes the Keeper's Batch. It returns the first error
+// of a release other than ErrLost. Later calls to TryAcquire, Acquire and
 // Keep fail; Close may be called again.
 func (k *Keeper) Close(ctx context.Context) error {
 	k.mu.Lock()
@@ -163,24 +172,34 @@ func (k *Keeper) Close(ctx context.Context) error {
 	k.closed = true
 	ls := make([]*Lease, 0, len(k.leases))
 	for l := range k.leases {
-		ls = append(ls, l)
+		// A lease whose Release has begun is that Release's to finish.
+		mine := false
+		l.stopOnce.Do(func() { mine = true })
+		if mine {
+			delete(k.leases, l)
+			ls = append(ls, l)
+		}
 	}
 	k.mu.Unlock()
 	if first {
 		close(k.stop)
 	}
 	<-k.done
-	var errMu sync.Mutex
 	var firstErr error
-	runPool(len(ls), func(i int) {
-		if err := ls[i].Release(ctx); err != nil && !errors.Is(err, ErrLost) {
-			errMu.Lock()
-			if firstErr == nil {
+	for len(ls) > 0 {
+		part := ls[:min(len(ls), keeperReleaseChunk)]
+		ls = ls[len(part):]
+		hs := make([]Handle, len(part))
+		for i, l := range part {
+			hs[i] = l.h
+		}
+		for i, err := range ReleaseEach(ctx, k.l, hs) {
+			k.released(part[i])
+			if err != nil && !errors.Is(err, ErrLost) && firstErr == nil {
 				firstErr = err
 			}
-			errMu.Unlock()
 		}
-	})
+	}
 	k.open.Lock()
 	b := k.batch
 	k.open.Unlock()
@@ -281,7 +300,8 @@ func (k *Keeper) armLocked(at time.Time) {
 
 // release is Lease.Release for a lease of the Keeper: the lease leaves the
 // Keeper, any renewal round in flight ends, and only then is the grant
-// released.
+// released, with the releases of other leases that arrive meanwhile
+// (releaser). A ctx that ends first ends the wait with its cause.
 func (k *Keeper) release(ctx context.Context, l *Lease) error {
 	first := false
 	l.stopOnce.Do(func() { first = true })
@@ -289,18 +309,31 @@ func (k *Keeper) release(ctx context.Context, l *Lease) error {
 	delete(k.leases, l)
 	round := k.round
 	k.mu.Unlock()
+	var err error
 	if round != nil {
-		<-round
+		select {
+		case <-round:
+		case <-ctx.Done():
+			err = context.Cause(ctx)
+		}
 	}
-	err := l.h.Release(ctx)
+	if err == nil {
+		err = k.rel.release(ctx, l.h)
+	}
 	if first {
-		l.mu.Lock()
-		l.lost = true // no loss is reported after Release
-		l.mu.Unlock()
-		l.cancel(context.Canceled)
-		l.tel.Active(-1)
+		k.released(l)
 	}
 	return err
+}
+
+// released ends l once its grant was released (or its release tried): no
+// loss is reported after Release.
+func (k *Keeper) released(l *Lease) {
+	l.mu.Lock()
+	l.lost = true
+	l.mu.Unlock()
+	l.cancel(context.Canceled)
+	l.tel.Active(-1)
 }
 
 func (k *Keeper) run() {

@@ -355,3 +355,31 @@ func ExampleCheckSizes() {
 	// 0 false
 	// 1 true
 }
+
+// Permits released together: lock.ReleaseEach releases the slots' grants
+// in one call and tells each permit (AfterRelease).
+func ExamplePermit_AfterRelease() {
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	sem, err := semaphore.New(l, "uploads", 2)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	var hs []lock.Handle
+	for range 2 {
+		p, err := sem.TryAcquire(ctx, time.Minute)
+		if err != nil {
+			log.Fatal(err)
+		}
+		hs = append(hs, p)
+	}
+	fmt.Println(lock.ReleaseEach(ctx, l, hs))
+	_, err = sem.TryAcquire(ctx, time.Minute)
+	fmt.Println(err) // the slots are free again
+	// Output:
+	// [<nil> <nil>]
+	// <nil>
+}

@@ -133,7 +133,13 @@ func (p *Permit) Limits() lock.Limits { return lock.LimitsOf(p.Handle) }
 
 // Release gives the slot back (see lock.Handle).
 func (p *Permit) Release(ctx context.Context) error {
-	err := p.Handle.Release(ctx)
+	return p.AfterRelease(ctx, p.Handle.Release(ctx))
+}
+
+// AfterRelease is what Release does once the slot's grant was released
+// with outcome err (lock.AfterReleaser: lock.ReleaseEach releases permits
+// together): the slot stops counting as held. It returns err.
+func (p *Permit) AfterRelease(ctx context.Context, err error) error {
 	if (err == nil || errors.Is(err, lock.ErrLost)) && p.released.CompareAndSwap(false, true) {
 		p.sem.metric.held.Add(context.WithoutCancel(ctx), -1, p.sem.metric.attrs)
 	}

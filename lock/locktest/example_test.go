@@ -123,3 +123,36 @@ func ExampleBenchReadersWriter() {
 	}
 	_ = BenchmarkReadersWriter
 }
+
+// A backend's check of lock.ReleaseEach, with its chunk size made small
+// (by an export_test.go of its own) so that the checked handles straddle
+// chunks. Compile-only, as ExampleRun.
+func ExampleRunReleaseEach() {
+	TestReleaseEach := func(t *testing.T) {
+		shared, err := memlock.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		locktest.RunReleaseEach(t, func(t testing.TB) lock.Lock {
+			l, err := shared.Share()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		}, locktest.WithReleaseChunk(7)) // the chunk size the backend's test set
+	}
+	_ = TestReleaseEach
+}
+
+// A backend's benchmark of a Keeper's releases: Close of 10,000 leases,
+// and 10,000 concurrent Lease.Release calls. Compile-only.
+func ExampleBenchKeeperRelease() {
+	BenchmarkKeeperRelease := func(b *testing.B) {
+		l, err := memlock.New()
+		if err != nil {
+			b.Fatal(err)
+		}
+		locktest.BenchKeeperRelease(b, l, 10_000, nil)
+	}
+	_ = BenchmarkKeeperRelease
+}

@@ -14,6 +14,8 @@ type config struct {
 	sessionLoss bool
 	// eachRequests: requests per call of RunAcquireEach (0: acquireEachRequests)
 	eachRequests int
+	// releaseChunk: the backend's ReleaseEach chunk size (RunReleaseEach)
+	releaseChunk int
 }
 
 func defaults() config {

@@ -36,3 +36,8 @@ func BenchmarkMemlockReadersWriter(b *testing.B) {
 	}
 	locktest.BenchReadersWriter(b, readers, testkit.Must(l.Share()))
 }
+
+// A Keeper's Close of 10,000 leases and 10,000 concurrent Lease.Release.
+func BenchmarkMemlockKeeperRelease(b *testing.B) {
+	locktest.BenchKeeperRelease(b, testkit.Must(memlock.New()), 10_000, nil)
+}

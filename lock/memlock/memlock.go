@@ -7,9 +7,9 @@
 // capability, so that it stays the exact reference backend: Waiter
 // (per-key channels; a release wakes every subscriber at once), Queue (a
 // release hands the key to the longest waiter), MultiLock, Claimer,
-// Inspector, Owned, and LossNotifier on its handles (closed when another
-// owner takes the key over after expiry, or when ForceRelease removes the
-// grant).
+// EachReleaser (one pass under the mutex), Inspector, Owned, and
+// LossNotifier on its handles (closed when another owner takes the key
+// over after expiry, or when ForceRelease removes the grant).
 //
 // It grants keys in both of lock's other shapes. SharedLock: shares with
 // their own expiries and tokens from the same counter; a writer waiting in
@@ -398,12 +398,7 @@ func (h *handle) Release(ctx context.Context) error {
 	}
 	now := time.Now()
 	h.l.mu.Lock()
-	var err error
-	if h.released || !h.l.currentLocked(h.g, now) {
-		err = h.lostLocked()
-	}
-	h.released = true
-	h.l.removeLocked(h.g) // an expired entry of ours is dropped too
+	err := h.releaseLocked(now)
 	h.l.mu.Unlock()
 	h.l.metrics.Release(ctx, err)
 	return err

@@ -157,22 +157,6 @@ func (l *Lock) undoClaims(ctx context.Context, hs []*handle) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.acks.Timeout+time.Second)
 	defer cancel()
 	order, ends := l.chunks(len(hs), claimChunk, func(i int) string { return hs[i].keys[0] })
-	calls := make([]scriptCall, len(ends))
-	start := 0
-	for c, end := range ends {
-		n := end - start
-		call := releaseAllScript.Start(make([]any, 0, 3+4*n+2+3*n), 4*n)
-		for _, i := range order[start:end] {
-			for k := range hs[i].keys {
-				call = append(call, &hs[i].keys[k])
-			}
-		}
-		call = append(call, l.channelArg, fenceLifetimeArg)
-		for _, i := range order[start:end] {
-			call = append(call, &hs[i].value, &hs[i].key, &hs[i].digits)
-		}
-		calls[c] = scriptCall{script: releaseAllScript, call: call}
-		start = end
-	}
+	calls := l.releaseCalls(releaseAllScript, hs, order, ends)
 	l.pipeline(ctx, calls, false)
 }

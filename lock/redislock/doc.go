@@ -24,7 +24,8 @@
 //     One script looks at 512 keys at most; over more keys TryAcquireAny
 //     runs several, one round trip each, until one grants a key;
 //   - handles per Batch.Renew and requests per ClaimEach: any number, in
-//     scripts of 1,000 and 250 keys;
+//     scripts of 1,000 and 250 keys; handles per ReleaseEach: any number,
+//     in scripts of 200;
 //   - keys per TryAcquireAll: MaxGroupKeys (256: one script holds the
 //     whole group);
 //   - key: 1 to lock.MaxKeyLen bytes.
@@ -61,12 +62,15 @@
 // (lock.ErrInvalidArgument: they are extended alone). ClaimEach makes many
 // claims (lock.Claim) the same way, in chunks of at most 250 keys.
 // TryAcquireAnyEach (lock.AnyEachAcquirer) makes many TryAcquireAny the
-// same way, in chunks of at most 32 requests and 128 of their keys.
+// same way, in chunks of at most 32 requests and 128 of their keys, and
+// ReleaseEach (lock.EachReleaser) releases many grants so, 200 a chunk,
+// each as its Release would (waiters handed the key or notified).
 //
 // No script of this package works on an unbounded set, so that none
 // stalls the server's other clients for long (each bound below costs the
 // server about 1.5 ms at most; docs/redis.md, "Scale"): 1,000 keys per
-// renewal chunk, 250 per claim chunk, 512 per TryAcquireAny script,
+// renewal chunk, 250 per claim chunk, 200 per release chunk (about 1 ms),
+// 512 per TryAcquireAny script,
 // MaxGroupKeys (256) per TryAcquireAll, 1,000 expired shares dropped per
 // call, 1,000 queued waiters per Waiting script (a longer queue takes a
 // round trip per 1,000); List reads a key's shares 1,000 at a time.

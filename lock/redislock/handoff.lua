@@ -13,8 +13,9 @@
 -- KEYS[1], KEYS[2]: the lock key and its fence counter; KEYS[base + 1] to
 -- KEYS[base + 4] for a script over several keys (release_all.lua), the four
 -- keys of the one it hands on. Returns true when the key was handed on.
--- Prepended (after clock.lua) to release.lua, release_shared.lua,
--- release_all.lua, force_release.lua and leave.lua.
+-- Prepended (after clock.lua) to release_key.lua (for release.lua,
+-- release_all.lua and release_each.lua), release_shared.lua,
+-- force_release.lua and leave.lua.
 local function handoff(base, userKey, fenceLifetime)
   -- Nobody waits, the common case: EXISTS costs a third of an empty
   -- ZRANGE, and the clock is not read.

@@ -27,6 +27,8 @@ var (
 	extendSrc string
 	//go:embed release.lua
 	releaseSrc string
+	//go:embed release_key.lua
+	releaseKeySrc string
 	//go:embed inspect.lua
 	inspectSrc string
 	//go:embed force_release.lua
@@ -60,14 +62,14 @@ var (
 
 	acquireScript       = rediscall.NewScript(clockSrc + intentSrc + anyOfSrc + acquireSrc)
 	extendScript        = rediscall.NewScript(extendSrc)
-	releaseScript       = rediscall.NewScript(clockSrc + handoffSrc + releaseSrc)
+	releaseScript       = rediscall.NewScript(clockSrc + handoffSrc + releaseKeySrc + releaseSrc)
 	inspectScript       = rediscall.NewScript(clockSrc + inspectSrc)
 	acquireSharedScript = rediscall.NewScript(clockSrc + sharesSrc + acquireSharedSrc)
 	extendSharedScript  = rediscall.NewScript(clockSrc + sharesSrc + extendSharedSrc)
 	releaseSharedScript = rediscall.NewScript(clockSrc + handoffSrc + sharesSrc + releaseSharedSrc)
 	acquireAllScript    = rediscall.NewScript(clockSrc + intentSrc + acquireAllSrc)
 	extendAllScript     = rediscall.NewScript(extendAllSrc)
-	releaseAllScript    = rediscall.NewScript(clockSrc + handoffSrc + releaseAllSrc)
+	releaseAllScript    = rediscall.NewScript(clockSrc + handoffSrc + releaseKeySrc + releaseAllSrc)
 	forceReleaseScript  = rediscall.NewScript(clockSrc + handoffSrc + forceReleaseSrc)
 	leaveScript         = rediscall.NewScript(clockSrc + handoffSrc + leaveSrc)
 	waitingScript       = rediscall.NewScript(waitingSrc)
@@ -737,19 +739,27 @@ func (h *handle) Release(ctx context.Context) error {
 	script, call := h.releaseCall(args)
 	n, err := h.l.bounds.Eval(ctx, h.l.client, script, call).Int64()
 	putCall(ctx, args)
+	err = h.releasedIf(n, err)
+	h.l.metrics.Release(ctx, err)
+	return err
+}
+
+// releasedIf is the outcome of h's release, which the server answered
+// with n (release_key.lua's) or err.
+func (h *handle) releasedIf(n int64, err error) error {
 	switch {
 	case err != nil:
 		// Unknown outcome: the grant may still be there; it expires with its ttl.
-		err = backendkit.Unavailable("redislock: release", err)
+		return backendkit.Unavailable("redislock: release", err)
 	case n == 2 && time.Now().Before(h.ValidUntil()):
 		// Gone before its time, yet no grant was made since: this release
 		// was sent twice (go-redis retries a command whose reply it did not
 		// get) and the first took effect.
+		return nil
 	case n != 1:
-		err = h.lost("release")
+		return h.lost("release")
 	}
-	h.l.metrics.Release(ctx, err)
-	return err
+	return nil
 }
 
 // ForceRelease deletes key's grant whoever holds it (or all its shares) and wakes its waiters;

@@ -1,6 +1,7 @@
 -- Releases every key of a group (Group.Release) that is still its own, as
--- release.lua does one key: each is handed to the first live waiter of its
--- queue (handoff.lua) or its release announced.
+-- release.lua does one key (releaseKey, release_key.lua): each is handed
+-- to the first live waiter of its queue (handoff.lua) or its release
+-- announced.
 -- KEYS: lock key, fence counter, wait queue, waiters' entries of key 1,
 -- then of key 2, ... ARGV[1]: release channel, ARGV[2]: the fence
 -- counters' lifetime in ms; ARGV[3j], ARGV[3j + 1], ARGV[3j + 2]: key j's
@@ -9,16 +10,10 @@
 -- are gone with no grant made since (an expiry, or a retried release).
 local lost, gone = 0, 0
 for j = 1, #KEYS / 4 do
-  local base = 4 * (j - 1)
-  local v = redis.call('GET', KEYS[base + 1])
-  if v == ARGV[3 * j] then
-    redis.call('DEL', KEYS[base + 1])
-    if not handoff(base, ARGV[3 * j + 1], ARGV[2]) then
-      redis.call('PUBLISH', ARGV[1], ARGV[3 * j + 1])
-    end
-  elseif not v and redis.call('GET', KEYS[base + 2]) == ARGV[3 * j + 2] then
+  local r = releaseKey(4 * (j - 1), ARGV[3 * j], ARGV[1], ARGV[3 * j + 1], ARGV[3 * j + 2], ARGV[2])
+  if r == 2 then
     gone = gone + 1
-  else
+  elseif r == 0 then
     lost = lost + 1
   end
 end

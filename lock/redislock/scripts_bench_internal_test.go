@@ -60,6 +60,21 @@ func BenchmarkScriptServerTime(b *testing.B) {
 				}
 			}
 		}},
+		{"release_each/" + strconv.Itoa(releaseChunk), releaseEachScript, func(b *testing.B, l *Lock, c *redis.Client) func(context.Context, int) {
+			return func(ctx context.Context, i int) {
+				b.StopTimer()
+				hs := make([]lock.Handle, 0, releaseChunk)
+				for _, k := range keys("release/"+strconv.Itoa(i), releaseChunk) {
+					h, err := l.TryAcquire(ctx, k, time.Minute)
+					if err != nil {
+						b.Fatal(err)
+					}
+					hs = append(hs, h)
+				}
+				b.StartTimer()
+				mustAll(b, l.ReleaseEach(ctx, hs))
+			}
+		}},
 		{"acquire/any-of-" + strconv.Itoa(scriptKeys) + "-held", acquireScript, func(b *testing.B, l *Lock, c *redis.Client) func(context.Context, int) {
 			ks := keys("any", scriptKeys)
 			for _, k := range ks {
