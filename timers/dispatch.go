@@ -425,14 +425,22 @@ func (e *entry) run(runCtx context.Context, d *due) {
 const slotWorkers = 16
 
 // slotsTogether says whether the backend takes many slots in one call
-// (a lock.AnyEachAcquirer): then an instant takes its ticks' slots
-// together. INTERIM: false until semaphore.TryAcquireEach is merged.
-func (s *Scheduler) slotsTogether() bool { return false }
+// (a lock.AnyEachAcquirer: memlock, redislock): then an instant takes its
+// ticks' slots together. Elsewhere (etcdlock, pglock) that would be one
+// request per slot anyway, and on pglock a slot holds a pooled connection
+// until its run releases it: an instant that took every slot before it
+// started any run would wait, with more ticks than connections, for
+// connections that only its own runs can free.
+func (s *Scheduler) slotsTogether() bool {
+	_, ok := s.l.(lock.AnyEachAcquirer)
+	return ok
+}
 
 // takeSlots takes a slot of each tick's timer for its lease (d.permit,
-// or d.err), in one call for all of them, among at most slotWorkers calls
-// at once; a call that cannot start before ctx ends fails every tick as a
-// backend that does not answer (lock.ErrUnavailable).
+// or d.err) in one semaphore.TryAcquireEach (one round trip per chunk of
+// the backend's), among at most slotWorkers calls at once; a call that
+// cannot start before ctx ends fails every tick as a backend that does
+// not answer (lock.ErrUnavailable).
 func (s *Scheduler) takeSlots(ctx context.Context, ds []*due) {
 	select {
 	case s.slotGate <- struct{}{}:
@@ -445,8 +453,12 @@ func (s *Scheduler) takeSlots(ctx context.Context, ds []*due) {
 	}
 	defer func() { <-s.slotGate }()
 	s.slotCalls.Add(1)
-	for _, d := range ds { // INTERIM until semaphore.TryAcquireEach
-		d.permit, d.err = d.e.sem.TryAcquire(ctx, d.lease)
+	reqs := make([]semaphore.SlotRequest, len(ds))
+	for i, d := range ds {
+		reqs[i] = semaphore.SlotRequest{Sem: d.e.sem, TTL: d.lease}
+	}
+	for i, r := range semaphore.TryAcquireEach(ctx, reqs) {
+		ds[i].permit, ds[i].err = r.Permit, r.Err
 	}
 }
 
