@@ -86,6 +86,8 @@ type due struct {
 	err      error             // the claim's, then the slot's
 	lease    time.Duration     // the slot lease's ttl
 	permit   *semaphore.Permit // the slot
+	runCtx   context.Context   // Run's context of the runs
+	tick     Tick              // the run's, which its context carries
 }
 
 // interval is the gap from the tick to the timer's next one.
@@ -149,7 +151,7 @@ func (s *Scheduler) dispatch(ctx, runCtx context.Context, runs *sync.WaitGroup, 
 		}
 		lastTicks = len(ticks)
 		if len(ticks) > 0 {
-			s.pool.Go(&instants, func() { s.runInstant(ctx, runCtx, runs, ticks) })
+			s.pool.Go(&instants, funcRunner(func() { s.runInstant(ctx, runCtx, runs, ticks) }))
 		}
 	}
 	<-ctx.Done() // every timer stopped
@@ -248,6 +250,7 @@ func (s *Scheduler) runInstant(ctx, runCtx context.Context, runs *sync.WaitGroup
 	won := make([]*due, 0, len(ticks))
 	for i := range ticks {
 		if d := &ticks[i]; d.e.claimed(ctx, runCtx, runs, d) {
+			d.runCtx = runCtx
 			d.lease = d.e.t.leaseFor(d.interval(), s.lim)
 			won = append(won, d)
 		}
@@ -259,13 +262,13 @@ func (s *Scheduler) runInstant(ctx, runCtx context.Context, runs *sync.WaitGroup
 		var slots sync.WaitGroup
 		slots.Add(len(won))
 		for _, d := range won {
-			s.pool.Go(runs, func() {
+			s.pool.Go(runs, funcRunner(func() {
 				d.permit, d.err = s.takeSlot(attempt, d.e.sem, d.lease)
 				slots.Done()
 				if d.e.slotted(ctx, runCtx, runs, d) {
-					d.e.run(runCtx, d)
+					d.run()
 				}
-			})
+			}))
 		}
 		slots.Wait() // attempt must outlive the slots' attempts
 		return
@@ -273,7 +276,7 @@ func (s *Scheduler) runInstant(ctx, runCtx context.Context, runs *sync.WaitGroup
 	s.takeSlots(attempt, won)
 	for _, d := range won {
 		if d.e.slotted(ctx, runCtx, runs, d) {
-			s.pool.Go(runs, func() { d.e.run(runCtx, d) })
+			s.pool.Go(runs, d)
 		}
 	}
 }
@@ -408,12 +411,13 @@ func (e *entry) slotted(ctx, runCtx context.Context, runs *sync.WaitGroup, d *du
 	return true
 }
 
-// run runs a tick on its slot, which it holds while fn runs.
-func (e *entry) run(runCtx context.Context, d *due) {
-	tick := Tick{Timer: e.t.name, At: d.at, Claim: d.claim, Slot: d.permit.Slot()}
+// run runs the tick on its slot, which it holds while fn runs.
+func (d *due) run() {
+	e := d.e
+	d.tick = Tick{Timer: e.t.name, At: d.at, Claim: d.claim, Slot: d.permit.Slot()}
 	start := e.s.set.clock()
-	err := e.hold(runCtx, d.permit, d.lease, tick)
-	e.finish(runCtx, tick, start, err)
+	err := e.hold(d.runCtx, d.permit, d.lease, &d.tick)
+	e.finish(d.runCtx, d.tick, start, err)
 }
 
 // slotWorkers bounds the slot calls a scheduler makes at once: the calls

@@ -138,7 +138,7 @@ func TestPoolReusesGoroutines(t *testing.T) {
 		p := newPool()
 		var wg sync.WaitGroup
 		for range 100 {
-			p.Go(&wg, func() {})
+			p.Go(&wg, funcRunner(func() {}))
 			wg.Wait()
 			synctest.Wait() // the goroutine is idle again
 		}
@@ -147,7 +147,7 @@ func TestPoolReusesGoroutines(t *testing.T) {
 		}
 		release := make(chan struct{})
 		for range 10 {
-			p.Go(&wg, func() { <-release })
+			p.Go(&wg, funcRunner(func() { <-release }))
 		}
 		close(release)
 		wg.Wait()
@@ -156,7 +156,7 @@ func TestPoolReusesGoroutines(t *testing.T) {
 		}
 		time.Sleep(poolIdle + time.Millisecond)
 		synctest.Wait()
-		p.Go(&wg, func() {})
+		p.Go(&wg, funcRunner(func() {}))
 		wg.Wait()
 		if n := p.started.Load(); n != 11 {
 			t.Errorf("after the idle time: %d goroutines started, want 11 (the idle ones exited)", n)

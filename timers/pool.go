@@ -20,44 +20,61 @@ const poolIdle = 2 * time.Second
 // stack from run to run. There is no bound: as many goroutines as
 // functions running at once, as with a go statement each.
 type pool struct {
-	jobs    chan func() // unbuffered: a send succeeds only to an idle goroutine
+	jobs    chan job // unbuffered: a send succeeds only to an idle goroutine
 	stop    chan struct{}
 	workers sync.WaitGroup
 	started atomic.Int64 // goroutines started, for tests
 }
 
-func newPool() *pool { return &pool{jobs: make(chan func()), stop: make(chan struct{})} }
+func newPool() *pool { return &pool{jobs: make(chan job), stop: make(chan struct{})} }
 
-// Go runs fn on a goroutine of the pool, counted in wg until fn returns.
-func (p *pool) Go(wg *sync.WaitGroup, fn func()) {
+// runner is what a pool runs: a run (*due), or any function (funcRunner).
+type runner interface{ run() }
+
+// funcRunner runs a function.
+type funcRunner func()
+
+func (f funcRunner) run() { f() }
+
+// job is a runner and the WaitGroup that counts it, passed by value: a
+// run costs no allocation of the pool's.
+type job struct {
+	r  runner
+	wg *sync.WaitGroup
+}
+
+func (j job) do() {
+	defer j.wg.Done()
+	j.r.run()
+}
+
+// Go runs r on a goroutine of the pool, counted in wg until it returns.
+func (p *pool) Go(wg *sync.WaitGroup, r runner) {
 	wg.Add(1)
-	job := func() {
-		defer wg.Done()
-		fn()
-	}
+	j := job{r, wg}
 	select {
-	case p.jobs <- job:
+	case p.jobs <- j:
 	default:
 		p.started.Add(1)
-		p.workers.Go(func() { p.work(job) })
+		p.workers.Go(func() { p.work(j) })
 	}
 }
 
-// work runs job, then the functions handed to it, until it has been idle
-// for poolIdle or the pool is closed.
-func (p *pool) work(job func()) {
-	job()
+// work runs j, then the jobs handed to it, until it has been idle for
+// poolIdle or the pool is closed.
+func (p *pool) work(j job) {
+	j.do()
 	idle := time.NewTimer(poolIdle)
 	defer idle.Stop()
 	for {
 		select {
-		case job = <-p.jobs:
+		case j = <-p.jobs:
 		case <-idle.C:
 			return
 		case <-p.stop:
 			return
 		}
-		job()
+		j.do()
 		idle.Reset(poolIdle)
 	}
 }

@@ -367,7 +367,7 @@ func overrunGrace(lease time.Duration) time.Duration { return lease / 3 }
 // goroutine of its own), so that a function that ignores its context does
 // not keep the timer's later ticks busy. hold still returns only when fn
 // has, with an error that matches errOverran.
-func (e *entry) hold(runCtx context.Context, permit *semaphore.Permit, ttl time.Duration, tick Tick) error {
+func (e *entry) hold(runCtx context.Context, permit *semaphore.Permit, ttl time.Duration, tick *Tick) error {
 	run := func(ctx context.Context) error { return e.call(context.WithValue(ctx, tickKey{}, tick)) }
 	opts := e.s.keepers.options(ttl)
 	if e.t.maxRunTime == 0 {
@@ -436,12 +436,12 @@ func (e *entry) unavailable(ctx, runCtx context.Context, runs *sync.WaitGroup, a
 	e.s.common.Logger.Warn("leasehold: backend unreachable, running the tick under the per-host cap: the cluster-wide once-per-tick and concurrency guarantees are suspended",
 		"timer", e.t.name, "tick", at, "per_host_cap", cap(e.local), "err", err)
 	tick := Tick{Timer: e.t.name, At: at, Slot: -1, Local: true}
-	e.s.pool.Go(runs, func() {
+	e.s.pool.Go(runs, funcRunner(func() {
 		defer func() { <-e.local }()
 		start := e.s.set.clock()
-		err := e.call(context.WithValue(runCtx, tickKey{}, tick))
+		err := e.call(context.WithValue(runCtx, tickKey{}, &tick))
 		e.finish(runCtx, tick, start, err)
-	})
+	}))
 }
 
 // reachable notes that the backend answered: after an outage it says so,
