@@ -36,15 +36,23 @@ func TryAcquireAnyEach(ctx context.Context, l Lock, reqs []AnyRequest) []AnyResu
 	if l != nil {
 		lim = LimitsOf(l)
 	}
-	valid := make([]AnyRequest, 0, len(reqs))
-	at := make([]int, 0, len(reqs))
+	bad := 0
 	for i, r := range reqs {
-		if res[i].Err = validateAny(ctx, l, r, lim); res[i].Err == nil {
-			valid, at = append(valid, r), append(at, i)
+		if res[i].Err = validateAny(ctx, l, r, lim); res[i].Err != nil {
+			bad++
 		}
 	}
-	if len(valid) == 0 {
+	if bad == len(reqs) {
 		return res
+	}
+	valid, at := reqs, []int(nil) // at: of reqs, when some are left out
+	if bad > 0 {
+		valid, at = make([]AnyRequest, 0, len(reqs)-bad), make([]int, 0, len(reqs)-bad)
+		for i, r := range reqs {
+			if res[i].Err == nil {
+				valid, at = append(valid, r), append(at, i)
+			}
+		}
 	}
 	var out []AnyResult
 	if a, ok := l.(AnyEachAcquirer); ok {
@@ -55,12 +63,20 @@ func TryAcquireAnyEach(ctx context.Context, l Lock, reqs []AnyRequest) []AnyResu
 			out[j].Handle, out[j].Err = tryAny(ctx, l, valid[j].Keys, valid[j].TTL)
 		})
 	}
-	for j, i := range at {
-		if j < len(out) {
-			res[i] = out[j]
-		} else {
-			res[i].Err = fmt.Errorf("%w: %T answered %d of %d requests", ErrUnavailable, l, len(out), len(valid))
+	if len(out) != len(valid) {
+		err := fmt.Errorf("%w: %T answered %d of %d requests", ErrUnavailable, l, len(out), len(valid))
+		out = append(out, make([]AnyResult, max(0, len(valid)-len(out)))...)[:len(valid)]
+		for j := range out {
+			if out[j].Handle == nil && out[j].Err == nil {
+				out[j].Err = err
+			}
 		}
+	}
+	if at == nil {
+		return out
+	}
+	for j, i := range at {
+		res[i] = out[j]
 	}
 	return res
 }

@@ -48,6 +48,7 @@
 // or at its ValidUntil. WithKeeper makes Hold and Do use one. ClaimEach
 // makes many claims (EachClaimer) in a few round trips: timers claim every
 // tick due at one instant with it.
+//
 // TryAcquireAnyEach makes many TryAcquireAny (AnyEachAcquirer) in a few
 // round trips: timers take the slots of those ticks with it. ReleaseEach
 // releases many grants (EachReleaser) in a few round trips.

@@ -1,7 +1,10 @@
 package semaphore_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -156,4 +159,55 @@ func TestTryAcquireEachMetrics(t *testing.T) {
 			t.Fatalf("held after a release: %+v", got[held])
 		}
 	})
+}
+
+// countingEach is memlock counting the calls that reach it: TryAcquireEach
+// of semaphores made WithoutSizeCheck is one TryAcquireAnyEach and nothing
+// else, whatever their number.
+type countingEach struct {
+	*memlock.Lock
+	each, other atomic.Int32
+}
+
+func (c *countingEach) TryAcquireAnyEach(ctx context.Context, reqs []lock.AnyRequest) []lock.AnyResult {
+	c.each.Add(1)
+	return c.Lock.TryAcquireAnyEach(ctx, reqs)
+}
+
+func (c *countingEach) TryAcquire(ctx context.Context, key string, ttl time.Duration) (lock.Handle, error) {
+	c.other.Add(1)
+	return c.Lock.TryAcquire(ctx, key, ttl)
+}
+
+func (c *countingEach) TryAcquireAny(ctx context.Context, keys []string, ttl time.Duration) (lock.Handle, error) {
+	c.other.Add(1)
+	return c.Lock.TryAcquireAny(ctx, keys, ttl)
+}
+
+func (c *countingEach) List(ctx context.Context, prefix string) ([]lock.Grant, error) {
+	c.other.Add(1)
+	return c.Lock.List(ctx, prefix)
+}
+
+func TestTryAcquireEachIsOneCall(t *testing.T) {
+	l := &countingEach{Lock: testkit.Must(memlock.New())}
+	reqs := make([]semaphore.SlotRequest, 500)
+	for i := range reqs {
+		s, err := semaphore.New(l, fmt.Sprint("timer-", i), 1+i%16, semaphore.WithoutSizeCheck())
+		if err != nil {
+			t.Fatal(err)
+		}
+		reqs[i] = semaphore.SlotRequest{Sem: s, TTL: time.Minute}
+	}
+	for round := range 2 { // the second finds the 1-slot semaphores full
+		for i, r := range semaphore.TryAcquireEach(t.Context(), reqs) {
+			full := round == 1 && i%16 == 0
+			if (r.Err != nil) != full || (full && !errors.Is(r.Err, lock.ErrNotAcquired)) {
+				t.Fatalf("round %d, semaphore %d: %v", round, i, r.Err)
+			}
+		}
+	}
+	if e, o := l.each.Load(), l.other.Load(); e != 2 || o != 0 {
+		t.Fatalf("two TryAcquireEach of 500 semaphores: %d TryAcquireAnyEach and %d other calls, want 2 and 0", e, o)
+	}
 }

@@ -11,6 +11,9 @@
 // permits of TryAcquire and AcquirePermit are not renewed: they lapse after
 // their ttl, when another caller may take the slot while the first still
 // works, unless the caller keeps them (lock.Keep, lock.Hold).
+// TryAcquireEach is TryAcquire for many semaphores of one Lock at once,
+// in one lock.TryAcquireAnyEach (on Redis one round trip for all of them,
+// in scripts of at most 32 semaphores and 128 slots).
 //
 // # How it works
 //

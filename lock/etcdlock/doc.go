@@ -57,11 +57,11 @@
 // 1 + ceil(N/2,000) round trips. A grant whose key was deleted while its
 // lease lives (ForceRelease, which leaves a batch's lease be) is ErrLost
 // alone; a lease gone ends its grants; no answer leaves them unknown.
+// lock.TryAcquireAnyEach takes the generic path here: one TryAcquireAny
+// (one Txn) per request, 16 at once.
 // ClaimEach (lock.EachClaimer) puts up to MaxClaimsPerTxn (127) claims in
 // one Txn of nested Txns, as lock.Claim's generic path would, one lease
 // per distinct ttl. Details: docs/etcd.md.
-// lock.TryAcquireAnyEach takes the generic path here: one TryAcquireAny
-// (one Txn) per request, 16 at once.
 //
 // Limits (lock.Limited; out of them, an error matching
 // lock.ErrInvalidArgument, before anything is sent):

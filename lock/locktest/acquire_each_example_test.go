@@ -42,3 +42,16 @@ func ExampleWithEachRequests() {
 	}
 	_ = TestAcquireEach
 }
+
+// A backend's benchmark of TryAcquireAnyEach: 1,000 pools of 4 keys.
+// Compile-only: go test hands an example no *testing.B.
+func ExampleBenchAcquireEach() {
+	BenchmarkAcquireEach := func(b *testing.B) {
+		l, err := memlock.New()
+		if err != nil {
+			b.Fatal(err)
+		}
+		locktest.BenchAcquireEach(b, l, 1000, 4)
+	}
+	_ = BenchmarkAcquireEach
+}

@@ -76,8 +76,6 @@
 // keys or too many are refused with ErrInvalidArgument (BadInput); on an
 // Inspector, the grants of one group share a Group id (Inspector).
 //
-// RunAcquireEach checks lock.TryAcquireAnyEach (see its doc).
-//
 // RunProcessFaults runs a holder in a child process (the test binary,
 // re-executed; its TestMain must call HolderMain) and kills it with SIGKILL
 // or stops it with SIGSTOP past its ttl, as a crashed or stalled host: the
@@ -97,4 +95,7 @@
 // BenchSharedAcquireRelease, BenchGroup and BenchReadersWriter measure the
 // shared and all-of shapes, as BenchTryAcquireRelease and BenchHandoff do
 // the exclusive one.
+//
+// RunAcquireEach checks lock.TryAcquireAnyEach (see its doc), and
+// BenchAcquireEach measures it.
 package locktest

@@ -3,6 +3,9 @@ package locktest
 import "time"
 
 type config struct {
+	// eachRequests: requests per call of RunAcquireEach (0: acquireEachRequests)
+	eachRequests int
+
 	ttl       time.Duration
 	minTTL    time.Duration
 	roundsUp  bool
@@ -12,8 +15,6 @@ type config struct {
 	waitBound time.Duration
 	// sessionLoss: a forced release ends a server session's grants (RunBatch)
 	sessionLoss bool
-	// eachRequests: requests per call of RunAcquireEach (0: acquireEachRequests)
-	eachRequests int
 	// releaseChunk: the backend's ReleaseEach chunk size (RunReleaseEach)
 	releaseChunk int
 }

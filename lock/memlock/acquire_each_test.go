@@ -25,3 +25,9 @@ func TestMemlockAcquireEach(t *testing.T) {
 type multiOnly struct{ *memlock.Lock }
 
 func (multiOnly) TryAcquireAnyEach() {}
+
+// 1,000 TryAcquireAny in one TryAcquireAnyEach, against 16 at once and
+// one after the other.
+func BenchmarkMemlockAcquireEach(b *testing.B) {
+	locktest.BenchAcquireEach(b, testkit.Must(memlock.New()), 1000, 4)
+}

@@ -174,3 +174,34 @@ func TestAcquireEachUnderReplicaAcks(t *testing.T) {
 		}
 	})
 }
+
+// 1,000 TryAcquireAny in one TryAcquireAnyEach (one pipeline of 32
+// scripts), against 16 at once and one after the other.
+func BenchmarkRedisAcquireEach(b *testing.B) {
+	locktest.BenchAcquireEach(b, newLock(b, newClient(b, testenv.Redis(b).Addr())), 1000, 4)
+}
+
+// A TryAcquireAnyEach whose pipeline is sent twice (its replies lost, the
+// pipeline retried by the client) reports the grants the first attempt
+// made, not a second key of the same request nor a refusal.
+func TestAcquireEachRetriedByTheClient(t *testing.T) {
+	c := newClient(t, testenv.Redis(t).Addr())
+	hook := &replayPipeline{}
+	c.AddHook(hook)
+	l := newLock(t, c)
+	ctx := t.Context()
+	reqs := anyRequests(runID(t), 200, 3, func(i int) string { return fmt.Sprint("r", i%7) })
+	l.TryAcquireAnyEach(ctx, reqs[:1]) // loads the script: the replay is of EVALSHA
+	hook.armed.Store(true)
+	for i, r := range l.TryAcquireAnyEach(ctx, reqs[1:]) {
+		if r.Err != nil {
+			t.Fatalf("retried request %d: %v", i+1, r.Err)
+		}
+		for _, k := range reqs[i+1].Keys {
+			g, ok, err := l.Inspect(ctx, k)
+			if err != nil || ok != (k == r.Handle.Key()) || (ok && g.Token != r.Handle.Token()) {
+				t.Fatalf("request %d granted %q: Inspect(%q) = %+v %v %v", i+1, r.Handle.Key(), k, g, ok, err)
+			}
+		}
+	}
+}

@@ -52,6 +52,10 @@
 // one script each. On Cluster the keys of a group must share a hash tag
 // ({…}), otherwise lock.ErrInvalidKey.
 //
+// TryAcquireAnyEach (lock.AnyEachAcquirer) makes many TryAcquireAny in
+// one pipeline: scripts of at most 32 requests and 128 of their keys (per
+// Cluster slot), each request as TryAcquireAny makes it.
+//
 // Many grants (lock.Batcher, lock.EachClaimer). A Batch (NewBatch, which
 // lock.Keeper uses) renews many grants of the Lock together: one script
 // per chunk of at most 1,000 keys (on a Cluster, keys of one hash slot:
@@ -60,9 +64,7 @@
 // round trip of wall time (one per master on a Cluster, sent at once),
 // and a lost grant is reported alone. Shares are not renewed by a batch
 // (lock.ErrInvalidArgument: they are extended alone). ClaimEach makes many
-// claims (lock.Claim) the same way, in chunks of at most 250 keys.
-// TryAcquireAnyEach (lock.AnyEachAcquirer) makes many TryAcquireAny the
-// same way, in chunks of at most 32 requests and 128 of their keys, and
+// claims (lock.Claim) the same way, in chunks of at most 250 keys, and
 // ReleaseEach (lock.EachReleaser) releases many grants so, 200 a chunk,
 // each as its Release would (waiters handed the key or notified).
 //
