@@ -38,8 +38,12 @@ var keeperReleaseChunk = 1000
 // learns of a loss in its next renewal round, at most one renewal period
 // later, and by ValidUntil at the latest.
 //
-// Close releases every lease and ends the Keeper. A Keeper is safe for
-// concurrent use.
+// A Lease's Release, on a backend that is an EachReleaser, goes at once
+// when no release is in flight, and otherwise together with the others
+// that arrive meanwhile, in the next ReleaseEach (at most 1,000 a call);
+// each returns its own outcome, or its ctx's cause when ctx ends first.
+// Close releases every lease (ReleaseEach, 1,000 a call) and ends the
+// Keeper. A Keeper is safe for concurrent use.
 type Keeper struct {
 	l     Lock
 	ttl   time.Duration

@@ -61,7 +61,9 @@
 // (one Txn) per request, 16 at once.
 // ClaimEach (lock.EachClaimer) puts up to MaxClaimsPerTxn (127) claims in
 // one Txn of nested Txns, as lock.Claim's generic path would, one lease
-// per distinct ttl. Details: docs/etcd.md.
+// per distinct ttl. ReleaseEach (lock.EachReleaser) deletes up to 128
+// grant keys per Txn (etcd's default --max-txn-ops; halved when a server
+// refuses it), each settled as its Release. Details: docs/etcd.md.
 //
 // Limits (lock.Limited; out of them, an error matching
 // lock.ErrInvalidArgument, before anything is sent):

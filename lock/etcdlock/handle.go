@@ -222,19 +222,41 @@ func (h *handle) settle(ctx context.Context) error {
 // batch's grant leaves its lease, shared with the batch's other grants,
 // alone: an unknown outcome deletes the key again in the background.
 func (h *handle) Release(ctx context.Context) error {
-	if err := beginRelease(ctx, &h.op, &h.mu, &h.released); err != nil {
-		return h.releaseErr(err)
+	moving, err := h.startRelease(ctx)
+	if err != nil {
+		return err
 	}
-	defer h.op.Unlock()
+	r, err := h.l.client.Delete(requireLeader(ctx), h.ekey)
+	var deleted int64
+	if r != nil {
+		deleted = r.Deleted
+	}
+	return h.endRelease(ctx, moving, deleted, err)
+}
+
+// startRelease begins a Release (ReleaseEach's too): it takes op (which
+// endRelease gives back) and detaches the grant; it returns the lease of a
+// move to revoke once the key is deleted, if there is one.
+func (h *handle) startRelease(ctx context.Context) (moving *spare, err error) {
+	if err := beginRelease(ctx, &h.op, &h.mu, &h.released); err != nil {
+		return nil, h.releaseErr(err)
+	}
 	h.l.unwatchLoss(h)
 	if h.bl != nil {
 		h.detach()
 	}
-	if h.moving != nil { // the key is on one of two leases: the other goes after the delete
-		defer h.l.revokeLater(h.moving.id)
-		h.moving = nil
+	// The key is on one of two leases: the other goes after the delete.
+	moving, h.moving = h.moving, nil
+	return moving, nil
+}
+
+// endRelease ends a Release whose delete of the key answered deleted (the
+// keys deleted) or err, and gives op back.
+func (h *handle) endRelease(ctx context.Context, moving *spare, deleted int64, err error) error {
+	defer h.op.Unlock()
+	if moving != nil {
+		defer h.l.revokeLater(moving.id)
 	}
-	r, err := h.l.client.Delete(requireLeader(ctx), h.ekey)
 	switch {
 	case err != nil && h.isShared(h.lease.id):
 		h.l.deleteLater(h.ekey) // the lease is the batch's: the key alone goes
@@ -242,7 +264,7 @@ func (h *handle) Release(ctx context.Context) error {
 	case err != nil:
 		h.l.revokeLater(h.lease.id)
 		err = backendkit.Unavailable("etcdlock: release", err)
-	case r.Deleted == 0:
+	case deleted == 0:
 		h.markLost()
 		h.dropLease(h.lease.id) // expired already, or the key was deleted behind our back
 		err = h.lostErr("release")

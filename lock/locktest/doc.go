@@ -76,6 +76,10 @@
 // keys or too many are refused with ErrInvalidArgument (BadInput); on an
 // Inspector, the grants of one group share a Group id (Inspector).
 //
+// RunReleaseEach checks lock.ReleaseEach (natively on a lock.EachReleaser):
+// outcomes in order across chunks, lost and expired handles, released keys
+// free at once, and waiters woken by it within 300 ms.
+//
 // RunProcessFaults runs a holder in a child process (the test binary,
 // re-executed; its TestMain must call HolderMain) and kills it with SIGKILL
 // or stops it with SIGSTOP past its ttl, as a crashed or stalled host: the
