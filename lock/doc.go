@@ -47,11 +47,11 @@
 // not with the grants, and each lease still ends on its own, at its loss
 // or at its ValidUntil. WithKeeper makes Hold and Do use one. ClaimEach
 // makes many claims (EachClaimer) in a few round trips: timers claim every
-// tick due at one instant with it. ReleaseEach releases many grants
-// (EachReleaser) in a few round trips.
+// tick due at one instant with it.
 //
 // TryAcquireAnyEach makes many TryAcquireAny (AnyEachAcquirer) in a few
-// round trips: timers take the slots of those ticks with it.
+// round trips: timers take the slots of those ticks with it. ReleaseEach
+// releases many grants (EachReleaser) in a few round trips.
 //
 // # Shared and all-of grants
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -113,8 +114,9 @@ func BenchmarkTenThousandTimers(b *testing.B) {
 
 // manyTimers runs n timers ticking every second (WithSpreadStart) on one
 // scheduler over memlock for warm plus span, and reports the process CPU
-// time and the runs per second of span, and the claim calls and the
-// dispatcher's wake-ups per second.
+// time and the runs per second of span, the claim calls, the slot calls
+// and the dispatcher's wake-ups per second, and the heap allocations of
+// the process per run.
 func manyTimers(b *testing.B, n int, warm, span time.Duration) {
 	s := testkit.Must(timers.New(testkit.Must(memlock.New()), timers.WithCommon(lock.Common{Logger: slog.New(slog.DiscardHandler)})))
 	var runs atomic.Int64
@@ -132,9 +134,9 @@ func manyTimers(b *testing.B, n int, warm, span time.Duration) {
 	start := cpu()
 	go func() { _ = s.Run(ctx); close(done) }()
 	<-time.After(warm)
-	before, runs0, wakeups0, claims0 := cpu(), runs.Load(), timers.Wakeups(s), timers.ClaimCalls(s)
+	before, runs0, wakeups0, claims0, slots0, allocs0 := cpu(), runs.Load(), timers.Wakeups(s), timers.ClaimCalls(s), timers.SlotCalls(s), mallocs()
 	<-time.After(span)
-	used, ran, wakeups, claims := cpu()-before, runs.Load()-runs0, timers.Wakeups(s)-wakeups0, timers.ClaimCalls(s)-claims0
+	used, ran, wakeups, claims, slots, allocs := cpu()-before, runs.Load()-runs0, timers.Wakeups(s)-wakeups0, timers.ClaimCalls(s)-claims0, timers.SlotCalls(s)-slots0, mallocs()-allocs0
 	<-done
 	reasons := map[string]int64{}
 	for _, st := range s.Status() {
@@ -151,6 +153,15 @@ func manyTimers(b *testing.B, n int, warm, span time.Duration) {
 	b.ReportMetric(float64(ran)/secs, "runs/s")
 	b.ReportMetric(float64(wakeups)/secs, "wakeups/s")
 	b.ReportMetric(float64(claims)/secs, "claim-calls/s")
+	b.ReportMetric(float64(slots)/secs, "slot-calls/s")
+	b.ReportMetric(float64(allocs)/float64(max(ran, 1)), "allocs/run")
+}
+
+// mallocs is the number of heap allocations the process has made.
+func mallocs() uint64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.Mallocs
 }
 
 func cpu() time.Duration {

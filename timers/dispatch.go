@@ -1,10 +1,10 @@
 package timers
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -26,7 +26,9 @@ import (
 
 // tickHeap orders the timers by their next tick (entry.next), kept in
 // Unix nanoseconds beside each entry so that ordering them reads the
-// heap's array only.
+// heap's array only. It is a binary min-heap of its own rather than
+// container/heap's, whose calls through an interface cost a tenth of the
+// dispatcher's time at 10,000 timers.
 type tickHeap []heapItem
 
 type heapItem struct {
@@ -34,26 +36,62 @@ type heapItem struct {
 	e  *entry
 }
 
-func (h tickHeap) Len() int           { return len(h) }
-func (h tickHeap) Less(i, j int) bool { return h[i].at < h[j].at }
-func (h tickHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *tickHeap) Push(x any)        { *h = append(*h, x.(heapItem)) }
-func (h *tickHeap) Pop() any {
-	old := *h
-	it := old[len(old)-1]
-	old[len(old)-1] = heapItem{}
-	*h = old[:len(old)-1]
-	return it
+// init orders the whole heap.
+func (h tickHeap) init() {
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
 }
 
-// due is one tick taken by the dispatcher, with its claim's outcome.
+// down moves item i down to its place.
+func (h tickHeap) down(i int) {
+	n := len(h)
+	it := h[i]
+	for {
+		c := 2*i + 1
+		if c >= n {
+			break
+		}
+		if r := c + 1; r < n && h[r].at < h[c].at {
+			c = r
+		}
+		if h[c].at >= it.at {
+			break
+		}
+		h[i] = h[c]
+		i = c
+	}
+	h[i] = it
+}
+
+// popRoot removes the earliest item.
+func (h *tickHeap) popRoot() {
+	old := *h
+	n := len(old) - 1
+	old[0] = old[n]
+	old[n] = heapItem{}
+	*h = old[:n]
+	if n > 0 {
+		h.down(0)
+	}
+}
+
+// due is one tick taken by the dispatcher, with its claim's and then its
+// slot's outcome.
 type due struct {
 	e        *entry
 	at, next time.Time // the tick and the timer's next one
 	first    int       // WithRunsPerTick: the claim tried first
 	claim    uint64
-	err      error
+	err      error             // the claim's, then the slot's
+	lease    time.Duration     // the slot lease's ttl
+	permit   *semaphore.Permit // the slot
+	runCtx   context.Context   // Run's context of the runs
+	tick     Tick              // the run's, which its context carries
 }
+
+// interval is the gap from the tick to the timer's next one.
+func (d *due) interval() time.Duration { return d.next.Sub(d.at) }
 
 // dispatch runs the dispatcher until ctx ends, then waits until every
 // instant it handed off has started its runs (or given up).
@@ -70,18 +108,20 @@ func (s *Scheduler) dispatch(ctx, runCtx context.Context, runs *sync.WaitGroup, 
 			e.stop(now)
 		}
 	}
-	heap.Init(&h)
+	h.init()
+	grain := wakeGrain(entries)
+	lastTicks := 0 // how many ticks the last wake-up took: the next one's guess
 	var instants sync.WaitGroup
 	defer instants.Wait()
 	wait := time.NewTimer(time.Hour)
 	defer wait.Stop()
 	for len(h) > 0 {
-		if !sleepUntil(ctx, wait, h[0].e.next, clock) {
+		if !sleepUntil(ctx, wait, roundUp(h[0].e.next, grain), clock) {
 			return
 		}
 		s.wakeups.Add(1)
 		now := clock()
-		var ticks []*due
+		ticks := make([]due, 0, lastTicks)
 		for len(h) > 0 && !h[0].e.next.After(now) {
 			e := h[0].e
 			at := e.next
@@ -92,28 +132,81 @@ func (s *Scheduler) dispatch(ctx, runCtx context.Context, runs *sync.WaitGroup, 
 				// but one can still run out (a tick a Time cannot hold);
 				// nothing would bound tick at's claim, and a tick that
 				// does not advance would spin: the timer stops.
-				heap.Pop(&h)
+				h.popRoot()
 				e.stop(at)
 				continue
-			case now.Sub(at) > e.t.misfireAt(at):
+			case now.Sub(at) > e.t.misfireFor(next.Sub(at)):
 				e.skip(ctx, at, "misfire", fmt.Sprintf("reached %v late", now.Sub(at).Round(time.Millisecond)))
 				if next = e.t.schedule.next(now); !next.After(now) {
-					heap.Pop(&h)
+					h.popRoot()
 					e.stop(now)
 					continue
 				}
 			default:
-				ticks = append(ticks, &due{e: e, at: at, next: next})
+				ticks = append(ticks, due{e: e, at: at, next: next})
 			}
 			e.next, h[0].at = next, next.UnixNano()
-			heap.Fix(&h, 0)
+			h.down(0)
 			e.setNext(next)
 		}
+		lastTicks = len(ticks)
 		if len(ticks) > 0 {
-			instants.Go(func() { s.runInstant(ctx, runCtx, runs, ticks) })
+			s.pool.Go(&instants, funcRunner(func() { s.runInstant(ctx, runCtx, runs, ticks) }))
 		}
 	}
 	<-ctx.Done() // every timer stopped
+}
+
+// maxWakeGrain bounds the dispatcher's wake-up grain (wakeGrain).
+const maxWakeGrain = 5 * time.Millisecond
+
+// wakeGrain is the grain of the dispatcher's wake-ups: it wakes at
+// multiples of it (from the Unix epoch), so that the ticks due within one
+// grain are taken in one wake-up, claimed together and their slots taken
+// together. A wake-up costs tens of microseconds of CPU whatever it
+// takes, and timers spread over the second (WithSpreadStart) woke it a
+// few thousand times a second at 10,000 timers. A tick on the grain
+// (every whole second, for instance) starts when it did; another starts
+// at most one grain late: maxWakeGrain (5 ms) at most, a sixteenth of the
+// shortest interval among the timers and a quarter of the smallest
+// WithMisfireThreshold, so that no tick comes near its misfire threshold
+// for it. 1 ns (no grain) when that is below 100 µs.
+func wakeGrain(entries []*entry) time.Duration {
+	g := maxWakeGrain
+	for _, e := range entries {
+		var iv time.Duration
+		switch sc := e.t.schedule.(type) {
+		case every:
+			iv = sc.interval
+		default:
+			iv = shortestGap(sc)
+		}
+		g = min(g, iv/16)
+		if e.t.misfire > 0 {
+			g = min(g, e.t.misfire/4)
+		}
+	}
+	if g < 100*time.Microsecond {
+		return 1
+	}
+	return g
+}
+
+// roundUp is at rounded up to a multiple of grain from the Unix epoch
+// (at itself when that does not fit an int64 of nanoseconds).
+func roundUp(at time.Time, grain time.Duration) time.Time {
+	if sec := at.Unix(); sec <= math.MinInt64/int64(time.Second)+1 || sec >= math.MaxInt64/int64(time.Second)-1 {
+		return at // no int64 of nanoseconds holds it
+	}
+	ns, g := at.UnixNano(), int64(grain)
+	r := ns % g
+	if r < 0 {
+		r += g
+	}
+	if r == 0 || ns > math.MaxInt64-g {
+		return at
+	}
+	return time.Unix(0, ns-r+g)
 }
 
 // sleepUntil waits on t until clock reads at; false when ctx ended first.
@@ -133,15 +226,18 @@ func sleepUntil(ctx context.Context, t *time.Timer, at time.Time, clock func() t
 	}
 }
 
-// runInstant claims the ticks due at one instant together, then takes a
-// slot and starts a run for each claimed one. The attempts (the claims
-// and the slots) end by the earliest next tick among them, so that a
-// backend that stalls (a pool with no free connection, a hung request)
-// costs this instant only, not the timers' later ones. (A claim that
-// comes back after the misfire threshold is skipped; a slow attempt is
-// not cut short at the threshold, since a connection being opened is
-// worth keeping.)
-func (s *Scheduler) runInstant(ctx, runCtx context.Context, runs *sync.WaitGroup, ticks []*due) {
+// runInstant claims the ticks due at one instant together, then takes
+// the slots of the claimed ones and starts a run for each tick that holds
+// one: the slots together in one call, then the runs, on a backend that
+// takes them together (takeSlots); otherwise each tick takes its slot on
+// the goroutine of its run, and runs as soon as it holds it (takeSlot).
+// The attempts (the claims and the slots) end by the earliest next tick
+// among them, so that a backend that stalls (a pool with no free
+// connection, a hung request) costs this instant only, not the timers'
+// later ones. (A claim that comes back after the misfire threshold is
+// skipped; a slow attempt is not cut short at the threshold, since a
+// connection being opened is worth keeping.)
+func (s *Scheduler) runInstant(ctx, runCtx context.Context, runs *sync.WaitGroup, ticks []due) {
 	until := ticks[0].next
 	for _, d := range ticks[1:] {
 		if d.next.Before(until) {
@@ -151,11 +247,38 @@ func (s *Scheduler) runInstant(ctx, runCtx context.Context, runs *sync.WaitGroup
 	attempt, cancel := context.WithTimeout(ctx, until.Sub(s.set.clock()))
 	defer cancel()
 	s.claim(attempt, ticks)
-	var slots sync.WaitGroup
-	for _, d := range ticks {
-		d.e.claimed(ctx, runCtx, attempt, runs, &slots, d)
+	won := make([]*due, 0, len(ticks))
+	for i := range ticks {
+		if d := &ticks[i]; d.e.claimed(ctx, runCtx, runs, d) {
+			d.runCtx = runCtx
+			d.lease = d.e.t.leaseFor(d.interval(), s.lim)
+			won = append(won, d)
+		}
 	}
-	slots.Wait() // attempt must outlive the slots' attempts
+	if len(won) == 0 {
+		return
+	}
+	if !s.slotsTogether() {
+		var slots sync.WaitGroup
+		slots.Add(len(won))
+		for _, d := range won {
+			s.pool.Go(runs, funcRunner(func() {
+				d.permit, d.err = s.takeSlot(attempt, d.e.sem, d.lease)
+				slots.Done()
+				if d.e.slotted(ctx, runCtx, runs, d) {
+					d.run()
+				}
+			}))
+		}
+		slots.Wait() // attempt must outlive the slots' attempts
+		return
+	}
+	s.takeSlots(attempt, won)
+	for _, d := range won {
+		if d.e.slotted(ctx, runCtx, runs, d) {
+			s.pool.Go(runs, d)
+		}
+	}
 }
 
 // claim takes one claim of each tick: in one lock.ClaimEach for all of
@@ -164,9 +287,10 @@ func (s *Scheduler) runInstant(ctx, runCtx context.Context, runs *sync.WaitGroup
 // random one on so that the hosts spread over them: the first choices of
 // every tick go in one call, then the ticks whose choice was taken try
 // their next claim in the next call, and so on, n calls at most.
-func (s *Scheduler) claim(ctx context.Context, ticks []*due) {
+func (s *Scheduler) claim(ctx context.Context, ticks []due) {
 	pending := make([]*due, 0, len(ticks))
-	for _, d := range ticks {
+	for i := range ticks {
+		d := &ticks[i]
 		if n := d.e.t.runsPerTick; n > 1 {
 			d.first = rand.IntN(n)
 		}
@@ -177,7 +301,7 @@ func (s *Scheduler) claim(ctx context.Context, ticks []*due) {
 		reqs = reqs[:0]
 		for _, d := range pending {
 			t := d.e.t
-			reqs = append(reqs, lock.ClaimRequest{Key: d.e.claimKey(d.at, (d.first+round)%t.runsPerTick), TTL: t.claimTTL(d.at, s.lim)})
+			reqs = append(reqs, lock.ClaimRequest{Key: d.e.claimKey(d.at, (d.first+round)%t.runsPerTick), TTL: t.claimTTL(d.interval(), s.lim)})
 		}
 		res := s.claimEach(ctx, reqs)
 		rest := pending[:0]
@@ -206,24 +330,35 @@ func (s *Scheduler) claimEach(ctx context.Context, reqs []lock.ClaimRequest) []l
 	}
 	s.claimCalls.Add(int64(len(reqs)))
 	res := make([]lock.ClaimResult, len(reqs))
+	forEach(len(reqs), claimWorkers, func(i int) {
+		res[i].Token, res[i].Err = lock.Claim(ctx, s.l, reqs[i].Key, reqs[i].TTL)
+	})
+	return res
+}
+
+// forEach calls fn(i) for every i in [0, n), from up to workers
+// goroutines (none of its own when n is 1).
+func forEach(n, workers int, fn func(i int)) {
+	if n == 1 {
+		fn(0)
+		return
+	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range min(len(reqs), claimWorkers) {
+	for range min(n, workers) {
 		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < len(reqs); i = int(next.Add(1) - 1) {
-				res[i].Token, res[i].Err = lock.Claim(ctx, s.l, reqs[i].Key, reqs[i].TTL)
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				fn(i)
 			}
 		})
 	}
 	wg.Wait()
-	return res
 }
 
 // claimed goes on with a tick whose claim has come back: counted
-// elsewhere, skipped, run under the per-host cap, or, when it was
-// granted, a run that takes a slot (with attempt, which slots tracks) and
-// holds it while fn runs.
-func (e *entry) claimed(ctx, runCtx, attempt context.Context, runs, slots *sync.WaitGroup, d *due) {
+// elsewhere, skipped, or run under the per-host cap; true when it was
+// granted and the run is to take a slot.
+func (e *entry) claimed(ctx, runCtx context.Context, runs *sync.WaitGroup, d *due) bool {
 	at, err := d.at, d.err
 	if err == nil || errors.Is(err, lock.ErrNotAcquired) {
 		e.reachable(at)
@@ -231,58 +366,105 @@ func (e *entry) claimed(ctx, runCtx, attempt context.Context, runs, slots *sync.
 	switch {
 	case errors.Is(err, lock.ErrNotAcquired):
 		e.record(func(st *Status) { st.Elsewhere++ })
-		return
+		return false
 	case errors.Is(err, lock.ErrUnavailable):
 		e.unavailable(ctx, runCtx, runs, at, err)
-		return
+		return false
 	case err != nil:
 		e.skip(ctx, at, "error", err.Error())
-		return
+		return false
 	}
 	// The claim proves the tick unclaimed only if it was granted while the
 	// earlier claims of this tick were still alive, and they live from at
 	// least at to at + interval + threshold: a grant that came back after
 	// the threshold (a request held up in the network, retried by the
 	// client) may have outlived them, and another host may have run it.
-	if late := e.s.set.clock().Sub(at); late > e.t.misfireAt(at) {
+	if late := e.s.set.clock().Sub(at); late > e.t.misfireFor(d.interval()) {
 		e.skip(ctx, at, "misfire", fmt.Sprintf("the claim came back %v late", late.Round(time.Millisecond)))
-		return
+		return false
 	}
 	e.mu.Lock()
 	mismatch := e.mismatch
 	e.mu.Unlock()
 	if mismatch != nil {
 		e.skip(ctx, at, "error", mismatch.Error())
-		return
+		return false
 	}
-	slots.Add(1)
-	runs.Go(func() {
-		lease := e.t.leaseFor(at, e.s.lim)
-		permit, err := e.s.takeSlot(attempt, e.sem, lease)
-		slots.Done()
-		switch {
-		case errors.Is(err, lock.ErrNotAcquired):
-			e.skip(ctx, at, "busy", fmt.Sprintf("all %d slots busy", e.t.maxConcurrency))
-			return
-		case errors.Is(err, lock.ErrUnavailable):
-			e.unavailable(ctx, runCtx, runs, at, err)
-			return
-		case err != nil:
-			e.skip(ctx, at, "error", err.Error())
-			return
-		}
-		tick := Tick{Timer: e.t.name, At: at, Claim: d.claim, Slot: permit.Slot()}
-		start := e.s.set.clock()
-		err = e.hold(runCtx, permit, lease, tick)
-		e.finish(runCtx, tick, start, err)
-	})
+	return true
 }
 
-// slotWorkers bounds the slot attempts a scheduler makes at once: 10,000
-// timers due at one instant would otherwise send 10,000 requests at once
-// and hold every connection of the client's pool, so that the next
-// instant's claims wait behind them.
+// slotted goes on with a claimed tick whose slot attempt has come back:
+// skipped when every slot is busy or on an error, run under the per-host
+// cap when the backend did not answer; true when the tick holds its slot.
+func (e *entry) slotted(ctx, runCtx context.Context, runs *sync.WaitGroup, d *due) bool {
+	switch err := d.err; {
+	case errors.Is(err, lock.ErrNotAcquired):
+		e.skip(ctx, d.at, "busy", fmt.Sprintf("all %d slots busy", e.t.maxConcurrency))
+		return false
+	case errors.Is(err, lock.ErrUnavailable):
+		e.unavailable(ctx, runCtx, runs, d.at, err)
+		return false
+	case err != nil:
+		e.skip(ctx, d.at, "error", err.Error())
+		return false
+	}
+	return true
+}
+
+// run runs the tick on its slot, which it holds while fn runs.
+func (d *due) run() {
+	e := d.e
+	d.tick = Tick{Timer: e.t.name, At: d.at, Claim: d.claim, Slot: d.permit.Slot()}
+	start := e.s.set.clock()
+	err := e.hold(d.runCtx, d.permit, d.lease, &d.tick)
+	e.finish(d.runCtx, d.tick, start, err)
+}
+
+// slotWorkers bounds the slot calls a scheduler makes at once: the calls
+// of an instant's slots (takeSlots), or on a backend that cannot take
+// them together, the attempts of single slots (takeSlot). 10,000 timers
+// due at one instant would otherwise send 10,000 requests at once and
+// hold every connection of the client's pool, so that the next instant's
+// claims wait behind them.
 const slotWorkers = 16
+
+// slotsTogether says whether the backend takes many slots in one call
+// (a lock.AnyEachAcquirer: memlock, redislock): then an instant takes its
+// ticks' slots together. Elsewhere (etcdlock, pglock) that would be one
+// request per slot anyway, and on pglock a slot holds a pooled connection
+// until its run releases it: an instant that took every slot before it
+// started any run would wait, with more ticks than connections, for
+// connections that only its own runs can free.
+func (s *Scheduler) slotsTogether() bool {
+	_, ok := s.l.(lock.AnyEachAcquirer)
+	return ok
+}
+
+// takeSlots takes a slot of each tick's timer for its lease (d.permit,
+// or d.err) in one semaphore.TryAcquireEach (one round trip per chunk of
+// the backend's), among at most slotWorkers calls at once; a call that
+// cannot start before ctx ends fails every tick as a backend that does
+// not answer (lock.ErrUnavailable).
+func (s *Scheduler) takeSlots(ctx context.Context, ds []*due) {
+	select {
+	case s.slotGate <- struct{}{}:
+	case <-ctx.Done():
+		err := backendkit.Unavailable("timers: taking a slot", context.Cause(ctx))
+		for _, d := range ds {
+			d.err = err
+		}
+		return
+	}
+	defer func() { <-s.slotGate }()
+	s.slotCalls.Add(1)
+	reqs := make([]semaphore.SlotRequest, len(ds))
+	for i, d := range ds {
+		reqs[i] = semaphore.SlotRequest{Sem: d.e.sem, TTL: d.lease}
+	}
+	for i, r := range semaphore.TryAcquireEach(ctx, reqs) {
+		ds[i].permit, ds[i].err = r.Permit, r.Err
+	}
+}
 
 // takeSlot takes a slot of sem for ttl, among at most slotWorkers
 // attempts at once; an attempt that cannot start before ctx ends fails as
@@ -294,5 +476,6 @@ func (s *Scheduler) takeSlot(ctx context.Context, sem *semaphore.Semaphore, ttl 
 		return nil, backendkit.Unavailable("timers: taking a slot", context.Cause(ctx))
 	}
 	defer func() { <-s.slotGate }()
+	s.slotCalls.Add(1)
 	return sem.TryAcquire(ctx, ttl)
 }

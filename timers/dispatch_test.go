@@ -22,16 +22,57 @@ import (
 // single claims of ticks.
 type eachCounting struct {
 	*memlock.Lock
-	mu     sync.Mutex
-	calls  []int
+	callSizes
 	single atomic.Int64
+}
+
+// callSizes records the number of requests of each call.
+type callSizes struct {
+	mu    sync.Mutex
+	calls []int
+}
+
+func (c *callSizes) add(n int) {
+	c.mu.Lock()
+	c.calls = append(c.calls, n)
+	c.mu.Unlock()
+}
+
+func (c *callSizes) sizes() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]int(nil), c.calls...)
+}
+
+// wantCalls fails unless calls are n calls of size requests each and
+// there was no single request.
+func wantCalls(t *testing.T, what string, calls []int, single int64, n, size int) {
+	t.Helper()
+	ok := len(calls) == n && single == 0
+	for _, c := range calls {
+		ok = ok && c == size
+	}
+	if !ok {
+		t.Fatalf("%s calls of %v requests and %d single requests: want %d calls of %d", what, calls, single, n, size)
+	}
+}
+
+// addDueAndIdle adds 100 timers due every second and 100 due every hour,
+// which fn runs.
+func addDueAndIdle(t *testing.T, s *timers.Scheduler, fn func(context.Context) error) {
+	t.Helper()
+	for i := range 100 {
+		for _, iv := range []time.Duration{time.Second, time.Hour} {
+			if err := s.Add(timers.Every(fmt.Sprintf("t%d-%v", i, iv), iv, fn)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 }
 
 func (c *eachCounting) ClaimEach(ctx context.Context, reqs []lock.ClaimRequest) []lock.ClaimResult {
 	if len(reqs) > 0 && strings.HasPrefix(reqs[0].Key, "timer/") { // not the semaphores' size declarations
-		c.mu.Lock()
-		c.calls = append(c.calls, len(reqs))
-		c.mu.Unlock()
+		c.add(len(reqs))
 	}
 	out := make([]lock.ClaimResult, len(reqs))
 	for i, r := range reqs {
@@ -47,12 +88,6 @@ func (c *eachCounting) Claim(ctx context.Context, key string, ttl time.Duration)
 	return c.Lock.Claim(ctx, key, ttl)
 }
 
-func (c *eachCounting) claimCalls() []int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]int(nil), c.calls...)
-}
-
 // 100 timers due every second and 100 due every hour, for 5.5 s: the
 // dispatcher wakes once per due instant (5), not per timer, and claims
 // the 100 ticks of each instant in one ClaimEach call; the hourly timers,
@@ -63,26 +98,12 @@ func TestTicksOfOneInstantAreClaimedTogether(t *testing.T) {
 		l := &eachCounting{Lock: testkit.Must(memlock.New())}
 		s := testkit.Must(timers.New(l))
 		var ran timerTicks
-		for i := range 100 {
-			for _, iv := range []time.Duration{time.Second, time.Hour} {
-				if err := s.Add(timers.Every(fmt.Sprintf("t%d-%v", i, iv), iv, ran.fn)); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
+		addDueAndIdle(t, s, ran.fn)
 		runFor(t, s, 5500*time.Millisecond)
 		if w := timers.Wakeups(s); w != 5 {
 			t.Errorf("the dispatcher woke %d times, want 5 (once per due instant)", w)
 		}
-		calls := l.claimCalls()
-		if len(calls) != 5 || l.single.Load() != 0 {
-			t.Fatalf("ClaimEach calls of %v requests and %d single claims: want 5 calls of 100", calls, l.single.Load())
-		}
-		for _, n := range calls {
-			if n != 100 {
-				t.Fatalf("ClaimEach calls of %v requests: want 100 each", calls)
-			}
-		}
+		wantCalls(t, "ClaimEach", l.sizes(), l.single.Load(), 5, 100)
 		ran.each(t, 500, 1)
 	})
 }
@@ -114,7 +135,7 @@ func TestRunsPerTickClaimsInRounds(t *testing.T) {
 		wg.Wait()
 		ran.each(t, 100, 2)
 		for i, l := range hosts {
-			calls := l.claimCalls()
+			calls := l.sizes()
 			if len(calls) < 5 || len(calls) > 10 || calls[0] != 20 || l.single.Load() != 0 {
 				t.Errorf("host %d: ClaimEach calls of %v requests, %d single claims: want 5 to 10 calls, the first of 20", i, calls, l.single.Load())
 			}
@@ -264,11 +285,14 @@ func TestSlotLeasesRenewedTogether(t *testing.T) {
 }
 
 // slowSlots is memlock whose slot attempts (TryAcquireAny) take 10 ms
-// and record how many are in flight at once.
+// and record how many are in flight at once. It does not take many slots
+// in one call (no lock.AnyEachAcquirer), as etcdlock and pglock.
 type slowSlots struct {
 	*memlock.Lock
 	inFlight, peak atomic.Int64
 }
+
+func (*slowSlots) TryAcquireAnyEach() {} // hides memlock's
 
 func (s *slowSlots) TryAcquireAny(ctx context.Context, keys []string, ttl time.Duration) (lock.Handle, error) {
 	n := s.inFlight.Add(1)
@@ -279,8 +303,8 @@ func (s *slowSlots) TryAcquireAny(ctx context.Context, keys []string, ttl time.D
 	return s.Lock.TryAcquireAny(ctx, keys, ttl)
 }
 
-// 100 timers due at one instant on a backend whose slot attempts take
-// 10 ms: at most 16 attempts are in flight at once (so that they do not
+// 100 timers due at one instant on a backend that takes slots one by one,
+// and whose slot attempts take 10 ms: at most 16 attempts are in flight at once (so that they do not
 // hold every connection of a client's pool while the next instant's
 // claims wait), and every tick still runs, within its interval.
 func TestSlotAttemptsAreBounded(t *testing.T) {
@@ -298,6 +322,46 @@ func TestSlotAttemptsAreBounded(t *testing.T) {
 		ran.each(t, 300, 1)
 		if p := l.peak.Load(); p != 16 {
 			t.Errorf("%d slot attempts in flight at once, want 16", p)
+		}
+	})
+}
+
+// 300 timers spread over the second (WithSpreadStart), for 3.5 s: the
+// dispatcher wakes at multiples of 5 ms, once per 5 ms that holds a tick,
+// not once per tick instant, and takes every tick of those 5 ms then; a
+// tick never starts before its instant, nor a grain or more after it.
+func TestWakeUpsOnTheGrain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		time.Sleep(time.Until(epoch))
+		s := testkit.Must(timers.New(testkit.Must(memlock.New())))
+		const grain = 5 * time.Millisecond
+		var mu sync.Mutex
+		late := map[time.Time]time.Duration{} // by tick instant
+		for i := range 300 {
+			if err := s.Add(timers.Every(fmt.Sprintf("spread-%d", i), time.Second, func(ctx context.Context) error {
+				tick, _ := timers.TickFrom(ctx)
+				mu.Lock()
+				late[tick.At] = time.Since(tick.At)
+				mu.Unlock()
+				return nil
+			}, timers.WithSpreadStart())); err != nil {
+				t.Fatal(err)
+			}
+		}
+		runFor(t, s, 3500*time.Millisecond)
+		grains := map[int64]bool{}
+		for at, d := range late {
+			if d < 0 || d >= grain {
+				t.Errorf("tick %v started %v after its instant, want [0, %v)", at, d, grain)
+			}
+			grains[(at.UnixNano()+int64(grain)-1)/int64(grain)] = true
+		}
+		if len(late) < 900 {
+			t.Fatalf("%d distinct tick instants ran, want about 1,050", len(late))
+		}
+		// The last wake-up's ticks may be cut short by Run's end (skipped).
+		if w := timers.Wakeups(s); w < int64(len(grains)) || w > int64(len(grains))+1 {
+			t.Errorf("the dispatcher woke %d times for ticks at %d instants in %d grains of 5 ms: want once per grain", w, len(late), len(grains))
 		}
 	})
 }

@@ -100,21 +100,37 @@
 //
 // One goroutine per Scheduler (the dispatcher, Run's own) keeps the timers
 // in a heap by their next tick and wakes only when one is due: a timer
-// that is not due costs nothing per tick. At each wake-up it takes every
-// timer due by then and claims their ticks together, in one
-// lock.ClaimEach call (one round trip per chunk of the backend's, per
-// Cluster slot on Redis; on a backend that is not a lock.EachClaimer, one
-// lock.Claim per tick, 16 at a time). With WithRunsPerTick(n), each
-// timer's first choice among its n claims goes in that call; the timers
-// whose choice was taken try their next one in a second call, and so on
-// (n calls at most). Each claimed tick then takes its slot (one semaphore
-// TryAcquire per run, at most 16 at a time per scheduler, so that they do
-// not hold every connection of the client's pool while the next claims
-// wait) and runs on a goroutine of its own. The runs' slot leases are kept
-// by one lock.Keeper per lease ttl (renewed together, through the
-// backend's lock.Batch), closed when Run returns. The sizes of the timers'
-// semaphores (WithMaxConcurrency) are declared and compared with the
-// other hosts' for all the timers together (semaphore.CheckSizes: one
+// that is not due costs nothing per tick. It wakes on a grain of 5 ms from
+// the Unix epoch (less when a timer ticks more often than every 80 ms or
+// has a WithMisfireThreshold under 20 ms: a sixteenth of the shortest
+// interval, a quarter of the smallest threshold, none below 100 µs), so a
+// tick on the grain (a whole second) starts at its instant and another
+// at most one grain late, and the ticks of one grain go together. At each
+// wake-up it takes every timer due by then and claims their ticks
+// together, in one lock.ClaimEach call (one round trip per chunk of the
+// backend's, per Cluster slot on Redis; on a backend that is not a
+// lock.EachClaimer, one lock.Claim per tick, 16 at a time). With
+// WithRunsPerTick(n), each timer's first choice among its n claims goes
+// in that call; the timers whose choice was taken try their next one in a
+// second call, and so on (n calls at most). The claimed ticks then take
+// their slots: on a backend that takes many in one call
+// (lock.AnyEachAcquirer: memlock, redislock) all of them in one
+// semaphore.TryAcquireEach (one pipeline on Redis, a script per 32
+// requests) before the runs start; elsewhere (etcdlock, pglock, where a
+// slot holds a pooled connection until its run ends) each run takes its
+// own slot (semaphore TryAcquire) and starts at once. At most 16 slot
+// calls are in flight per scheduler, so that they do not hold every
+// connection of the client's pool while the next claims wait; a call that
+// cannot start before the earliest next tick among its ticks fails them as
+// unavailable, and one still going then is cut short (its context ends).
+// Each tick keeps its own outcome: it runs, or is skipped as busy (every
+// slot held), unavailable or error. Runs go to a pool of goroutines that outlive them (no bound: as many
+// as runs at once). The runs' slot leases are kept by one lock.Keeper per
+// lease ttl (renewed together, through the backend's lock.Batch, and
+// released through the Keeper, which sends releases that arrive together
+// in one lock.ReleaseEach), closed when Run returns. The sizes of the
+// timers' semaphores (WithMaxConcurrency) are declared and compared with
+// the other hosts' for all the timers together (semaphore.CheckSizes: one
 // lock.ClaimEach and one listing) when Run starts and every 30 s; a timer
 // whose hosts disagree skips its ticks (reason error) until they agree.
 //

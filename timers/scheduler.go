@@ -35,17 +35,19 @@ type Scheduler struct {
 
 	lim      lock.Limits
 	keepers  *keepers      // Run's
-	slotGate chan struct{} // the slot attempts in flight (takeSlot)
+	pool     *pool         // Run's: the goroutines of instants and runs
+	slotGate chan struct{} // the slot calls in flight (takeSlots)
 
 	mu      sync.Mutex
 	timers  map[string]*entry
 	order   []string
 	running bool
 
-	// For tests and benchmarks: how often the dispatcher woke up, and
-	// how many claim calls it made (ClaimEach calls, or single claims on
-	// a backend that is not a lock.EachClaimer).
-	wakeups, claimCalls atomic.Int64
+	// For tests and benchmarks: how often the dispatcher woke up, how
+	// many claim calls it made (ClaimEach calls, or single claims on a
+	// backend that is not a lock.EachClaimer), and how many slot calls
+	// (takeSlots).
+	wakeups, claimCalls, slotCalls atomic.Int64
 }
 
 // SchedulerOption configures New.
@@ -198,6 +200,8 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	runCtx, stopRuns := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopRuns(nil)
 	s.keepers = &keepers{l: s.l, opts: s.lockOpts, byTTL: map[time.Duration][]lock.Option{}}
+	s.pool = newPool()
+	defer s.pool.close() // after every run has returned
 	var runs sync.WaitGroup
 	var checks sync.WaitGroup
 	checks.Go(func() { s.checkSizes(ctx, entries) })
@@ -310,7 +314,7 @@ type entry struct {
 	status   Status
 	degraded bool                                   // the backend was last found unreachable
 	mismatch error                                  // the last size check's (semaphore.ErrSizeMismatch)
-	attrs    map[[2]string]metric.MeasurementOption // the metrics' attributes, by outcome or reason
+	attrs    [2]map[string]metric.MeasurementOption // the metrics' attributes, by outcome and by reason
 }
 
 // claimKey is the key that makes tick at run once: whoever claims it
@@ -363,7 +367,7 @@ func overrunGrace(lease time.Duration) time.Duration { return lease / 3 }
 // goroutine of its own), so that a function that ignores its context does
 // not keep the timer's later ticks busy. hold still returns only when fn
 // has, with an error that matches errOverran.
-func (e *entry) hold(runCtx context.Context, permit *semaphore.Permit, ttl time.Duration, tick Tick) error {
+func (e *entry) hold(runCtx context.Context, permit *semaphore.Permit, ttl time.Duration, tick *Tick) error {
 	run := func(ctx context.Context) error { return e.call(context.WithValue(ctx, tickKey{}, tick)) }
 	opts := e.s.keepers.options(ttl)
 	if e.t.maxRunTime == 0 {
@@ -432,12 +436,12 @@ func (e *entry) unavailable(ctx, runCtx context.Context, runs *sync.WaitGroup, a
 	e.s.common.Logger.Warn("leasehold: backend unreachable, running the tick under the per-host cap: the cluster-wide once-per-tick and concurrency guarantees are suspended",
 		"timer", e.t.name, "tick", at, "per_host_cap", cap(e.local), "err", err)
 	tick := Tick{Timer: e.t.name, At: at, Slot: -1, Local: true}
-	runs.Go(func() {
+	e.s.pool.Go(runs, funcRunner(func() {
 		defer func() { <-e.local }()
 		start := e.s.set.clock()
-		err := e.call(context.WithValue(runCtx, tickKey{}, tick))
+		err := e.call(context.WithValue(runCtx, tickKey{}, &tick))
 		e.finish(runCtx, tick, start, err)
-	})
+	}))
 }
 
 // reachable notes that the backend answered: after an outage it says so,
@@ -487,8 +491,9 @@ func (e *entry) finish(ctx context.Context, tick Tick, start time.Time, err erro
 		st.LastRun = RunInfo{Tick: tick.At, Start: start, Duration: took, Outcome: outcome, Err: err, Runner: e.s.common.Owner, Local: tick.Local}
 	})
 	attrs := e.attributes("leasehold.outcome", outcome)
-	e.s.m.runs.Add(context.WithoutCancel(ctx), 1, attrs)
-	e.s.m.duration.Record(context.WithoutCancel(ctx), took.Seconds(), attrs)
+	mctx := context.WithoutCancel(ctx)
+	e.s.m.runs.Add(mctx, 1, attrs)
+	e.s.m.duration.Record(mctx, took.Seconds(), attrs)
 	if err != nil {
 		e.s.common.Logger.Warn("leasehold: timer run failed", "timer", e.t.name, "tick", tick.At, "outcome", outcome, "err", err)
 	}
@@ -498,16 +503,19 @@ func (e *entry) finish(ctx context.Context, tick Tick, start time.Time, err erro
 // outcome or a reason) set to value, built once: an attribute set costs
 // allocations and hashing, even with no meter provider installed.
 func (e *entry) attributes(key, value string) metric.MeasurementOption {
+	i := 0
+	if key != "leasehold.outcome" {
+		i = 1
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	k := [2]string{key, value}
-	o, ok := e.attrs[k]
+	o, ok := e.attrs[i][value]
 	if !ok {
-		if e.attrs == nil {
-			e.attrs = map[[2]string]metric.MeasurementOption{}
+		if e.attrs[i] == nil {
+			e.attrs[i] = map[string]metric.MeasurementOption{}
 		}
 		o = metric.WithAttributes(attribute.String("leasehold.timer", e.t.name), attribute.String(key, value))
-		e.attrs[k] = o
+		e.attrs[i][value] = o
 	}
 	return o
 }

@@ -21,8 +21,11 @@ type tickKey struct{}
 
 // TickFrom returns the tick a timer function runs for.
 func TickFrom(ctx context.Context) (Tick, bool) {
-	t, ok := ctx.Value(tickKey{}).(Tick)
-	return t, ok
+	t, ok := ctx.Value(tickKey{}).(*Tick) // the run's own, not copied into an interface
+	if !ok {
+		return Tick{}, false
+	}
+	return *t, true
 }
 
 // Status is what this host knows of a timer.
@@ -85,4 +88,8 @@ func (e *entry) record(f func(*Status)) {
 	f(&e.status)
 }
 
-func (e *entry) setNext(at time.Time) { e.record(func(st *Status) { st.Next = at }) }
+func (e *entry) setNext(at time.Time) {
+	e.mu.Lock()
+	e.status.Next = at
+	e.mu.Unlock()
+}

@@ -374,26 +374,22 @@ func WithRunWhenUnavailable(n int) Option {
 	}
 }
 
-// interval is the gap after tick at, which bounds the claim and the
-// misfire threshold. The scheduler calls it only for a tick that has a
-// next one.
-func (t *Timer) interval(at time.Time) time.Duration {
-	return t.schedule.next(at).Sub(at)
-}
-
-func (t *Timer) misfireAt(at time.Time) time.Duration {
+// misfireFor is the misfire threshold of a tick followed by the next
+// after iv (the schedule's next tick minus this one).
+func (t *Timer) misfireFor(iv time.Duration) time.Duration {
 	if t.misfire > 0 {
 		return t.misfire
 	}
-	return min(t.interval(at)/2, time.Minute)
+	return min(iv/2, time.Minute)
 }
 
-// claimTTL is how long tick at's claim lives: the interval plus the
-// misfire threshold, within the backend's limits (a tick far from the
-// next, such as 29 February's, keeps its claim for the backend's maximum
-// ttl, which Add made at least twice the threshold).
-func (t *Timer) claimTTL(at time.Time, lim lock.Limits) time.Duration {
-	iv, mf := t.interval(at), t.misfireAt(at)
+// claimTTL is how long the claim of a tick followed by the next after iv
+// lives: the interval plus the misfire threshold, within the backend's
+// limits (a tick far from the next, such as 29 February's, keeps its
+// claim for the backend's maximum ttl, which Add made at least twice the
+// threshold).
+func (t *Timer) claimTTL(iv time.Duration, lim lock.Limits) time.Duration {
+	mf := t.misfireFor(iv)
 	d := lim.MaxTTL
 	if iv < lim.MaxTTL-mf {
 		d = iv + mf
@@ -401,11 +397,12 @@ func (t *Timer) claimTTL(at time.Time, lim lock.Limits) time.Duration {
 	return max(d, lim.MinTTL)
 }
 
-// leaseFor is the slot lease of tick at: WithTTL, else the interval
-// between 2 s and 30 s, within the backend's limits.
-func (t *Timer) leaseFor(at time.Time, lim lock.Limits) time.Duration {
+// leaseFor is the slot lease of a tick followed by the next after iv:
+// WithTTL, else the interval between 2 s and 30 s, within the backend's
+// limits.
+func (t *Timer) leaseFor(iv time.Duration, lim lock.Limits) time.Duration {
 	if t.leaseTTL > 0 {
 		return t.leaseTTL
 	}
-	return min(max(t.interval(at), 2*time.Second, lim.MinTTL), 30*time.Second, lim.MaxTTL)
+	return min(max(iv, 2*time.Second, lim.MinTTL), 30*time.Second, lim.MaxTTL)
 }
