@@ -195,9 +195,18 @@ func TestSizeMismatchSkipsTicks(t *testing.T) {
 				t.Fatal(err)
 			}
 			hosts = append(hosts, s)
+			// Host B stops before the ticks after A's check at 30 s, so
+			// that A claims them (and must skip them): with both hosts
+			// up, B could win every one of them and A would never skip.
+			hostCtx := ctx
+			if i == 1 {
+				c, cancel := context.WithTimeout(ctx, 31200*time.Millisecond)
+				defer cancel()
+				hostCtx = c
+			}
 			wg.Go(func() {
 				time.Sleep(time.Duration(i) * 1500 * time.Millisecond)
-				_ = s.Run(ctx)
+				_ = s.Run(hostCtx)
 			})
 		}
 		wg.Wait()
