@@ -22,9 +22,11 @@
 // It is not a distributed lock: two processes never see each other's
 // grants. It works under testing/synctest, where its clock is the bubble's.
 //
-// Expired grants (and writers' marks) are dropped when their key is next
-// touched or listed, so a process that takes many distinct keys once keeps
-// their entries until then.
+// Expired grants, shares and writers' marks are dropped when their key is
+// touched or listed, or by a sweep that runs each time the table has
+// recorded as many entries as it held at the last one: the table holds at
+// most about twice the entries alive at once, never the history, however
+// many distinct keys a process takes once (a timer's tick claims, say).
 //
 // Limits: lock.DefaultLimits (any ttl above 0 up to lock.MaxTTL, 366 days;
 // up to lock.MaxKeys, 4096, keys per TryAcquireAny, TryAcquireAll or
@@ -61,6 +63,8 @@ type table struct {
 	queues   map[string][]*queued // AcquireQueued's waiters, head first
 	shares   map[string][]*grant  // TryAcquireShared's grants, oldest first
 	intents  map[string]time.Time // until when a refused writer holds new shares off
+	recent   []*grant             // every entry above, and some gone: the sweep's (expiry.go)
+	swept    int                  // len(recent) after the last sweep
 }
 
 type grant struct {
@@ -70,6 +74,7 @@ type grant struct {
 	since   time.Time
 	expires time.Time
 	shared  bool          // a share (TryAcquireShared), in table.shares
+	mark    bool          // a writer's mark in table.intents (only in table.recent)
 	group   string        // the TryAcquireAll that made it, if one did
 	lost    chan struct{} // made on first Handle.Lost call
 }
@@ -201,6 +206,7 @@ func (l *Lock) busyLocked(key string, now time.Time, mark bool) error {
 	if last := l.liveSharesLocked(key, now); !last.IsZero() {
 		if mark {
 			l.intents[key] = now.Add(lock.IntentTTL)
+			l.recordLocked(&grant{key: key, expires: l.intents[key], mark: true}, now)
 		}
 		return backendkit.NotAcquired(key, last.Sub(now))
 	}
@@ -212,6 +218,7 @@ func (l *Lock) newGrantLocked(key string, ttl time.Duration, now time.Time, grou
 	l.token++
 	g := &grant{key: key, owner: l.owner, token: l.token, since: now, expires: now.Add(ttl), group: group}
 	l.grants[key] = g
+	l.recordLocked(g, now)
 	return g
 }
 

@@ -48,6 +48,7 @@ func (l *Lock) shareLocked(key string, ttl time.Duration, now time.Time) (*grant
 	l.token++
 	g := &grant{key: key, owner: l.owner, token: l.token, since: now, expires: now.Add(ttl), shared: true}
 	l.shares[key] = append(l.shares[key], g)
+	l.recordLocked(g, now)
 	return g, nil
 }
 
