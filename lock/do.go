@@ -56,10 +56,16 @@ func hold(ctx context.Context, cfg *options, h Handle, ttl time.Duration, fn fun
 	lostErr := lease.Err()
 
 	// Release even when ctx has ended: the grant should not linger for a
-	// whole ttl. Bound it by the time the grant is valid anyway.
-	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), lease.ValidUntil().Add(time.Second))
-	defer cancel()
-	relErr := lease.Release(rctx)
+	// whole ttl. Bound it by the time the grant is valid anyway (a
+	// Keeper's leases by a deadline they share, made about once a ttl).
+	var relErr error
+	if rctx := lease.releaseContext(); rctx != nil {
+		relErr = lease.Release(rctx)
+	} else {
+		rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), lease.ValidUntil().Add(time.Second))
+		relErr = lease.Release(rctx)
+		cancel()
+	}
 	switch {
 	case lostErr != nil:
 		return errors.Join(fnErr, lostErr)

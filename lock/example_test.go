@@ -779,6 +779,33 @@ func ExampleKeeper_Keep() {
 	// Output: shards/7 1
 }
 
+// A grant already held (a semaphore permit, a claimed slot) runs its work
+// under a Keeper's lease, and is released when the work returns.
+func ExampleKeeper_Hold() {
+	l, err := memlock.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	k, err := lock.NewKeeper(l, 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer k.Close(context.Background())
+	h, err := l.TryAcquire(context.Background(), "slots/3", k.TTL())
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = k.Hold(context.Background(), h, func(ctx context.Context) error {
+		token, _ := lock.TokenFrom(ctx)
+		fmt.Println("token", token, "kept with", k.Len(), "lease")
+		return nil
+	})
+	fmt.Println("err:", err, "held after:", k.Len())
+	// Output:
+	// token 1 kept with 1 lease
+	// err: <nil> held after: 0
+}
+
 // Hold and Do keep their grant through a Keeper with WithKeeper: a
 // component that runs many holds at once (timers' runs) uses one.
 func ExampleWithKeeper() {

@@ -64,6 +64,13 @@ type Keeper struct {
 	done chan struct{}
 
 	rel releaser // the Leases' Releases, sent together
+
+	holding *options // Hold's: cfg with WithKeeper(k)
+
+	relMu     sync.Mutex
+	relCtx    context.Context // Hold's releases' (releaseContext)
+	relEnd    time.Time       // relCtx's deadline
+	relCancel context.CancelFunc
 }
 
 // NewKeeper returns a Keeper of leases of l for ttl. The options are
@@ -93,6 +100,9 @@ func NewKeeper(l Lock, ttl time.Duration, opts ...Option) (*Keeper, error) {
 		stop:   make(chan struct{}), done: make(chan struct{}),
 	}
 	k.rel.l = l
+	holding := *cfg
+	holding.keeper = k
+	k.holding = &holding
 	k.expiry = time.AfterFunc(time.Hour, k.expire)
 	k.expiry.Stop()
 	go k.run()
@@ -165,6 +175,17 @@ func (k *Keeper) Keep(ctx context.Context, h Handle) (*Lease, error) {
 	return k.add(ctx, h, false)
 }
 
+// Hold runs fn while the Keeper keeps h, then releases h: lock.Hold(ctx,
+// h, k.TTL(), fn, lock.WithKeeper(k)), with the same rules for fn's
+// context and the returned error, and no options to read on each call
+// (a scheduler's runs go this way).
+func (k *Keeper) Hold(ctx context.Context, h Handle, fn func(ctx context.Context) error) error {
+	if fn == nil || ctx == nil {
+		return fmt.Errorf("%w: nil function or context", ErrInvalidArgument)
+	}
+	return hold(ctx, k.holding, h, k.ttl, fn)
+}
+
 // Close stops renewing, releases every lease the Keeper holds (through
 // ReleaseEach, 1,000 at a time: a round trip per backend chunk on an
 // EachReleaser), and closes the Keeper's Batch. It returns the first error
@@ -212,6 +233,11 @@ func (k *Keeper) Close(ctx context.Context) error {
 			firstErr = err
 		}
 	}
+	k.relMu.Lock()
+	if k.relCancel != nil {
+		k.relCancel()
+	}
+	k.relMu.Unlock()
 	return firstErr
 }
 
@@ -285,6 +311,32 @@ func (k *Keeper) add(ctx context.Context, h Handle, made bool) (*Lease, error) {
 	k.mu.Unlock()
 	l.tel.Active(1)
 	return l, nil
+}
+
+// releaseContext is the context of the release that Hold makes once fn
+// returned, for a lease of a Keeper: a deadline at least a second past
+// the lease's ValidUntil and at most 2 ttl + 1 s away, shared by the
+// Keeper's leases so that a release makes no timer of its own (it carries
+// no caller's values). Nil for a lease of no Keeper, or valid for longer
+// (adopted with a longer ttl than the Keeper's): Hold makes its own.
+func (l *Lease) releaseContext() context.Context {
+	k := l.k
+	if k == nil {
+		return nil
+	}
+	now := time.Now()
+	k.relMu.Lock()
+	defer k.relMu.Unlock()
+	if k.relCtx == nil || k.relCtx.Err() != nil || k.relEnd.Sub(now) < k.ttl+time.Second {
+		// The context replaced ends at its deadline by itself (or was
+		// cancelled by Close): a release may still use it.
+		k.relEnd = now.Add(2*k.ttl + time.Second)
+		k.relCtx, k.relCancel = context.WithDeadline(context.Background(), k.relEnd)
+	}
+	if k.relEnd.Before(l.ValidUntil().Add(time.Second)) {
+		return nil
+	}
+	return k.relCtx
 }
 
 // batchOrNil is the Keeper's Batch, nil before the first use.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // releaser sends the Releases of a Keeper's leases to the backend
@@ -43,7 +44,7 @@ func (r *releaser) release(ctx context.Context, h Handle) error {
 	if !r.busy {
 		r.busy = true
 		r.mu.Unlock()
-		err := ReleaseEach(ctx, r.l, []Handle{h})[0]
+		err := releaseOne(ctx, r.l, h)
 		r.mu.Lock()
 		r.next()
 		r.mu.Unlock()
@@ -98,11 +99,15 @@ func (r *releaser) flush() {
 	}
 }
 
-// send releases reqs in one ReleaseEach, under a context that ends when
-// every request's context has ended: no caller's cancellation stops the
-// others' releases. A request whose context ended before is not sent.
+// send releases reqs in one ReleaseEach, under a context that no caller's
+// cancellation ends for the others: when every request's context has a
+// deadline (as Hold's releases have), it ends at the latest of them (one
+// timer per call); otherwise when every request's context has ended. A
+// request whose context ended before is not sent.
 func (r *releaser) send(reqs []*releaseReq) {
 	live := reqs[:0]
+	var latest time.Time
+	deadlines := true
 	for _, q := range reqs {
 		if err := q.ctx.Err(); err != nil {
 			q.err = context.Cause(q.ctx)
@@ -110,27 +115,43 @@ func (r *releaser) send(reqs []*releaseReq) {
 			continue
 		}
 		live = append(live, q)
+		if d, ok := q.ctx.Deadline(); !ok {
+			deadlines = false
+		} else if d.After(latest) {
+			latest = d
+		}
 	}
 	if len(live) == 0 {
 		return
 	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(live[0].ctx))
-	defer cancel()
-	var waiting atomic.Int64
-	waiting.Store(int64(len(live)))
-	stops := make([]func() bool, len(live))
 	hs := make([]Handle, len(live))
 	for i, q := range live {
 		hs[i] = q.h
-		stops[i] = context.AfterFunc(q.ctx, func() {
-			if waiting.Add(-1) == 0 {
-				cancel()
-			}
-		})
 	}
-	errs := ReleaseEach(ctx, r.l, hs)
+	var errs []error
+	if deadlines {
+		ctx, cancel := context.WithDeadline(context.WithoutCancel(live[0].ctx), latest)
+		errs = ReleaseEach(ctx, r.l, hs)
+		cancel()
+	} else {
+		ctx, cancel := context.WithCancel(context.WithoutCancel(live[0].ctx))
+		var waiting atomic.Int64
+		waiting.Store(int64(len(live)))
+		stops := make([]func() bool, len(live))
+		for i, q := range live {
+			stops[i] = context.AfterFunc(q.ctx, func() {
+				if waiting.Add(-1) == 0 {
+					cancel()
+				}
+			})
+		}
+		errs = ReleaseEach(ctx, r.l, hs)
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
+	}
 	for i, q := range live {
-		stops[i]()
 		q.err = errs[i]
 		close(q.done)
 	}

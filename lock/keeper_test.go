@@ -348,3 +348,69 @@ func TestKeeperRenewsAWrapperAsTheHandleItWraps(t *testing.T) {
 		}
 	})
 }
+
+// Keeper.Hold runs fn under a lease of the Keeper whose context carries
+// the token, and releases the grant once fn returned; a grant lost while
+// fn runs makes the error match ErrLost; bad input is refused and the
+// grant is released.
+func TestKeeperHold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := testkit.Must(memlock.New())
+		k := testkit.Must(lock.NewKeeper(l, 3*time.Second))
+		defer k.Close(context.Background())
+		h := testkit.Must(l.TryAcquire(t.Context(), "a", 3*time.Second))
+		err := k.Hold(t.Context(), h, func(ctx context.Context) error {
+			if tok, ok := lock.TokenFrom(ctx); !ok || tok != h.Token() || k.Len() != 1 {
+				t.Errorf("in fn: token %d, %v, %d leases; want %d, true, 1", tok, ok, k.Len(), h.Token())
+			}
+			time.Sleep(10 * time.Second) // renewed by the Keeper meanwhile
+			return ctx.Err()
+		})
+		if err != nil || k.Len() != 0 {
+			t.Fatalf("Hold: %v, %d leases after; want nil, 0", err, k.Len())
+		}
+		if again, err := l.TryAcquire(t.Context(), "a", time.Second); err != nil {
+			t.Fatalf("a after Hold: %v; want it released", err)
+		} else {
+			_ = again.Release(t.Context())
+		}
+
+		h = testkit.Must(l.TryAcquire(t.Context(), "b", 3*time.Second))
+		err = k.Hold(t.Context(), h, func(ctx context.Context) error {
+			if _, err := l.ForceRelease(t.Context(), "b"); err != nil {
+				t.Error(err)
+			}
+			<-ctx.Done() // the Keeper's next renewal finds it gone
+			return nil
+		})
+		if !errors.Is(err, lock.ErrLost) {
+			t.Fatalf("Hold of a grant lost meanwhile: %v; want ErrLost", err)
+		}
+
+		h = testkit.Must(l.TryAcquire(t.Context(), "c", 3*time.Second))
+		if err := k.Hold(t.Context(), h, nil); !errors.Is(err, lock.ErrInvalidArgument) {
+			t.Fatalf("Hold of a nil fn: %v; want ErrInvalidArgument", err)
+		}
+		_ = h.Release(t.Context())
+	})
+}
+
+// A handle adopted by Hold that is valid for longer than the Keeper's
+// leases (taken with a longer ttl) is released all the same once fn
+// returns, under a bound of its own.
+func TestKeeperHoldOfALongerGrant(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := testkit.Must(memlock.New())
+		k := testkit.Must(lock.NewKeeper(l, 3*time.Second))
+		defer k.Close(context.Background())
+		h := testkit.Must(l.TryAcquire(t.Context(), "long", time.Hour))
+		if err := k.Hold(t.Context(), h, func(context.Context) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if again, err := l.TryAcquire(t.Context(), "long", time.Second); err != nil {
+			t.Fatalf("long after Hold: %v; want it released", err)
+		} else {
+			_ = again.Release(t.Context())
+		}
+	})
+}

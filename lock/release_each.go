@@ -57,10 +57,14 @@ func ReleaseEach(ctx context.Context, l Lock, hs []Handle) []error {
 	if err := checkContext(ctx); err != nil {
 		return fail(err)
 	}
-	// targets[i] is the handle whose Release stands for hs[i]'s (through
-	// every AfterReleaser layer); hooks[i] the layers, outermost first.
+	if len(hs) == 1 && hs[0] != nil {
+		errs[0] = releaseOne(ctx, l, hs[0])
+		return errs
+	}
+	// targets[i] is the handle whose Release stands for hs[i]'s, under
+	// layers[i] AfterReleaser layers (afterRelease walks them again).
 	targets := make([]Handle, len(hs))
-	var hooks map[int][]AfterReleaser
+	var layers []int
 	native := make([]Handle, 0, len(hs))
 	at := make([]int, 0, len(hs))
 	var own []int // released with their own Release
@@ -69,32 +73,24 @@ func ReleaseEach(ctx context.Context, l Lock, hs []Handle) []error {
 			errs[i] = fmt.Errorf("%w: nil Handle", ErrInvalidArgument)
 			continue
 		}
-		for {
-			a, ok := h.(AfterReleaser)
-			if !ok {
-				break
+		target, n, ownRelease := releaseTarget(h)
+		if n > 0 {
+			if layers == nil {
+				layers = make([]int, len(hs))
 			}
-			inner := a.Unwrap()
-			if inner == nil {
-				break
-			}
-			if hooks == nil {
-				hooks = make(map[int][]AfterReleaser)
-			}
-			hooks[i] = append(hooks[i], a)
-			h = inner
+			layers[i] = n
 		}
-		targets[i] = h
-		if _, wrapper := h.(Wrapper); wrapper {
+		targets[i] = target
+		if ownRelease {
 			own = append(own, i)
 			continue
 		}
-		native = append(native, h)
+		native = append(native, target)
 		at = append(at, i)
 	}
 	if er, ok := l.(EachReleaser); ok && len(native) > 0 {
 		for j, err := range er.ReleaseEach(ctx, native) {
-			if errors.Is(err, ErrInvalidArgument) && !errors.Is(err, ErrLost) {
+			if refusedByEach(err) {
 				own = append(own, at[j])
 				continue
 			}
@@ -107,10 +103,64 @@ func ReleaseEach(ctx context.Context, l Lock, hs []Handle) []error {
 		i := own[j]
 		errs[i] = targets[i].Release(ctx)
 	})
-	for i, hs := range hooks {
-		for j := len(hs) - 1; j >= 0; j-- {
-			errs[i] = hs[j].AfterRelease(ctx, errs[i])
+	for i, n := range layers {
+		if n > 0 {
+			errs[i] = afterRelease(ctx, hs[i], n, errs[i])
 		}
 	}
 	return errs
+}
+
+// releaseOne is ReleaseEach of h alone (not nil, ctx checked), without
+// the bookkeeping of many: a Keeper's lone releases go this way.
+func releaseOne(ctx context.Context, l Lock, h Handle) error {
+	target, n, ownRelease := releaseTarget(h)
+	er, each := l.(EachReleaser)
+	var err error
+	if each && !ownRelease {
+		if err = er.ReleaseEach(ctx, []Handle{target})[0]; refusedByEach(err) {
+			ownRelease = true
+		}
+	}
+	if !each || ownRelease {
+		err = target.Release(ctx)
+	}
+	return afterRelease(ctx, h, n, err)
+}
+
+// releaseTarget is the handle whose Release stands for h's, under n
+// AfterReleaser layers, and whether it is released with its own Release
+// (a Wrapper that is not an AfterReleaser) rather than by ReleaseEach.
+func releaseTarget(h Handle) (target Handle, n int, ownRelease bool) {
+	for {
+		a, ok := h.(AfterReleaser)
+		if !ok {
+			break
+		}
+		inner := a.Unwrap()
+		if inner == nil {
+			break
+		}
+		n++
+		h = inner
+	}
+	_, wrapper := h.(Wrapper)
+	return h, n, wrapper
+}
+
+// refusedByEach says whether an EachReleaser's outcome for a handle is
+// that it cannot release it that way (then its own Release does).
+func refusedByEach(err error) bool {
+	return errors.Is(err, ErrInvalidArgument) && !errors.Is(err, ErrLost)
+}
+
+// afterRelease tells the n AfterReleaser layers of h the outcome err of
+// the release of the handle under them, innermost first, and returns the
+// outermost's.
+func afterRelease(ctx context.Context, h Handle, n int, err error) error {
+	if n == 0 {
+		return err
+	}
+	a := h.(AfterReleaser)
+	return a.AfterRelease(ctx, afterRelease(ctx, a.Unwrap(), n-1, err))
 }
