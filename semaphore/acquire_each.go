@@ -96,7 +96,7 @@ func TryAcquireEach(ctx context.Context, reqs []SlotRequest) []SlotResult {
 // WithoutSizeCheck.
 func (s *Semaphore) granted(ctx context.Context, h lock.Handle, err error) (*Permit, error) {
 	if errors.Is(err, lock.ErrNotAcquired) {
-		s.metric.rejections.Add(context.WithoutCancel(ctx), 1, s.metric.attrs)
+		s.metric.reject(ctx)
 		if !s.noCheck {
 			if cerr := s.check(ctx); cerr != nil {
 				return nil, cerr
@@ -118,7 +118,7 @@ func (s *Semaphore) permit(ctx context.Context, h lock.Handle) (*Permit, error) 
 		_ = h.Release(ctx)
 		return nil, fmt.Errorf("semaphore: the backend granted %q, not one of the slots", h.Key())
 	}
-	s.metric.held.Add(context.WithoutCancel(ctx), 1, s.metric.attrs)
+	s.metric.addHeld(ctx, 1)
 	return &Permit{Handle: h, slot: slot, sem: s}, nil
 }
 
