@@ -227,12 +227,12 @@ func (f fleet) byTick() (runs map[int64][]int, skips map[int64][]string) {
 	return runs, skips
 }
 
-// Three hosts, interval 1 s, a window of 30 ticks while all three are up:
-// each of the 30 ticks runs exactly once, and no tick ever runs twice.
+// Three hosts, interval 1 s, a window of 12 ticks while all three are up:
+// each of the 12 ticks runs exactly once, and no tick ever runs twice.
 func TestOncePerTickAcrossProcesses(t *testing.T) {
 	backends.Each(t, backends.Networked(t), func(t *testing.T, b backends.Backend) {
 		t.Parallel()
-		f := threeHosts(t, b, "once-"+uniq(), time.Second, 30, 10*time.Millisecond, 1)
+		f := threeHosts(t, b, "once-"+uniq(), time.Second, 12, 10*time.Millisecond, 1)
 		runs, skips := f.byTick()
 		for tick, hosts := range runs {
 			if len(hosts) > 1 {
@@ -344,14 +344,14 @@ func TestKilledRunnerFreesItsSlot(t *testing.T) {
 }
 
 // WithRunsPerTick(2) on three hosts whose clocks are 200 ms apart, runs
-// of 10 ms, a window of 20 ticks while all three are up: each tick runs
+// of 10 ms, a window of 10 ticks while all three are up: each tick runs
 // exactly twice, on two hosts, never three times (the host 200 ms behind
 // reaches a tick when its first runs have ended: only the claims stop it),
 // and the third host finds the tick taken.
 func TestRunsPerTickAcrossProcesses(t *testing.T) {
 	backends.Each(t, backends.Networked(t), func(t *testing.T, b backends.Backend) {
 		t.Parallel()
-		f := threeHosts(t, b, "per-tick-"+uniq(), time.Second, 20, 10*time.Millisecond, 0, "TIMERS_RUNS_PER_TICK=2")
+		f := threeHosts(t, b, "per-tick-"+uniq(), time.Second, 10, 10*time.Millisecond, 0, "TIMERS_RUNS_PER_TICK=2")
 		runs, skips := f.byTick()
 		for tick, hosts := range runs {
 			if len(hosts) > 2 || (len(hosts) == 2 && hosts[0] == hosts[1]) {

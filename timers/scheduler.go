@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -154,6 +153,7 @@ func (s *Scheduler) Add(t *Timer) error {
 		return backendkit.Invalid("timers", "a timer called %q is already registered", t.name)
 	}
 	e := &entry{t: t, s: s, sem: sem, prefix: namePrefix + t.name + "/tick/"}
+	e.callFn = e.call
 	if t.fallback > 0 {
 		e.local = make(chan struct{}, t.fallback)
 	}
@@ -199,7 +199,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	// Runs outlive ctx until the shutdown timeout: they get their own.
 	runCtx, stopRuns := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopRuns(nil)
-	s.keepers = &keepers{l: s.l, opts: s.lockOpts, byTTL: map[time.Duration][]lock.Option{}}
+	s.keepers = newKeepers(s.l, s.lockOpts)
 	s.pool = newPool()
 	defer s.pool.close() // after every run has returned
 	var runs sync.WaitGroup
@@ -235,33 +235,39 @@ type keepers struct {
 	opts []lock.Option // the scheduler's options of the lock helpers
 
 	mu    sync.Mutex
-	byTTL map[time.Duration][]lock.Option // opts plus lock.WithKeeper of that ttl's Keeper
+	byTTL map[time.Duration]*lock.Keeper // nil: none can be made for that ttl
 	all   []*lock.Keeper
+	open  bool
 }
 
-// options are lock.Hold's options for a slot lease of ttl: with the
-// Keeper of that ttl, or, if none can be made (lock.NewKeeper refused
-// the ttl), without one, so that the lease is kept on its own.
-func (k *keepers) options(ttl time.Duration) []lock.Option {
+func newKeepers(l lock.Lock, opts []lock.Option) *keepers {
+	return &keepers{l: l, opts: opts, byTTL: map[time.Duration]*lock.Keeper{}, open: true}
+}
+
+// keeper is the Keeper of the slot leases of ttl, or nil if none can be
+// made (lock.NewKeeper refused the ttl; or the keepers are closed): the
+// lease is then kept on its own (lock.Hold).
+func (k *keepers) keeper(ttl time.Duration) *lock.Keeper {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if o, ok := k.byTTL[ttl]; ok || k.byTTL == nil { // nil: closed
-		return o
+	if kp, ok := k.byTTL[ttl]; ok || !k.open {
+		return kp
 	}
-	o := k.opts
-	if kp, err := lock.NewKeeper(k.l, ttl, k.opts...); err == nil {
-		o = append(slices.Clip(k.opts), lock.WithKeeper(kp))
+	kp, err := lock.NewKeeper(k.l, ttl, k.opts...)
+	if err != nil {
+		kp = nil
+	} else {
 		k.all = append(k.all, kp)
 	}
-	k.byTTL[ttl] = o
-	return o
+	k.byTTL[ttl] = kp
+	return kp
 }
 
 // close closes every Keeper.
 func (k *keepers) close(ctx context.Context) {
 	k.mu.Lock()
 	all := k.all
-	k.all, k.byTTL = nil, nil
+	k.all, k.byTTL, k.open = nil, nil, false
 	k.mu.Unlock()
 	for _, kp := range all {
 		_ = kp.Close(ctx)
@@ -307,8 +313,9 @@ type entry struct {
 	sem   *semaphore.Semaphore
 	local chan struct{} // the per-host cap of WithRunWhenUnavailable
 
-	next   time.Time // the next tick: the dispatcher's alone
-	prefix string    // the claim keys' prefix, "timer/<name>/tick/"
+	nextTick atomic.Int64                // the next tick in Unix nanoseconds, for Status (0: not known yet)
+	prefix   string                      // the claim keys' prefix, "timer/<name>/tick/"
+	callFn   func(context.Context) error // e.call, made once
 
 	mu       sync.Mutex
 	status   Status
@@ -347,7 +354,7 @@ func (e *entry) claimKey(at time.Time, i int) string { return claimKeyAfter(e.pr
 // error, Status reports it in Stopped, and the dispatcher drops it.
 func (e *entry) stop(from time.Time) {
 	err := fmt.Errorf("timers: %q has no tick after %v: stopped", e.t.name, from)
-	e.record(func(st *Status) { st.Next, st.Stopped = time.Time{}, err })
+	e.record(func(st *Status) { st.Stopped = err })
 	e.s.common.Logger.Error("leasehold: timer stopped: its schedule has no next tick", "timer", e.t.name, "after", from)
 }
 
@@ -368,15 +375,21 @@ func overrunGrace(lease time.Duration) time.Duration { return lease / 3 }
 // not keep the timer's later ticks busy. hold still returns only when fn
 // has, with an error that matches errOverran.
 func (e *entry) hold(runCtx context.Context, permit *semaphore.Permit, ttl time.Duration, tick *Tick) error {
-	run := func(ctx context.Context) error { return e.call(context.WithValue(ctx, tickKey{}, tick)) }
-	opts := e.s.keepers.options(ttl)
+	runCtx = context.WithValue(runCtx, tickKey{}, tick)
+	kp := e.s.keepers.keeper(ttl)
+	hold := func(fn func(context.Context) error) error {
+		if kp != nil {
+			return kp.Hold(runCtx, permit, fn)
+		}
+		return lock.Hold(runCtx, permit, ttl, fn, e.s.lockOpts...)
+	}
 	if e.t.maxRunTime == 0 {
-		return lock.Hold(runCtx, permit, ttl, run, opts...)
+		return hold(e.callFn)
 	}
 	fnDone := make(chan error, 1)
 	overran := false
-	err := lock.Hold(runCtx, permit, ttl, func(ctx context.Context) error {
-		go func() { fnDone <- run(ctx) }()
+	err := hold(func(ctx context.Context) error {
+		go func() { fnDone <- e.call(ctx) }()
 		grace := overrunGrace(ttl)
 		cut := time.NewTimer(e.t.maxRunTime + grace)
 		defer cut.Stop()
@@ -389,7 +402,7 @@ func (e *entry) hold(runCtx context.Context, permit *semaphore.Permit, ttl time.
 				"timer", e.t.name, "tick", tick.At, "max_run_time", e.t.maxRunTime, "grace", grace)
 			return errOverran
 		}
-	}, opts...)
+	})
 	if overran {
 		return errors.Join(err, <-fnDone)
 	}
@@ -462,7 +475,9 @@ func (e *entry) skip(ctx context.Context, at time.Time, reason, detail string) {
 		st.Skips++
 		st.LastSkip = SkipInfo{Tick: at, Reason: reason}
 	})
-	e.s.m.skips.Add(context.WithoutCancel(ctx), 1, e.attributes("leasehold.reason", reason))
+	if e.s.m.skips.Enabled(ctx) {
+		e.s.m.skips.Add(context.WithoutCancel(ctx), 1, e.attributes("leasehold.reason", reason))
+	}
 	level := slog.LevelInfo
 	if reason == "unavailable" || reason == "error" {
 		level = slog.LevelWarn
@@ -483,17 +498,25 @@ func (e *entry) finish(ctx context.Context, tick Tick, start time.Time, err erro
 	case err != nil:
 		outcome = "error"
 	}
-	e.record(func(st *Status) {
-		st.Runs++
-		if err != nil {
-			st.Failures++
+	e.mu.Lock()
+	e.status.Runs++
+	if err != nil {
+		e.status.Failures++
+	}
+	e.status.LastRun = RunInfo{Tick: tick.At, Start: start, Duration: took, Outcome: outcome, Err: err, Runner: e.s.common.Owner, Local: tick.Local}
+	e.mu.Unlock()
+	// A measurement costs allocations even with no meter provider: none
+	// is made then (10,000 runs a second).
+	if runs, dur := e.s.m.runs.Enabled(ctx), e.s.m.duration.Enabled(ctx); runs || dur {
+		attrs := e.attributes("leasehold.outcome", outcome)
+		mctx := context.WithoutCancel(ctx)
+		if runs {
+			e.s.m.runs.Add(mctx, 1, attrs)
 		}
-		st.LastRun = RunInfo{Tick: tick.At, Start: start, Duration: took, Outcome: outcome, Err: err, Runner: e.s.common.Owner, Local: tick.Local}
-	})
-	attrs := e.attributes("leasehold.outcome", outcome)
-	mctx := context.WithoutCancel(ctx)
-	e.s.m.runs.Add(mctx, 1, attrs)
-	e.s.m.duration.Record(mctx, took.Seconds(), attrs)
+		if dur {
+			e.s.m.duration.Record(mctx, took.Seconds(), attrs)
+		}
+	}
 	if err != nil {
 		e.s.common.Logger.Warn("leasehold: timer run failed", "timer", e.t.name, "tick", tick.At, "outcome", outcome, "err", err)
 	}

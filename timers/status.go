@@ -74,8 +74,12 @@ func (s *Scheduler) Status() []Status {
 		e.mu.Lock()
 		out[i] = e.status
 		out[i].Name = e.t.name
-		if out[i].Next.IsZero() && out[i].Stopped == nil {
-			out[i].Next = e.t.schedule.next(e.s.set.clock())
+		if out[i].Stopped == nil {
+			if ns := e.nextTick.Load(); ns != 0 {
+				out[i].Next = time.Unix(0, ns)
+			} else {
+				out[i].Next = e.t.schedule.next(e.s.set.clock())
+			}
 		}
 		e.mu.Unlock()
 	}
@@ -88,8 +92,6 @@ func (e *entry) record(f func(*Status)) {
 	f(&e.status)
 }
 
-func (e *entry) setNext(at time.Time) {
-	e.mu.Lock()
-	e.status.Next = at
-	e.mu.Unlock()
-}
+// setNext records the timer's next tick for Status, without the entry's
+// lock (the dispatcher sets it at every tick).
+func (e *entry) setNext(at time.Time) { e.nextTick.Store(at.UnixNano()) }
