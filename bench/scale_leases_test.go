@@ -25,8 +25,9 @@ import (
 	"github.com/leasehold-go/leasehold/lock/redislock"
 )
 
-// scaleTTL is the ttl of BenchmarkScaleLeases's leases.
-const scaleTTL = 30 * time.Second
+// scaleTTL is the ttl of BenchmarkScaleLeases's leases: 30 s (3 s under
+// -short, so that the smoke run's short hold sees renewals).
+func scaleTTL() time.Duration { return workload(30*time.Second, 3*time.Second) }
 
 // roundTrips counts a client's requests to its server: rts are the
 // exchanges that wait for a reply (a pipeline, a pgx batch and a unary
@@ -201,9 +202,10 @@ func scaleMemlock(b *testing.B) scaleBackend {
 }
 
 // scaleSize is LEASEHOLD_SCALE_LEASES and LEASEHOLD_SCALE_HOLD, or their
-// defaults: 100,000 leases held 5 minutes (2,000 and 20 s under -short).
+// defaults: 100,000 leases held 5 minutes (2,000 and 4 s, four renewal
+// periods, under -short).
 func scaleSize(b *testing.B) (n int, hold time.Duration) {
-	n, hold = workload(100_000, 2_000), workload(5*time.Minute, 20*time.Second)
+	n, hold = workload(100_000, 2_000), workload(5*time.Minute, 4*time.Second)
 	if v := os.Getenv("LEASEHOLD_SCALE_LEASES"); v != "" {
 		var err error
 		if n, err = strconv.Atoi(v); err != nil || n <= 0 {
@@ -258,7 +260,7 @@ func scaleLeases(b *testing.B, be scaleBackend) {
 	ctx := context.Background()
 	prefix := uniqueKey("bench/scale")
 	before := measure()
-	k, err := lock.NewKeeper(be.l, scaleTTL)
+	k, err := lock.NewKeeper(be.l, scaleTTL())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -321,7 +323,7 @@ func scaleLeases(b *testing.B, be scaleBackend) {
 	rts0, calls0 := be.rt.snapshot()
 	time.Sleep(hold)
 	rts, calls := be.rt.snapshot()
-	periods := float64(hold) / float64(scaleTTL/3)
+	periods := float64(hold) / float64(scaleTTL()/3)
 	b.ReportMetric(float64(rts-rts0)/periods, "rt/period")
 	b.ReportMetric(float64(calls-calls0)/periods, "calls/period")
 	if stopProbe != nil {

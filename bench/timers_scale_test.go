@@ -19,10 +19,10 @@ import (
 )
 
 // timersScale is the number of timers and the span of BenchmarkTimersAtScale:
-// 10,000 and 60 s (1,000 and 10 s under -short), or
+// 10,000 and 60 s (1,000 and 4 s under -short), or
 // LEASEHOLD_TIMERS_SCALE="<timers>,<span>" (for example "1000,10s").
 func timersScale(b *testing.B) (int, time.Duration) {
-	n, span := workload(10000, 1000), workload(60*time.Second, 10*time.Second)
+	n, span := workload(10000, 1000), workload(60*time.Second, 4*time.Second)
 	if v := os.Getenv("LEASEHOLD_TIMERS_SCALE"); v != "" {
 		var s string
 		if _, err := fmt.Sscanf(v, "%d,%s", &n, &s); err != nil {
