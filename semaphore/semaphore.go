@@ -466,6 +466,14 @@ func (s *Semaphore) firstOf(n int, try func(i int) (lock.Handle, error)) (lock.H
 }
 
 func (s *Semaphore) slotOf(key string) (int, bool) {
+	if len(s.keys) <= 8 { // most semaphores: a look at each key, no parse
+		for i, k := range s.keys {
+			if k == key {
+				return i, true
+			}
+		}
+		return 0, false
+	}
 	name, kind, i, ok := parseKey(key)
 	return i, ok && name == s.name && kind == "slot" && i < s.size
 }

@@ -113,20 +113,23 @@ func (h *tickHeap) popRoot() {
 
 // due is one tick taken by the dispatcher, with its claim's and then its
 // slot's outcome.
+// It is allocated 10,000 times a second at 10,000 timers: it is kept to
+// a size class of 128 bytes (the tick's instant and claim live in tick).
 type due struct {
-	e        *entry
-	at, next time.Time // the tick and the timer's next one
-	first    int       // WithRunsPerTick: the claim tried first
-	claim    uint64
-	err      error             // the claim's, then the slot's
-	lease    time.Duration     // the slot lease's ttl
-	permit   *semaphore.Permit // the slot
-	runCtx   context.Context   // Run's context of the runs
-	tick     Tick              // the run's, which its context carries
+	e      *entry
+	tick   Tick              // At: the tick; Claim: its claim's token; the rest set by run
+	iv     time.Duration     // the gap to the timer's next tick
+	first  int               // WithRunsPerTick: the claim tried first
+	err    error             // the claim's, then the slot's
+	lease  time.Duration     // the slot lease's ttl
+	permit *semaphore.Permit // the slot
 }
 
 // interval is the gap from the tick to the timer's next one.
-func (d *due) interval() time.Duration { return d.next.Sub(d.at) }
+func (d *due) interval() time.Duration { return d.iv }
+
+// next is the timer's tick after this one.
+func (d *due) next() time.Time { return d.tick.At.Add(d.iv) }
 
 // dispatch runs the dispatcher until ctx ends, then waits until every
 // instant it handed off has started its runs (or given up).
@@ -144,17 +147,29 @@ func (s *Scheduler) dispatch(ctx, runCtx context.Context, runs *sync.WaitGroup, 
 	}
 	h.init()
 	grain := wakeGrain(entries)
+	s.rq.inline = max(grain, time.Millisecond)
+	defer s.rq.fanOutAll(s.pool, runs)
 	lastTicks := 0 // how many ticks the last wake-up took: the next one's guess
-	var instants sync.WaitGroup
-	defer instants.Wait()
 	wait := time.NewTimer(time.Hour)
 	defer wait.Stop()
 	for len(h) > 0 {
-		if !sleepUntil(ctx, wait, roundUp(time.Unix(0, h[0].at), grain), clock) {
+		wakeAt := roundUp(time.Unix(0, h[0].at), grain)
+		s.rq.wake.Store(wakeAt.UnixNano())
+		if d := s.rq.sweep(s.pool, runs, clock()); !d.IsZero() && d.Before(wakeAt) {
+			wakeAt = d
+			s.rq.wake.Store(wakeAt.UnixNano())
+		}
+		switch s.sleepUntil(ctx, wait, wakeAt) {
+		case cancelled:
 			return
+		case poked:
+			continue
+		}
+		now := clock()
+		if h[0].at > now.UnixNano() {
+			continue // woken for the runs of an instant (runQueues)
 		}
 		s.wakeups.Add(1)
-		now := clock()
 		nowNs := now.UnixNano()
 		ticks := make([]due, 0, lastTicks)
 		for len(h) > 0 && h[0].at <= nowNs {
@@ -178,7 +193,7 @@ func (s *Scheduler) dispatch(ctx, runCtx context.Context, runs *sync.WaitGroup, 
 					continue
 				}
 			default:
-				ticks = append(ticks, due{e: e, at: at, next: next})
+				ticks = append(ticks, due{e: e, tick: Tick{At: at}, iv: next.Sub(at)})
 			}
 			it.at = next.UnixNano()
 			h.down(0)
@@ -186,10 +201,22 @@ func (s *Scheduler) dispatch(ctx, runCtx context.Context, runs *sync.WaitGroup, 
 		}
 		lastTicks = len(ticks)
 		if len(ticks) > 0 {
-			s.pool.Go(&instants, funcRunner(func() { s.runInstant(ctx, runCtx, runs, ticks) }))
+			// Counted in runs: its inline runs are runs (startRuns), and
+			// Run's wait for them is bounded by the shutdown timeout.
+			s.pool.Go(runs, funcRunner(func() { s.runInstant(ctx, runCtx, runs, ticks) }))
 		}
 	}
-	<-ctx.Done() // every timer stopped
+	// Every timer stopped: the runs of the last instants still go on.
+	for {
+		wakeAt := s.rq.sweep(s.pool, runs, clock())
+		if wakeAt.IsZero() {
+			wakeAt = clock().Add(time.Hour)
+		}
+		s.rq.wake.Store(wakeAt.UnixNano())
+		if s.sleepUntil(ctx, wait, wakeAt) == cancelled {
+			return
+		}
+	}
 }
 
 // maxWakeGrain bounds the dispatcher's wake-up grain (wakeGrain).
@@ -244,18 +271,32 @@ func roundUp(at time.Time, grain time.Duration) time.Time {
 	return time.Unix(0, ns-r+g)
 }
 
-// sleepUntil waits on t until clock reads at; false when ctx ended first.
-func sleepUntil(ctx context.Context, t *time.Timer, at time.Time, clock func() time.Time) bool {
+// How a dispatcher's sleep ended.
+const (
+	reached   = iota // the clock reached the time
+	poked            // an instant's runs need the dispatcher sooner (runQueues)
+	cancelled        // ctx ended
+)
+
+// sleepUntil waits on t until the scheduler's clock reads at, ctx ends or
+// an instant's runs poke the dispatcher.
+func (s *Scheduler) sleepUntil(ctx context.Context, t *time.Timer, at time.Time) int {
 	for {
-		d := at.Sub(clock())
+		d := at.Sub(s.set.clock())
 		if d <= 0 {
-			return ctx.Err() == nil
+			if ctx.Err() != nil {
+				return cancelled
+			}
+			return reached
 		}
 		t.Reset(d)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return false
+			return cancelled
+		case <-s.rq.poke:
+			t.Stop()
+			return poked
 		case <-t.C:
 		}
 	}
@@ -273,10 +314,10 @@ func sleepUntil(ctx context.Context, t *time.Timer, at time.Time, clock func() t
 // skipped; a slow attempt is not cut short at the threshold, since a
 // connection being opened is worth keeping.)
 func (s *Scheduler) runInstant(ctx, runCtx context.Context, runs *sync.WaitGroup, ticks []due) {
-	until := ticks[0].next
-	for _, d := range ticks[1:] {
-		if d.next.Before(until) {
-			until = d.next
+	until := ticks[0].next()
+	for i := range ticks[1:] {
+		if n := ticks[1+i].next(); n.Before(until) {
+			until = n
 		}
 	}
 	attempt, cancel := context.WithTimeout(ctx, until.Sub(s.set.clock()))
@@ -285,7 +326,6 @@ func (s *Scheduler) runInstant(ctx, runCtx context.Context, runs *sync.WaitGroup
 	won := make([]*due, 0, len(ticks))
 	for i := range ticks {
 		if d := &ticks[i]; d.e.claimed(ctx, runCtx, runs, d) {
-			d.runCtx = runCtx
 			d.lease = d.e.t.leaseFor(d.interval(), s.lim)
 			won = append(won, d)
 		}
@@ -309,11 +349,14 @@ func (s *Scheduler) runInstant(ctx, runCtx context.Context, runs *sync.WaitGroup
 		return
 	}
 	s.takeSlots(attempt, won)
+	cancel()
+	ready := won[:0]
 	for _, d := range won {
 		if d.e.slotted(ctx, runCtx, runs, d) {
-			s.pool.Go(runs, d)
+			ready = append(ready, d)
 		}
 	}
+	s.rq.run(runs, ready, s.set.clock())
 }
 
 // claim takes one claim of each tick: in one lock.ClaimEach for all of
@@ -336,12 +379,12 @@ func (s *Scheduler) claim(ctx context.Context, ticks []due) {
 		reqs = reqs[:0]
 		for _, d := range pending {
 			t := d.e.t
-			reqs = append(reqs, lock.ClaimRequest{Key: d.e.claimKey(d.at, (d.first+round)%t.runsPerTick), TTL: t.claimTTL(d.interval(), s.lim)})
+			reqs = append(reqs, lock.ClaimRequest{Key: d.e.claimKey(d.tick.At, (d.first+round)%t.runsPerTick), TTL: t.claimTTL(d.interval(), s.lim)})
 		}
 		res := s.claimEach(ctx, reqs)
 		rest := pending[:0]
 		for i, d := range pending {
-			d.claim, d.err = res[i].Token, res[i].Err
+			d.tick.Claim, d.err = res[i].Token, res[i].Err
 			if errors.Is(d.err, lock.ErrNotAcquired) && round+1 < d.e.t.runsPerTick {
 				rest = append(rest, d)
 			}
@@ -394,7 +437,7 @@ func forEach(n, workers int, fn func(i int)) {
 // elsewhere, skipped, or run under the per-host cap; true when it was
 // granted and the run is to take a slot.
 func (e *entry) claimed(ctx, runCtx context.Context, runs *sync.WaitGroup, d *due) bool {
-	at, err := d.at, d.err
+	at, err := d.tick.At, d.err
 	if err == nil || errors.Is(err, lock.ErrNotAcquired) {
 		e.reachable(at)
 	}
@@ -434,13 +477,13 @@ func (e *entry) claimed(ctx, runCtx context.Context, runs *sync.WaitGroup, d *du
 func (e *entry) slotted(ctx, runCtx context.Context, runs *sync.WaitGroup, d *due) bool {
 	switch err := d.err; {
 	case errors.Is(err, lock.ErrNotAcquired):
-		e.skip(ctx, d.at, "busy", fmt.Sprintf("all %d slots busy", e.t.maxConcurrency))
+		e.skip(ctx, d.tick.At, "busy", fmt.Sprintf("all %d slots busy", e.t.maxConcurrency))
 		return false
 	case errors.Is(err, lock.ErrUnavailable):
-		e.unavailable(ctx, runCtx, runs, d.at, err)
+		e.unavailable(ctx, runCtx, runs, d.tick.At, err)
 		return false
 	case err != nil:
-		e.skip(ctx, d.at, "error", err.Error())
+		e.skip(ctx, d.tick.At, "error", err.Error())
 		return false
 	}
 	return true
@@ -449,10 +492,11 @@ func (e *entry) slotted(ctx, runCtx context.Context, runs *sync.WaitGroup, d *du
 // run runs the tick on its slot, which it holds while fn runs.
 func (d *due) run() {
 	e := d.e
-	d.tick = Tick{Timer: e.t.name, At: d.at, Claim: d.claim, Slot: d.permit.Slot()}
+	d.tick.Timer, d.tick.Slot = e.t.name, d.permit.Slot()
 	start := e.s.set.clock()
-	err := e.hold(d.runCtx, d.permit, d.lease, &d.tick)
-	e.finish(d.runCtx, d.tick, start, err)
+	runCtx := e.s.runCtx
+	err := e.hold(runCtx, d.permit, d.lease, &d.tick)
+	e.finish(runCtx, d.tick, start, err)
 }
 
 // slotWorkers bounds the slot calls a scheduler makes at once: the calls

@@ -374,3 +374,69 @@ func TestWakeUpsOnTheGrain(t *testing.T) {
 		}
 	})
 }
+
+// The runs of an instant go one after another on its goroutine; a run
+// that blocks holds the others of its instant back for one wake grain at
+// most (5 ms here): the dispatcher starts them, whether it wakes at the
+// next grain anyway (dense: 300 more timers spread over the second) or
+// only for them (the instant pokes it, as it would sleep until the next
+// tick).
+func TestBlockedRunHoldsItsInstantBackOneGrainAtMost(t *testing.T) {
+	for _, iv := range []time.Duration{time.Second, time.Hour} {
+		t.Run(iv.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				time.Sleep(time.Until(epoch))
+				s := testkit.Must(timers.New(testkit.Must(memlock.New())))
+				const grain = 5 * time.Millisecond
+				var mu sync.Mutex
+				started := map[string]time.Duration{} // by timer, at its first tick
+				release := make(chan struct{})
+				if iv == time.Second {
+					// Dense: ticks all over the second wake the
+					// dispatcher at every grain.
+					for i := range 300 {
+						if err := s.Add(timers.Every(fmt.Sprint("spread-", i), iv, func(context.Context) error { return nil },
+							timers.WithSpreadStart())); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				for i := range 4 {
+					name := fmt.Sprint("blocking-", i)
+					if err := s.Add(timers.Every(name, iv, func(ctx context.Context) error {
+						tick, _ := timers.TickFrom(ctx)
+						mu.Lock()
+						if _, ok := started[name]; !ok {
+							started[name] = time.Since(tick.At)
+						}
+						mu.Unlock()
+						<-release // every run blocks until the end
+						return nil
+					}, timers.WithTTL(2*iv))); err != nil {
+						t.Fatal(err)
+					}
+				}
+				ctx, cancel := context.WithCancel(t.Context())
+				done := make(chan error)
+				go func() { done <- s.Run(ctx) }()
+				time.Sleep(iv + 2*grain) // past the first tick and a grain
+				synctest.Wait()
+				mu.Lock()
+				if len(started) != 4 {
+					t.Errorf("%d of the 4 runs of the first tick started within a grain: %v", len(started), started)
+				}
+				for name, d := range started {
+					if d > grain {
+						t.Errorf("%s started %v after its tick; want %v at most", name, d, grain)
+					}
+				}
+				mu.Unlock()
+				close(release)
+				cancel()
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+			})
+		})
+	}
+}

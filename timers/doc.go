@@ -124,8 +124,12 @@
 // cannot start before the earliest next tick among its ticks fails them as
 // unavailable, and one still going then is cut short (its context ends).
 // Each tick keeps its own outcome: it runs, or is skipped as busy (every
-// slot held), unavailable or error. Runs go to a pool of goroutines that outlive them (no bound: as many
-// as runs at once). The runs' slot leases are kept by one lock.Keeper per
+// slot held), unavailable or error. The runs of an instant go one after
+// another on the instant's goroutine; those not started one wake grain (1
+// to 5 ms) after the instant's runs began start each on a goroutine of
+// their own (a pool that outlives them, no bound: as many as runs at
+// once), so a run that blocks holds the others of its instant back by one
+// grain at most. The runs' slot leases are kept by one lock.Keeper per
 // lease ttl (renewed together, through the backend's lock.Batch, and
 // released through the Keeper, which sends releases that arrive together
 // in one lock.ReleaseEach), closed when Run returns. The sizes of the

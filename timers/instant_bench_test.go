@@ -48,6 +48,8 @@ func benchInstant(b *testing.B, all int) {
 	s.keepers = newKeepers(s.l, s.lockOpts)
 	s.pool = newPool()
 	defer s.pool.close()
+	s.rq = newRunQueues()
+	s.runCtx = runCtx
 	defer s.keepers.close(ctx)
 	var runs sync.WaitGroup
 	at := time.Now().Truncate(time.Second).Add(time.Hour)
@@ -57,7 +59,7 @@ func benchInstant(b *testing.B, all int) {
 	for n := 0; n < b.N; n += per {
 		ticks := make([]due, per)
 		for i := range ticks {
-			ticks[i] = due{e: entries[(n+i)%all], at: at, next: at.Add(time.Second)}
+			ticks[i] = due{e: entries[(n+i)%all], tick: Tick{At: at}, iv: time.Second}
 		}
 		// The claims end at the next tick: the clock must not pass it.
 		s.set.clock = func() time.Time { return at }

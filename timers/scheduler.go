@@ -33,9 +33,11 @@ type Scheduler struct {
 	m        *metrics
 
 	lim      lock.Limits
-	keepers  *keepers      // Run's
-	pool     *pool         // Run's: the goroutines of instants and runs
-	slotGate chan struct{} // the slot calls in flight (takeSlots)
+	keepers  *keepers        // Run's
+	pool     *pool           // Run's: the goroutines of instants and runs
+	rq       *runQueues      // Run's: the runs of instants, in turn
+	runCtx   context.Context // Run's: the runs' context (Run's, until the shutdown timeout)
+	slotGate chan struct{}   // the slot calls in flight (takeSlots)
 
 	mu      sync.Mutex
 	timers  map[string]*entry
@@ -199,9 +201,11 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	// Runs outlive ctx until the shutdown timeout: they get their own.
 	runCtx, stopRuns := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopRuns(nil)
+	s.runCtx = runCtx
 	s.keepers = newKeepers(s.l, s.lockOpts)
 	s.pool = newPool()
 	defer s.pool.close() // after every run has returned
+	s.rq = newRunQueues()
 	var runs sync.WaitGroup
 	var checks sync.WaitGroup
 	checks.Go(func() { s.checkSizes(ctx, entries) })

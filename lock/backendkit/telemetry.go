@@ -69,6 +69,9 @@ func (t *Telemetry) Backend(name string) *BackendMetrics {
 // Attempt records one acquire attempt that started at start and ended with
 // err: acquired (nil), busy (lock.ErrNotAcquired) or error.
 func (b *BackendMetrics) Attempt(ctx context.Context, start time.Time, err error) {
+	if !b.b.AttemptEnabled(ctx) {
+		return
+	}
 	o := "acquired"
 	switch {
 	case err == nil:
@@ -83,6 +86,9 @@ func (b *BackendMetrics) Attempt(ctx context.Context, start time.Time, err error
 // Release records the outcome of one Release: released (nil), lost
 // (lock.ErrLost) or error.
 func (b *BackendMetrics) Release(ctx context.Context, err error) {
+	if !b.b.ReleaseEnabled(ctx) {
+		return
+	}
 	o := "released"
 	switch {
 	case err == nil:

@@ -162,13 +162,17 @@ func isDefaultGlobal(tp trace.TracerProvider) bool {
 // Wait records how long a blocking Acquire waited and how it ended
 // (acquired, cancelled, error).
 func (t *Telemetry) Wait(ctx context.Context, start time.Time, outcome string) {
-	t.wait.Record(ctx, time.Since(start).Seconds(), t.waitOutcome[outcome]...)
+	if t.wait.Enabled(ctx) {
+		t.wait.Record(ctx, time.Since(start).Seconds(), t.waitOutcome[outcome]...)
+	}
 }
 
 // Renewal counts one of Keep's Extend calls by outcome (renewed, lost,
 // refused, unknown).
 func (t *Telemetry) Renewal(outcome string) {
-	t.renewals.Add(context.Background(), 1, t.renewOutcome[outcome]...)
+	if ctx := context.Background(); t.renewals.Enabled(ctx) {
+		t.renewals.Add(ctx, 1, t.renewOutcome[outcome]...)
+	}
 }
 
 // Loss counts a lease lost, by reason (renewal, deadline, backend).
@@ -177,7 +181,11 @@ func (t *Telemetry) Loss(reason string) {
 }
 
 // Active adds delta to the leases held under Keep.
-func (t *Telemetry) Active(delta int64) { t.active.Add(context.Background(), delta) }
+func (t *Telemetry) Active(delta int64) {
+	if ctx := context.Background(); t.active.Enabled(ctx) {
+		t.active.Add(ctx, delta)
+	}
+}
 
 // outcomeSet precomputes one attribute option per outcome so that recording
 // on a hot path allocates nothing.
@@ -230,11 +238,25 @@ func (t *Telemetry) Backend(name string) *Backend {
 
 // Attempt records one acquire attempt that started at start, by outcome
 // (acquired, busy, error).
+//
+// Like every recording here, it does nothing, not even read the clock,
+// when the instrument is not enabled (no meter provider): a scheduler
+// makes tens of thousands of attempts a second.
 func (b *Backend) Attempt(ctx context.Context, start time.Time, outcome string) {
-	b.t.attempt.Record(ctx, time.Since(start).Seconds(), b.attempt[outcome]...)
+	if b.t.attempt.Enabled(ctx) {
+		b.t.attempt.Record(ctx, time.Since(start).Seconds(), b.attempt[outcome]...)
+	}
 }
+
+// AttemptEnabled says whether Attempt records anything.
+func (b *Backend) AttemptEnabled(ctx context.Context) bool { return b.t.attempt.Enabled(ctx) }
+
+// ReleaseEnabled says whether Release records anything.
+func (b *Backend) ReleaseEnabled(ctx context.Context) bool { return b.t.releases.Enabled(ctx) }
 
 // Release records one Release by outcome (released, lost, error).
 func (b *Backend) Release(ctx context.Context, outcome string) {
-	b.t.releases.Add(ctx, 1, b.releases[outcome]...)
+	if b.t.releases.Enabled(ctx) {
+		b.t.releases.Add(ctx, 1, b.releases[outcome]...)
+	}
 }
