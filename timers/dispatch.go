@@ -148,14 +148,14 @@ func (s *Scheduler) dispatch(ctx, runCtx context.Context, runs *sync.WaitGroup, 
 	h.init()
 	grain := wakeGrain(entries)
 	s.rq.inline = max(grain, time.Millisecond)
-	defer s.rq.fanOutAll(s.pool, runs)
+	defer s.rq.fanOutAll(runs)
 	lastTicks := 0 // how many ticks the last wake-up took: the next one's guess
 	wait := time.NewTimer(time.Hour)
 	defer wait.Stop()
 	for len(h) > 0 {
 		wakeAt := roundUp(time.Unix(0, h[0].at), grain)
 		s.rq.wake.Store(wakeAt.UnixNano())
-		if d := s.rq.sweep(s.pool, runs, clock()); !d.IsZero() && d.Before(wakeAt) {
+		if d := s.rq.sweep(runs, clock()); !d.IsZero() && d.Before(wakeAt) {
 			wakeAt = d
 			s.rq.wake.Store(wakeAt.UnixNano())
 		}
@@ -208,7 +208,7 @@ func (s *Scheduler) dispatch(ctx, runCtx context.Context, runs *sync.WaitGroup, 
 	}
 	// Every timer stopped: the runs of the last instants still go on.
 	for {
-		wakeAt := s.rq.sweep(s.pool, runs, clock())
+		wakeAt := s.rq.sweep(runs, clock())
 		if wakeAt.IsZero() {
 			wakeAt = clock().Add(time.Hour)
 		}

@@ -440,3 +440,39 @@ func TestBlockedRunHoldsItsInstantBackOneGrainAtMost(t *testing.T) {
 		})
 	}
 }
+
+// Runs that take a while each (a round trip, say) do not wait for the
+// dispatcher: once an instant's runs have gone in turn for a millisecond,
+// the instant's goroutine starts the rest each on a goroutine of its own.
+func TestSlowRunsStartTheRestAfterAMillisecond(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		time.Sleep(time.Until(epoch))
+		s := testkit.Must(timers.New(testkit.Must(memlock.New())))
+		var mu sync.Mutex
+		started := map[string]time.Duration{}
+		for i := range 4 {
+			name := fmt.Sprint("slow-", i)
+			if err := s.Add(timers.Every(name, time.Hour, func(ctx context.Context) error {
+				tick, _ := timers.TickFrom(ctx)
+				mu.Lock()
+				started[name] = time.Since(tick.At)
+				mu.Unlock()
+				time.Sleep(2 * time.Millisecond) // the run's work
+				return nil
+			})); err != nil {
+				t.Fatal(err)
+			}
+		}
+		runFor(t, s, time.Hour+time.Second)
+		if len(started) != 4 {
+			t.Fatalf("%d of 4 runs started: %v", len(started), started)
+		}
+		for name, d := range started {
+			// The first run takes 2 ms; the others start then, not in turn
+			// after it (2, 4 and 6 ms, or the dispatcher's 5 ms).
+			if d > 2*time.Millisecond {
+				t.Errorf("%s started %v after its tick; want 2ms at most: %v", name, d, started)
+			}
+		}
+	})
+}

@@ -48,7 +48,7 @@ func benchInstant(b *testing.B, all int) {
 	s.keepers = newKeepers(s.l, s.lockOpts)
 	s.pool = newPool()
 	defer s.pool.close()
-	s.rq = newRunQueues()
+	s.rq = newRunQueues(s.pool)
 	s.runCtx = runCtx
 	defer s.keepers.close(ctx)
 	var runs sync.WaitGroup

@@ -39,6 +39,7 @@ func (q *runQueue) drained() bool { return q.next.Load() >= int64(len(q.ds)) }
 // runQueues are a Scheduler's instants' run queues, which its dispatcher
 // watches.
 type runQueues struct {
+	pool   *pool         // where the runs not run in turn go
 	inline time.Duration // how long an instant's runs go in turn: the wake grain, 1 ms at least
 	wake   atomic.Int64  // when the dispatcher wakes next, Unix nanoseconds (its clock)
 	poke   chan struct{} // wakes the dispatcher (buffered: one pending at most)
@@ -47,11 +48,12 @@ type runQueues struct {
 	queues []*runQueue
 }
 
-func newRunQueues() *runQueues { return &runQueues{poke: make(chan struct{}, 1)} }
+func newRunQueues(p *pool) *runQueues { return &runQueues{pool: p, poke: make(chan struct{}, 1)} }
 
 // run runs ds, the runs of one instant, on this goroutine, one after
-// another until none is left (the dispatcher may start some of them
-// elsewhere, past the queue's deadline). Each is counted in runs.
+// another until none is left or inlineBudget has passed, then starts the
+// rest each on a goroutine of its own (the dispatcher does that past the
+// queue's deadline, when a run blocks). Each is counted in runs.
 func (rq *runQueues) run(runs *sync.WaitGroup, ds []*due, now time.Time) {
 	if len(ds) == 0 {
 		return
@@ -71,24 +73,38 @@ func (rq *runQueues) run(runs *sync.WaitGroup, ds []*due, now time.Time) {
 			}
 		}
 	}
+	start := time.Now()
 	for d := q.take(); d != nil; d = q.take() {
 		runs.Add(1)
 		d.run()
 		runs.Done()
+		if time.Since(start) > inlineBudget {
+			// Slow runs (a round trip each, on a networked backend):
+			// the rest start at once, each on a goroutine of its own.
+			for d := q.take(); d != nil; d = q.take() {
+				rq.pool.Go(runs, d)
+			}
+		}
 	}
 }
 
+// inlineBudget is how long an instant's goroutine runs its runs in turn
+// before it starts the rest each on a goroutine of its own: runs that
+// return at once (fn, the slot's release on memlock) all go in turn; runs
+// that take a round trip each do not wait a grain for the dispatcher.
+const inlineBudget = time.Millisecond
+
 // sweep drops the drained queues and starts the runs of those past their
-// deadline each on a goroutine of p, counted in runs; it returns the
+// deadline each on a goroutine of the pool, counted in runs; it returns the
 // earliest deadline of the queues left (zero when none is).
-func (rq *runQueues) sweep(p *pool, runs *sync.WaitGroup, now time.Time) (next time.Time) {
+func (rq *runQueues) sweep(runs *sync.WaitGroup, now time.Time) (next time.Time) {
 	rq.mu.Lock()
 	defer rq.mu.Unlock()
 	kept := rq.queues[:0]
 	for _, q := range rq.queues {
 		if !q.drained() && !now.Before(q.deadline) {
 			for d := q.take(); d != nil; d = q.take() {
-				p.Go(runs, d)
+				rq.pool.Go(runs, d)
 			}
 		}
 		if q.drained() {
@@ -104,14 +120,14 @@ func (rq *runQueues) sweep(p *pool, runs *sync.WaitGroup, now time.Time) (next t
 	return next
 }
 
-// fanOutAll starts every run not started yet, each on a goroutine of p:
+// fanOutAll starts every run not started yet, each on a goroutine of the pool:
 // the dispatcher's last act.
-func (rq *runQueues) fanOutAll(p *pool, runs *sync.WaitGroup) {
+func (rq *runQueues) fanOutAll(runs *sync.WaitGroup) {
 	rq.mu.Lock()
 	defer rq.mu.Unlock()
 	for _, q := range rq.queues {
 		for d := q.take(); d != nil; d = q.take() {
-			p.Go(runs, d)
+			rq.pool.Go(runs, d)
 		}
 	}
 	rq.queues = nil

@@ -205,7 +205,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	s.keepers = newKeepers(s.l, s.lockOpts)
 	s.pool = newPool()
 	defer s.pool.close() // after every run has returned
-	s.rq = newRunQueues()
+	s.rq = newRunQueues(s.pool)
 	var runs sync.WaitGroup
 	var checks sync.WaitGroup
 	checks.Go(func() { s.checkSizes(ctx, entries) })
