@@ -52,12 +52,12 @@ func (l *Lock) sweepLocked(now time.Time) {
 				continue
 			}
 		default:
-			if t.grants[g.key] != g {
+			if g.dropped {
 				continue
 			}
 			if !now.Before(g.expires) {
 				g.markLost()
-				delete(t.grants, g.key)
+				l.dropLocked(g)
 				continue
 			}
 		}

@@ -74,6 +74,7 @@ type grant struct {
 	since   time.Time
 	expires time.Time
 	shared  bool          // a share (TryAcquireShared), in table.shares
+	dropped bool          // an exclusive grant no longer in table.grants (dropLocked)
 	mark    bool          // a writer's mark in table.intents (only in table.recent)
 	group   string        // the TryAcquireAll that made it, if one did
 	lost    chan struct{} // made on first Handle.Lost call
@@ -201,7 +202,7 @@ func (l *Lock) busyLocked(key string, now time.Time, mark bool) error {
 			return backendkit.NotAcquired(key, old.expires.Sub(now))
 		}
 		old.markLost()
-		delete(l.grants, key)
+		l.dropLocked(old)
 	}
 	if last := l.liveSharesLocked(key, now); !last.IsZero() {
 		if mark {
@@ -232,17 +233,25 @@ func (l *Lock) presentLocked(g *grant) bool {
 	if g.shared {
 		return slices.Contains(l.shares[g.key], g)
 	}
-	return l.grants[g.key] == g
+	return !g.dropped
+}
+
+// dropLocked removes g, an exclusive grant still recorded, from the
+// table: the one way out of it, so that g.dropped tells whether g is
+// recorded without a look at the map.
+func (l *Lock) dropLocked(g *grant) {
+	delete(l.grants, g.key)
+	g.dropped = true
 }
 
 // removeLocked drops g (if it is still recorded) and, if that frees the
 // key, hands it to the head of its queue and wakes its subscribers.
 func (l *Lock) removeLocked(g *grant) {
 	if !g.shared {
-		if l.grants[g.key] != g {
+		if g.dropped {
 			return
 		}
-		delete(l.grants, g.key)
+		l.dropLocked(g)
 	} else if !l.dropShareLocked(g) {
 		return
 	} else if len(l.shares[g.key]) > 0 {

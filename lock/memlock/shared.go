@@ -27,7 +27,7 @@ func (l *Lock) shareLocked(key string, ttl time.Duration, now time.Time) (*grant
 			wait = g.expires.Sub(now)
 		} else {
 			g.markLost()
-			delete(l.grants, key)
+			l.dropLocked(g)
 		}
 	}
 	intent, marked := l.intents[key]
