@@ -31,6 +31,7 @@ type Lease struct {
 	// A lease of a Keeper has no goroutine, timer or channels of its
 	// own (no loop): k renews it and ends it.
 	k       *Keeper
+	at      int  // its index in k.leases (leaseSet), under k.mu
 	adopted bool // Keeper.Keep adopted it (the Batch did not make it)
 	solo    bool // renewed with its own Extend (owned by k's renewal loop)
 }
