@@ -26,26 +26,56 @@
 //
 // # Leases
 //
-// A job that a Registry heartbeats is a member of a lease row, and its
-// deadline is its lease's (a job in no lease, tracked or reclaimed and not
-// yet heartbeated, has its own). A lease gets its members when it is made,
-// by one heartbeat statement, and only ever loses them after: every
-// statement that takes a job out of a lease (Done, Remove, Bury, Reclaim,
-// Track replacing it, a heartbeat moving it) decrements the lease's members
-// under the lease row's lock, and deletes the lease at 0. Each Registry
-// remembers which refs it moved into which lease (a map entry per job it
-// heartbeats, dropped when the job leaves through it or its lease ends).
-// A heartbeat extends a
-// lease whose every remembered ref is in its refs with one UPDATE of the
-// lease row, WHERE members is the count it remembers: a row back proves
-// that every one of those refs is still a member (any other party's
-// removal would have changed the count), so they are all extended. The
-// other refs — new ones, those of a lease that lost a member, those of a
-// lease whose other members the heartbeat leaves out — move into new
-// leases, each job's row written once; a lost ref is one whose row of that
-// epoch is gone. A job the caller stops heartbeating stays in its old
-// lease and expires with it. So a steady heartbeat of 100,000 jobs updates
-// 2,000 lease rows and no job row.
+// A job is a member of a lease row, and its deadline is its lease's (a job
+// in no lease has its own: one reclaimed, one tracked in place of an entry
+// that was in a lease, until their first heartbeat). Track puts the job
+// into a lease of its Registry in its one statement: one of 8 open leases,
+// taken in turn (so that Tracks at once write different lease rows), or a
+// new one of which it is the first member when that slot has none open. A
+// lease is open to the Tracks of the Registry that made it, for a quarter
+// of its lease after it was made, while it has fewer than 50 members and
+// was last given that lease (by its Track, its joins or a heartbeat), and
+// while no heartbeat of that Registry is extending it. A join adds 1 to
+// the lease's members and moves its deadline to now() + lease when that is
+// later: the job's deadline is the one asked for (at most 25 µs later,
+// see Bounds), and the lease's other members are extended with it — a
+// job's deadline may be later than its last Track or heartbeat asked, by
+// at most the time its lease took joins after it (under a quarter of the
+// lease; a job given up is recovered that much later at most). A join
+// writes the lease row after the job's, under its lock, and only to a
+// lease that exists and has not ended; else the statement fails whole and
+// Track sends it again into a new lease: no job points to a missing lease,
+// and no ended lease comes back. A Track in place of an entry in a lease
+// takes that entry out and puts the job in none, so that no statement
+// locks two lease rows.
+//
+// A heartbeat moves the jobs it lists that are in no lease of its
+// Registry's (a process that starts heartbeating jobs it did not track,
+// the jobs of the tables of earlier versions) into new leases of up to 50,
+// each job's row written once, in one statement per lease. Members join a
+// lease only through the Registry that made it, and leave it through any:
+// every statement that takes a job out of a lease (Done, Remove, Bury,
+// Reclaim, Track replacing it, a heartbeat moving it) decrements the
+// lease's members under the lease row's lock, and deletes the lease at 0.
+// Each Registry remembers which refs it tracked or moved into which lease
+// (a map entry per job, dropped when the job leaves through it or its
+// lease ends), and how many of its Tracks are joining each (sent, their
+// reply not read). A heartbeat extends a lease whose every remembered ref
+// is in its refs and that no Track is joining with one UPDATE of the lease
+// row, WHERE members is the count it remembers, and no Track joins the
+// lease until that UPDATE answers: a row back proves that every one of
+// those refs is still a member (any other party's removal would have
+// changed the count, and no join could make up for it), so they are all
+// extended. The other refs — new ones, those of a lease that lost a
+// member, that a Track was joining, or whose other members the heartbeat
+// leaves out — move into new leases; a lost ref is one whose row of that
+// epoch is gone. A Track of unknown outcome (its reply lost: the job may
+// be a member) makes its Registry forget the lease it joined, whose jobs
+// move at the next heartbeat, and an extension of unknown outcome closes
+// its lease to joins. A job the caller stops heartbeating stays in its old
+// lease and expires with it. So a heartbeat of 100,000 jobs that their
+// Registry tracked, its first one included, updates about 2,000 lease rows
+// and no job row.
 //
 // Reclaim of a job in a lease takes the lease row's lock with its
 // deadline check (FOR UPDATE … WHERE deadline <= now(), which PostgreSQL
@@ -53,9 +83,9 @@
 // takes the job, and decrements its members: a heartbeat and a Reclaim of
 // the same job never both succeed. The locks are always taken job rows
 // first, then lease rows. A statement that, once it has a job's lock,
-// finds the job moved into a lease made after the statement began (a
-// heartbeat at once, whose new lease row its snapshot does not hold)
-// fails whole and is sent again, up to 5 times (a heartbeat's moving
+// finds the job moved into a lease made after the statement began (by a
+// heartbeat or a Track of its ID at once: the new lease row is not in its
+// snapshot) fails whole and is sent again, up to 5 times (a heartbeat's moving
 // statement in its next round trip): the counts stay exact.
 //
 // Remove (after a requeue) leaves the job's retry record, which the next
@@ -71,10 +101,11 @@
 // as many as the completions of one window, and no statement walks them.
 //
 // Every operation is statements on the server's clock (now()), in one
-// round trip but for listings longer than a page and a heartbeat whose
-// leases lost members (two). Expired merges two index range scans, the
-// jobs in no lease by deadline and the expired leases by deadline with
-// their members, ORDER BY deadline, id LIMIT n: its cost grows with the
+// round trip but for listings longer than a page, a heartbeat whose
+// leases lost members (two), and a statement sent again (above). Expired
+// merges two index range scans, the jobs in no lease by deadline and the
+// expired leases by deadline with their members, ORDER BY deadline, id
+// LIMIT n: its cost grows with the
 // number expired, not the number tracked. The operator listings (InFlight,
 // Dead) select every column but the payload, which never leaves the
 // server for them; they, Expired, Counts and Job.Deadline use a job's
@@ -87,8 +118,9 @@
 // the server has CPU to spare (measured below):
 //
 //   - Track, Done, Remove, Reclaim, Bury, Purge, DeadJob: one job each,
-//     and its lease row (Done and Remove also delete at most 16 expired
-//     markers or records).
+//     and one lease row (Track's: the one it joins or makes, or that of
+//     the entry it replaces; Done and Remove also delete at most 16
+//     expired markers or records).
 //   - Heartbeat: one UPDATE of up to 25 lease rows (FROM unnest) per 25
 //     leases it extends, and one statement per 50 jobs it moves (a new
 //     lease of those, the jobs' rows, their old leases' rows): leases have
@@ -114,13 +146,20 @@
 //
 // Measured at 10,000,000 jobs, 100 expired (bench BenchmarkJobsScale;
 // docs/benchmarks.md "Scale" has the command; 2 cores shared, load
-// average 2.6 to 7, four runs): a steady heartbeat of 100,000 jobs takes
-// 54 to 81 ms, its statements about 0.2 ms (the longest 0.6 to 3.3 ms,
-// and 8.8 ms in one run); the first heartbeat of 100,000 jobs by a
-// registry (a process that starts: every job moves into a lease) takes
-// 2.8 to 7.2 s, its statements 0.8 to 2 ms on average but up to 13 to
+// average 1.8 to 7, five runs): the first heartbeat of 100,000 jobs that
+// a registry has just tracked takes 104 ms, its statements 0.32 ms on
+// average and 1.6 ms at the longest (one run: Track had put every job
+// into a lease); a steady heartbeat of 100,000 jobs takes 54 to 81 ms, its
+// statements 0.2 to 0.5 ms (the longest 0.6 to 3.3 ms, and 8.8 and 59 ms
+// in two runs under load); the first heartbeat of 100,000 jobs by a
+// registry that did not track them (a process that heartbeats the jobs of
+// another, or of an earlier version: every job moves into a lease) takes
+// 2.8 to 9 s, its statements 0.8 to 2.3 ms on average but up to 13 to
 // 92 ms under that load, over the 5 ms aim; the recovery scan takes about
-// 1 ms, with the jobs in leases or not, expired in leases or not.
+// 1 ms, with the jobs in leases or not, expired in leases or not. Track
+// writes the lease row too: about 16 µs more of the server's time than a
+// Track alone (some 20 against 35 µs), and a third fewer Tracks a second
+// when they keep the server's CPU busy.
 //
 // The registry is as durable as the database: use a primary with
 // synchronous_commit on (the default) for it.
