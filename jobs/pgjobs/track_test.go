@@ -65,30 +65,64 @@ func TestTrackThenHeartbeatOnlyExtends(t *testing.T) {
 		if want := int64((i + 1) * ((leases + 24) / 25)); fast != want || slow != 0 {
 			t.Fatalf("heartbeat %d of %d tracked jobs in %d leases: %d extending and %d moving statements in all, want %d and 0", i+1, n, leases, fast, slow, want)
 		}
-		for id, d := range deadlineOf(t, r) {
-			if time.Until(d) < time.Duration(1+i)*time.Hour {
-				t.Fatalf("heartbeat %d: %s ends at %v", i+1, id, d)
-			}
-		}
+		endAfter(t, r, time.Duration(1+i)*time.Hour)
 	}
 	checkMembers(t, pool, table)
 }
 
-// hold returns a hook that blocks its first call until the returned
-// release is called, and a channel closed when that call has come.
-func hold() (hook func(), arrived <-chan struct{}, release func()) {
+// goTrack tracks a job id with r in a goroutine of its own; wait returns
+// its outcome.
+func goTrack(r *pgjobs.Registry, id string) (wait func() (jobs.Job, error)) {
+	var j jobs.Job
+	var err error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		j, err = r.Track(context.Background(), jobs.Job{ID: id, Owner: "w"}, time.Hour)
+	}()
+	return func() (jobs.Job, error) { <-done; return j, err }
+}
+
+// goHeartbeat heartbeats refs with r for lease in a goroutine of its own;
+// wait returns its outcome.
+func goHeartbeat(r *pgjobs.Registry, refs []jobs.Ref, lease time.Duration) (wait func() ([]string, error)) {
+	var lost []string
+	var err error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		lost, err = r.Heartbeat(context.Background(), refs, lease)
+	}()
+	return func() ([]string, error) { <-done; return lost, err }
+}
+
+// endAfter fails the test unless every job in flight ends at least d
+// from now.
+func endAfter(t *testing.T, r *pgjobs.Registry, d time.Duration) {
+	t.Helper()
+	for id, end := range deadlineOf(t, r) {
+		if time.Until(end) < d {
+			t.Fatalf("%s ends at %v", id, end)
+		}
+	}
+}
+
+// hold returns a hook that blocks its first call until release is called
+// (at the end of t at the latest), and a channel closed when that call has
+// come.
+func hold(t *testing.T) (hook func(), arrived <-chan struct{}, release func()) {
 	in, out := make(chan struct{}), make(chan struct{})
 	var once sync.Once
+	release = sync.OnceFunc(func() { close(out) })
+	t.Cleanup(release)
 	return func() {
-			first := false
-			once.Do(func() { first = true })
-			if first {
-				close(in)
-				<-out
-			}
-		}, in, sync.OnceFunc(func() {
-			close(out)
-		})
+		first := false
+		once.Do(func() { first = true })
+		if first {
+			close(in)
+			<-out
+		}
+	}, in, release
 }
 
 // joined returns a registry (one open lease) and another of its table,
@@ -109,32 +143,21 @@ func joined(t *testing.T, prefix string) (*pgxpool.Pool, *pgjobs.Registry, *pgjo
 // and finds the one gone.
 func TestHeartbeatDuringJoin(t *testing.T) {
 	pool, r, other, table, a, b := joined(t, "duringjoin")
-	hook, arrived, release := hold()
-	defer release()
+	hook, arrived, release := hold(t)
 	pgjobs.SetAfterTrack(r, func(err error) error { hook(); return err })
-	var c jobs.Job
-	var cErr error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		c, cErr = r.Track(context.Background(), jobs.Job{ID: "duringjoin-c", Owner: "w"}, time.Hour)
-	}()
+	track := goTrack(r, "duringjoin-c")
 	<-arrived // c joined the lease on the server: 3 members
 	if err := other.Done(t.Context(), a.Ref()); err != nil {
 		t.Fatal(err)
 	}
 	heartbeat(t, r, []jobs.Ref{a.Ref(), b.Ref()}, 2*time.Hour, a.ID)
 	release()
-	<-done
-	if cErr != nil {
-		t.Fatal(cErr)
+	c, err := track()
+	if err != nil {
+		t.Fatal(err)
 	}
 	heartbeat(t, r, []jobs.Ref{b.Ref(), c.Ref()}, 2*time.Hour)
-	for id, d := range deadlineOf(t, r) {
-		if time.Until(d) < time.Hour+time.Minute {
-			t.Fatalf("%s ends at %v", id, d)
-		}
-	}
+	endAfter(t, r, time.Hour+time.Minute)
 	checkMembers(t, pool, table)
 }
 
@@ -144,16 +167,9 @@ func TestHeartbeatDuringJoin(t *testing.T) {
 // jobs; none is reported extended that is not.
 func TestTrackDuringExtension(t *testing.T) {
 	pool, r, other, table, a, b := joined(t, "duringext")
-	hook, arrived, release := hold()
-	defer release()
+	hook, arrived, release := hold(t)
 	pgjobs.SetAfterPlan(r, hook)
-	var lost []string
-	var hbErr error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		lost, hbErr = r.Heartbeat(context.Background(), []jobs.Ref{a.Ref(), b.Ref()}, 2*time.Hour)
-	}()
+	beat := goHeartbeat(r, []jobs.Ref{a.Ref(), b.Ref()}, 2*time.Hour)
 	<-arrived
 	c, err := r.Track(t.Context(), jobs.Job{ID: "duringext-c", Owner: "w"}, time.Hour)
 	if err != nil {
@@ -163,7 +179,7 @@ func TestTrackDuringExtension(t *testing.T) {
 		t.Fatal(err)
 	}
 	release()
-	<-done
+	lost, hbErr := beat()
 	if hbErr != nil || !slices.Equal(lost, []string{a.ID}) {
 		t.Fatalf("Heartbeat: lost %q, %v; want %q", lost, hbErr, a.ID)
 	}
@@ -216,48 +232,29 @@ func TestTrackReplyLost(t *testing.T) {
 // exact; the joined job moves at the next heartbeat.
 func TestMoveDuringJoin(t *testing.T) {
 	pool, r, _, table, a, b := joined(t, "movejoin")
-	trackHook, trackArrived, trackRelease := hold()
-	defer trackRelease()
+	trackHook, trackArrived, trackRelease := hold(t)
 	pgjobs.SetBeforeTrack(r, trackHook)
-	var c jobs.Job
-	var cErr error
-	tracked := make(chan struct{})
-	go func() {
-		defer close(tracked)
-		c, cErr = r.Track(context.Background(), jobs.Job{ID: "movejoin-c", Owner: "w"}, time.Hour)
-	}()
+	track := goTrack(r, "movejoin-c")
 	<-trackArrived // c's join of the lease is pending
-	planHook, planned, planRelease := hold()
-	defer planRelease()
+	planHook, planned, planRelease := hold(t)
 	pgjobs.SetAfterPlan(r, planHook)
-	var lost []string
-	var hbErr error
-	beat := make(chan struct{})
-	go func() {
-		defer close(beat)
-		lost, hbErr = r.Heartbeat(context.Background(), []jobs.Ref{a.Ref(), b.Ref()}, 2*time.Hour)
-	}()
+	beat := goHeartbeat(r, []jobs.Ref{a.Ref(), b.Ref()}, 2*time.Hour)
 	<-planned // the plan moves a and b: their lease has a join pending
 	trackRelease()
-	<-tracked
-	if cErr != nil {
-		t.Fatal(cErr)
+	c, err := track()
+	if err != nil {
+		t.Fatal(err)
 	}
 	planRelease()
-	<-beat
-	if hbErr != nil || len(lost) != 0 {
-		t.Fatalf("Heartbeat: lost %q, %v", lost, hbErr)
+	if lost, err := beat(); err != nil || len(lost) != 0 {
+		t.Fatalf("Heartbeat: lost %q, %v", lost, err)
 	}
 	if fast, slow := pgjobs.HeartbeatStatements(r); fast != 0 || slow != 1 {
 		t.Fatalf("%d extending and %d moving statements, want 0 and 1", fast, slow)
 	}
 	checkMembers(t, pool, table)
 	heartbeat(t, r, []jobs.Ref{a.Ref(), b.Ref(), c.Ref()}, 3*time.Hour)
-	for id, d := range deadlineOf(t, r) {
-		if time.Until(d) < 2*time.Hour+time.Minute {
-			t.Fatalf("%s ends at %v", id, d)
-		}
-	}
+	endAfter(t, r, 2*time.Hour+time.Minute)
 	checkMembers(t, pool, table)
 }
 
@@ -345,13 +342,7 @@ INSERT INTO `+table+` (id, payload, owner, attempt, epoch, deadline, lease)
 	if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
 		t.Fatal(err)
 	}
-	var x jobs.Job
-	var xErr error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		x, xErr = r.Track(context.Background(), jobs.Job{ID: "norow-x", Owner: "w"}, time.Hour)
-	}()
+	track := goTrack(r, "norow-x")
 	// The Track waits for the insert of the same ID to commit.
 	for waiting := false; !waiting; {
 		if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid)))", pid).Scan(&waiting); err != nil {
@@ -364,9 +355,9 @@ INSERT INTO `+table+` (id, payload, owner, attempt, epoch, deadline, lease)
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	<-done
-	if xErr != nil {
-		t.Fatal(xErr)
+	x, err := track()
+	if err != nil {
+		t.Fatal(err)
 	}
 	if x.Owner != "w" || leaseOf(t, pool, table, x.ID) != 0 {
 		t.Fatalf("Track after the other insert: %+v in lease %d, want the entry replaced, in none", x, leaseOf(t, pool, table, x.ID))
