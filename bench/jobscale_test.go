@@ -2,11 +2,13 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -79,7 +81,8 @@ func inFlight(tracked int) []jobs.Ref {
 // heartbeat-join is the first by a registry (a process that starts),
 // which moves every job into a lease; scan-leased is the scan once they
 // are in leases, scan-expired-leases once two leases of 50 have ended
-// too. Each
+// too; heartbeat-after-track is the first heartbeat of 100,000 jobs a
+// registry has just tracked (Track put them into leases). Each
 // reports, beside its time (ns/op), the longest single server call of the
 // registry made while it ran, and a typical one (max-call-µs and
 // typical-call-µs: on Redis the longest and the median script in SLOWLOG,
@@ -197,10 +200,42 @@ func scaleRun(b *testing.B, ping func(context.Context) error, reset func(), call
 	}
 	p50, p99 := stop()
 	longest, typical := calls()
+	reportCalls(b, longest, typical, p50, p99)
+}
+
+// reportCalls reports the longest server call, a typical one, and the
+// probe's p50 and p99.
+func reportCalls(b *testing.B, longest, typical, p50, p99 time.Duration) {
 	b.ReportMetric(float64(longest.Microseconds()), "max-call-µs")
 	b.ReportMetric(float64(typical.Microseconds()), "typical-call-µs")
 	b.ReportMetric(float64(p50.Microseconds()), "probe-p50-µs")
 	b.ReportMetric(float64(p99.Microseconds()), "probe-p99-µs")
+}
+
+// scaleRunEach times, each iteration, the op that setup returns, as
+// scaleRun does, with setup outside the timing, the probe and the server's
+// record of calls. It reports the longest call of all iterations, the mean
+// of their typical calls, the median of the probe's p50s and the largest
+// of its p99s.
+func scaleRunEach(b *testing.B, ping func(context.Context) error, reset func(), calls func() (longest, typical time.Duration), setup func() (op func())) {
+	var longest, typical time.Duration
+	var p50s, p99s []time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		op := setup()
+		reset()
+		stop := startProbe(b, ping)
+		b.StartTimer()
+		op()
+		b.StopTimer()
+		p50, p99 := stop()
+		l, t := calls()
+		longest, typical = max(longest, l), typical+t
+		p50s, p99s = append(p50s, p50), append(p99s, p99)
+		b.StartTimer()
+	}
+	slices.Sort(p50s)
+	reportCalls(b, longest, typical/time.Duration(len(p50s)), p50s[len(p50s)/2], slices.Max(p99s))
 }
 
 func jobsScalePostgres(b *testing.B, tracked int) {
@@ -330,4 +365,48 @@ func jobsScalePostgres(b *testing.B, tracked int) {
 			}
 		})
 	})
+	// heartbeat-after-track: the first heartbeat of jobs a registry has
+	// just tracked (a worker's jobs: Track puts each into a lease), a
+	// registry of its own each time. The setup of each iteration, outside
+	// the timing, tracks as many new jobs as the heartbeat lists
+	// (jobsInFlight; 2,000 under -short), 8 Tracks at a time.
+	last := tracked // the jobs are job-1 … job-<last>
+	b.Run("heartbeat-after-track", func(b *testing.B) {
+		scaleRunEach(b, ping, reset, calls, func() func() {
+			fresh, err := pgjobs.New(pool, table)
+			if err != nil {
+				b.Fatal(err)
+			}
+			refs := trackJobs(b, fresh, last+1, workload(jobsInFlight, 2_000))
+			last += len(refs)
+			return func() {
+				if lost, err := fresh.Heartbeat(ctx, refs, time.Hour); err != nil || len(lost) != 0 {
+					b.Fatalf("Heartbeat of %d jobs: %d lost, %v", len(refs), len(lost), err)
+				}
+			}
+		})
+	})
+}
+
+// trackJobs tracks n new jobs job-<from> … with reg, 8 at a time, for an
+// hour, and returns their refs.
+func trackJobs(b *testing.B, reg *pgjobs.Registry, from, n int) []jobs.Ref {
+	refs := make([]jobs.Ref, n)
+	errs := make([]error, 8)
+	var wg sync.WaitGroup
+	for w := range errs {
+		wg.Go(func() {
+			for i := w; i < n && errs[w] == nil; i += len(errs) {
+				id := fmt.Sprint("job-", from+i)
+				var j jobs.Job
+				j, errs[w] = reg.Track(context.Background(), jobs.Job{ID: id, Payload: []byte("payload-" + id[4:]), Owner: "worker-1"}, time.Hour)
+				refs[i] = j.Ref()
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		b.Fatalf("Track: %v", err)
+	}
+	return refs
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -41,9 +42,32 @@ FOR EACH STATEMENT EXECUTE FUNCTION `+table+`_count()`); err != nil {
 	}
 }
 
-// A heartbeat of 3½ chunks extends every job of its epoch and reports the
-// stale ones at the chunk boundaries, as one statement did; it is 4
-// UPDATEs of at most HeartbeatChunk rows.
+// heartbeatsElsewhere is a registry whose heartbeats go through another
+// Registry of its table, which tracked none of the jobs (a process that
+// starts): each heartbeat moves its jobs into leases of that one, in
+// statements of HeartbeatChunk jobs.
+type heartbeatsElsewhere struct {
+	*pgjobs.Registry
+	other *pgjobs.Registry
+}
+
+func (h heartbeatsElsewhere) Heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Duration) ([]string, error) {
+	return h.other.Heartbeat(ctx, refs, lease)
+}
+
+// elsewhere returns a registry of table r whose heartbeats move the jobs.
+func elsewhere(t *testing.T, pool *pgxpool.Pool, r *pgjobs.Registry, table string) heartbeatsElsewhere {
+	other, err := pgjobs.New(pool, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return heartbeatsElsewhere{r, other}
+}
+
+// A heartbeat of 3½ chunks that moves its jobs (a registry that did not
+// track them) extends every job of its epoch and reports the stale ones at
+// the chunk boundaries, as one statement did; it is 4 UPDATEs of at most
+// HeartbeatChunk rows.
 func TestHeartbeatInChunks(t *testing.T) {
 	pool := newPool(t)
 	r, table := newRegistry(t, pool, "chunks")
@@ -52,7 +76,7 @@ func TestHeartbeatInChunks(t *testing.T) {
 	}
 	updates := countUpdates(t, pool, table)
 	chunk := pgjobs.HeartbeatChunk()
-	registrytest.ChunkedHeartbeat(t, r, chunk, 3)
+	registrytest.ChunkedHeartbeat(t, elsewhere(t, pool, r, table), chunk, 3)
 	got := updates()
 	if len(got) != 4 {
 		t.Fatalf("%d heartbeat statements for 3½ chunks, want 4 (rows: %v)", len(got), got)
@@ -65,9 +89,9 @@ func TestHeartbeatInChunks(t *testing.T) {
 }
 
 // A heartbeat whose second statement fails on the server (a trigger
-// raises an error for one of its rows) reports that chunk's jobs as
-// unknown, none as lost, and extends the others: the statement after it
-// in the pipeline ran.
+// raises an error for one of its rows, which it moves) reports that
+// chunk's jobs as unknown, none as lost, and extends the others: the
+// statement after it in the pipeline ran.
 func TestHeartbeatChunkFails(t *testing.T) {
 	pool := newPool(t)
 	r, table := newRegistry(t, pool, "poison")
@@ -75,7 +99,7 @@ func TestHeartbeatChunkFails(t *testing.T) {
 	if err := r.Setup(ctx); err != nil {
 		t.Fatal(err)
 	}
-	registrytest.FailedChunk(t, r, pgjobs.HeartbeatChunk(), 3, 1, func(id string) func() {
+	registrytest.FailedChunk(t, elsewhere(t, pool, r, table), pgjobs.HeartbeatChunk(), 3, 1, func(id string) func() {
 		if _, err := pool.Exec(ctx, `CREATE FUNCTION `+table+`_poison() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN RAISE EXCEPTION 'poisoned'; END $$;
 CREATE TRIGGER `+table+`_poison BEFORE UPDATE ON `+table+` FOR EACH ROW

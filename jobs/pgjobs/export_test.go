@@ -37,14 +37,31 @@ func SetHeartbeatChunk(t testing.TB, n int) {
 }
 
 // ForgetLeases empties r's cache of leases: its next heartbeat moves every
-// job.
+// job, and its next Tracks make new leases.
 func ForgetLeases(r *Registry) {
 	r.cache.mu.Lock()
 	defer r.cache.mu.Unlock()
 	clear(r.cache.leases)
 	clear(r.cache.of)
+	clear(r.cache.slots)
 }
 
 // SetAfterPlan makes r's heartbeats call f between their plan and their
 // statements (set it before any heartbeat runs).
 func SetAfterPlan(r *Registry, f func()) { r.afterPlan = f }
+
+// SetTrackSlots makes the registries made after it, for the rest of t, join
+// n open leases in turn (t must not be parallel).
+func SetTrackSlots(t testing.TB, n int) {
+	old := trackSlots
+	trackSlots = n
+	t.Cleanup(func() { trackSlots = old })
+}
+
+// SetBeforeTrack makes r's Tracks call f between their choice of lease
+// and their statement (set it before any Track runs).
+func SetBeforeTrack(r *Registry, f func()) { r.beforeTrack = f }
+
+// SetAfterTrack makes r's Tracks call f with their statement's error, and
+// go on with the error f returns (set it before any Track runs).
+func SetAfterTrack(r *Registry, f func(error) error) { r.afterTrack = f }

@@ -96,10 +96,11 @@ func twoRegistries(t *testing.T, prefix string) (*pgxpool.Pool, *pgjobs.Registry
 	return pool, a, b, table
 }
 
-// leased tracks n jobs in a new registry and heartbeats them for lease,
-// in leases of 10.
+// leased tracks n jobs in a new registry, in leases of 10 (in order: one
+// open lease at a time), and heartbeats them for lease.
 func leased(t *testing.T, prefix string, n int, lease time.Duration) (*pgxpool.Pool, *pgjobs.Registry, string, []jobs.Job, []jobs.Ref) {
 	pool := newPool(t)
+	pgjobs.SetTrackSlots(t, 1)
 	r, table := newRegistry(t, pool, prefix)
 	pgjobs.SetHeartbeatChunk(t, 10)
 	js := trackN(t, r, prefix, n, time.Hour)
@@ -108,15 +109,17 @@ func leased(t *testing.T, prefix string, n int, lease time.Duration) (*pgxpool.P
 	return pool, r, table, js, refs
 }
 
-// A steady heartbeat extends each lease whole: the first heartbeat moves
-// the jobs into leases of HeartbeatChunk (one statement each), the next
-// ones send one statement per 100 leases and move no job.
+// A steady heartbeat extends each lease whole: a registry that did not
+// track the jobs (ForgetLeases: a process that starts) moves them into
+// leases of HeartbeatChunk (one statement each) at its first heartbeat, the
+// next ones send one statement per 25 leases and move no job.
 func TestSteadyHeartbeatExtendsLeasesWhole(t *testing.T) {
 	pool := newPool(t)
 	r, table := newRegistry(t, pool, "steady")
 	pgjobs.SetHeartbeatChunk(t, 10)
 	js := trackN(t, r, "s", 35, time.Minute)
 	refs := refsOf(js)
+	pgjobs.ForgetLeases(r)
 	heartbeat(t, r, refs, time.Hour)
 	if fast, slow := pgjobs.HeartbeatStatements(r); fast != 0 || slow != 4 {
 		t.Fatalf("first heartbeat of 35 jobs in leases of 10: %d extending and %d moving statements, want 0 and 4", fast, slow)
@@ -140,6 +143,7 @@ func TestSteadyHeartbeatExtendsLeasesWhole(t *testing.T) {
 // leases extended: a lease that lost a member fails the extending
 // statement (its count changed), and its jobs move.
 func TestJobsTakenElsewhereAreLost(t *testing.T) {
+	pgjobs.SetTrackSlots(t, 1) // leases of 10 jobs in order
 	pool, a, b, table := twoRegistries(t, "elsewhere")
 	pgjobs.SetHeartbeatChunk(t, 10)
 	ctx := t.Context()

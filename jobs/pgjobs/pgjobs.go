@@ -26,26 +26,56 @@
 //
 // # Leases
 //
-// A job that a Registry heartbeats is a member of a lease row, and its
-// deadline is its lease's (a job in no lease, tracked or reclaimed and not
-// yet heartbeated, has its own). A lease gets its members when it is made,
-// by one heartbeat statement, and only ever loses them after: every
-// statement that takes a job out of a lease (Done, Remove, Bury, Reclaim,
-// Track replacing it, a heartbeat moving it) decrements the lease's members
-// under the lease row's lock, and deletes the lease at 0. Each Registry
-// remembers which refs it moved into which lease (a map entry per job it
-// heartbeats, dropped when the job leaves through it or its lease ends).
-// A heartbeat extends a
-// lease whose every remembered ref is in its refs with one UPDATE of the
-// lease row, WHERE members is the count it remembers: a row back proves
-// that every one of those refs is still a member (any other party's
-// removal would have changed the count), so they are all extended. The
-// other refs — new ones, those of a lease that lost a member, those of a
-// lease whose other members the heartbeat leaves out — move into new
-// leases, each job's row written once; a lost ref is one whose row of that
-// epoch is gone. A job the caller stops heartbeating stays in its old
-// lease and expires with it. So a steady heartbeat of 100,000 jobs updates
-// 2,000 lease rows and no job row.
+// A job is a member of a lease row, and its deadline is its lease's (a job
+// in no lease has its own: one reclaimed, one tracked in place of an entry
+// that was in a lease, until their first heartbeat). Track puts the job
+// into a lease of its Registry in its one statement: one of 8 open leases,
+// taken in turn (so that Tracks at once write different lease rows), or a
+// new one of which it is the first member when that slot has none open. A
+// lease is open to the Tracks of the Registry that made it, for a quarter
+// of its lease after it was made, while it has fewer than 50 members and
+// was last given that lease (by its Track, its joins or a heartbeat), and
+// while no heartbeat of that Registry is extending it. A join adds 1 to
+// the lease's members and moves its deadline to now() + lease when that is
+// later: the job's deadline is the one asked for (at most 25 µs later,
+// see Bounds), and the lease's other members are extended with it — a
+// job's deadline may be later than its last Track or heartbeat asked, by
+// at most the time its lease took joins after it (under a quarter of the
+// lease; a job given up is recovered that much later at most). A join
+// writes the lease row after the job's, under its lock, and only to a
+// lease that exists and has not ended; else the statement fails whole and
+// Track sends it again into a new lease: no job points to a missing lease,
+// and no ended lease comes back. A Track in place of an entry in a lease
+// takes that entry out and puts the job in none, so that no statement
+// locks two lease rows.
+//
+// A heartbeat moves the jobs it lists that are in no lease of its
+// Registry's (a process that starts heartbeating jobs it did not track,
+// the jobs of the tables of earlier versions) into new leases of up to 50,
+// each job's row written once, in one statement per lease. Members join a
+// lease only through the Registry that made it, and leave it through any:
+// every statement that takes a job out of a lease (Done, Remove, Bury,
+// Reclaim, Track replacing it, a heartbeat moving it) decrements the
+// lease's members under the lease row's lock, and deletes the lease at 0.
+// Each Registry remembers which refs it tracked or moved into which lease
+// (a map entry per job, dropped when the job leaves through it or its
+// lease ends), and how many of its Tracks are joining each (sent, their
+// reply not read). A heartbeat extends a lease whose every remembered ref
+// is in its refs and that no Track is joining with one UPDATE of the lease
+// row, WHERE members is the count it remembers, and no Track joins the
+// lease until that UPDATE answers: a row back proves that every one of
+// those refs is still a member (any other party's removal would have
+// changed the count, and no join could make up for it), so they are all
+// extended. The other refs — new ones, those of a lease that lost a
+// member, that a Track was joining, or whose other members the heartbeat
+// leaves out — move into new leases; a lost ref is one whose row of that
+// epoch is gone. A Track of unknown outcome (its reply lost: the job may
+// be a member) makes its Registry forget the lease it joined, whose jobs
+// move at the next heartbeat, and an extension of unknown outcome closes
+// its lease to joins. A job the caller stops heartbeating stays in its old
+// lease and expires with it. So a heartbeat of 100,000 jobs that their
+// Registry tracked, its first one included, updates about 2,000 lease rows
+// and no job row.
 //
 // Reclaim of a job in a lease takes the lease row's lock with its
 // deadline check (FOR UPDATE … WHERE deadline <= now(), which PostgreSQL
@@ -53,9 +83,9 @@
 // takes the job, and decrements its members: a heartbeat and a Reclaim of
 // the same job never both succeed. The locks are always taken job rows
 // first, then lease rows. A statement that, once it has a job's lock,
-// finds the job moved into a lease made after the statement began (a
-// heartbeat at once, whose new lease row its snapshot does not hold)
-// fails whole and is sent again, up to 5 times (a heartbeat's moving
+// finds the job moved into a lease made after the statement began (by a
+// heartbeat or a Track of its ID at once: the new lease row is not in its
+// snapshot) fails whole and is sent again, up to 5 times (a heartbeat's moving
 // statement in its next round trip): the counts stay exact.
 //
 // Remove (after a requeue) leaves the job's retry record, which the next
@@ -71,10 +101,11 @@
 // as many as the completions of one window, and no statement walks them.
 //
 // Every operation is statements on the server's clock (now()), in one
-// round trip but for listings longer than a page and a heartbeat whose
-// leases lost members (two). Expired merges two index range scans, the
-// jobs in no lease by deadline and the expired leases by deadline with
-// their members, ORDER BY deadline, id LIMIT n: its cost grows with the
+// round trip but for listings longer than a page, a heartbeat whose
+// leases lost members (two), and a statement sent again (above). Expired
+// merges two index range scans, the jobs in no lease by deadline and the
+// expired leases by deadline with their members, ORDER BY deadline, id
+// LIMIT n: its cost grows with the
 // number expired, not the number tracked. The operator listings (InFlight,
 // Dead) select every column but the payload, which never leaves the
 // server for them; they, Expired, Counts and Job.Deadline use a job's
@@ -87,8 +118,9 @@
 // the server has CPU to spare (measured below):
 //
 //   - Track, Done, Remove, Reclaim, Bury, Purge, DeadJob: one job each,
-//     and its lease row (Done and Remove also delete at most 16 expired
-//     markers or records).
+//     and one lease row (Track's: the one it joins or makes, or that of
+//     the entry it replaces; Done and Remove also delete at most 16
+//     expired markers or records).
 //   - Heartbeat: one UPDATE of up to 25 lease rows (FROM unnest) per 25
 //     leases it extends, and one statement per 50 jobs it moves (a new
 //     lease of those, the jobs' rows, their old leases' rows): leases have
@@ -114,13 +146,20 @@
 //
 // Measured at 10,000,000 jobs, 100 expired (bench BenchmarkJobsScale;
 // docs/benchmarks.md "Scale" has the command; 2 cores shared, load
-// average 2.6 to 7, four runs): a steady heartbeat of 100,000 jobs takes
-// 54 to 81 ms, its statements about 0.2 ms (the longest 0.6 to 3.3 ms,
-// and 8.8 ms in one run); the first heartbeat of 100,000 jobs by a
-// registry (a process that starts: every job moves into a lease) takes
-// 2.8 to 7.2 s, its statements 0.8 to 2 ms on average but up to 13 to
+// average 1.8 to 7, five runs): the first heartbeat of 100,000 jobs that
+// a registry has just tracked takes 104 ms, its statements 0.32 ms on
+// average and 1.6 ms at the longest (one run: Track had put every job
+// into a lease); a steady heartbeat of 100,000 jobs takes 54 to 81 ms, its
+// statements 0.2 to 0.5 ms (the longest 0.6 to 3.3 ms, and 8.8 and 59 ms
+// in two runs under load); the first heartbeat of 100,000 jobs by a
+// registry that did not track them (a process that heartbeats the jobs of
+// another, or of an earlier version: every job moves into a lease) takes
+// 2.8 to 9 s, its statements 0.8 to 2.3 ms on average but up to 13 to
 // 92 ms under that load, over the 5 ms aim; the recovery scan takes about
-// 1 ms, with the jobs in leases or not, expired in leases or not.
+// 1 ms, with the jobs in leases or not, expired in leases or not. Track
+// writes the lease row too: about 16 µs more of the server's time than a
+// Track alone (some 20 against 35 µs), and a third fewer Tracks a second
+// when they keep the server's CPU busy.
 //
 // The registry is as durable as the database: use a primary with
 // synchronous_commit on (the default) for it.
@@ -164,8 +203,12 @@ type Registry struct {
 	// sent (for the tests).
 	fastStatements, slowStatements atomic.Int64
 	// afterPlan, when set (by the tests), runs between a heartbeat's plan
-	// and its statements.
-	afterPlan func()
+	// and its statements; beforeTrack between a Track's choice of lease
+	// and its statement, and afterTrack after it, with its error (which
+	// it may replace).
+	afterPlan   func()
+	beforeTrack func()
+	afterTrack  func(error) error
 }
 
 var (
@@ -227,6 +270,11 @@ func leave(src string) string {
 // and it could not take the job out of it): the statement fails whole
 // (chk, which each statement reads) and is sent again.
 const retryMark = "pgjobs: retry: a job moved into a lease made meanwhile:"
+
+// joinMark starts the error of a Track that would join a lease that ended
+// or is gone (its members all left): the statement fails whole, and Track
+// sends it again into a new lease.
+const joinMark = "pgjobs: retry: the lease to join ended:"
 
 // retrying calls f until its error is not a retry, at most 5 times.
 func retrying(f func() error) error {
@@ -350,26 +398,46 @@ SELECT (SELECT count(x) FROM chk) = 0 AND (EXISTS (SELECT FROM d) OR EXISTS (SEL
 		// replaces (ON CONFLICT, j): attempt and history unless the
 		// caller's attempt is higher, max retries unless the caller's is
 		// not 0. The entry it replaces (old, locked first) leaves its
-		// lease; an entry that another Track inserted meanwhile and that a
-		// heartbeat put in a lease is not replaced (no row: Track tries
-		// again).
+		// lease; an entry that another Track inserted meanwhile and that is
+		// in a lease is not replaced (no row: Track tries again).
+		//
+		// The job goes into a lease (nid): the open lease $9 it joins, or a
+		// new one when $10, of which it is the first member; or into none
+		// when the entry it replaces was in a lease (so that the statement
+		// locks one lease row at most). The lease row is written only once
+		// the job's is (the locks: the job's row first, then the lease's),
+		// and only when it is (nl, jl read ins): a statement that writes no
+		// job writes no lease. A join extends the lease to now() + $5 ms at
+		// least, and only a lease that exists and has not ended: else jchk
+		// fails the statement whole (joinMark) and Track sends it again,
+		// into a new lease.
 		track: r.Replace(`WITH old AS (SELECT id, lease FROM T_ WHERE id = $1 FOR UPDATE),
 	` + leave("old") + `r AS (DELETE FROM T__retry WHERE id = $1
 		RETURNING attempt, max_retries, history, at > now() - $8::bigint * interval '1 millisecond' AS fresh),
-	p AS (SELECT attempt, max_retries, history FROM r WHERE fresh)
-INSERT INTO T_ AS j (` + cols + `, lease)
-SELECT $1, $2, $3, CASE WHEN p.attempt >= $4::int THEN p.attempt ELSE $4::int END,
-	nextval('T__epoch'), now() + $5::bigint * interval '1 millisecond',
-	CASE WHEN p.attempt >= $4::int THEN p.history ELSE $6::jsonb END,
-	CASE WHEN $7::int = 0 THEN coalesce(p.max_retries, 0) ELSE $7::int END, NULL
-FROM (SELECT) AS one LEFT JOIN p ON true WHERE (SELECT count(x) FROM chk) = 0
-ON CONFLICT (id) DO UPDATE SET payload = excluded.payload, owner = excluded.owner,
-	attempt = greatest(j.attempt, excluded.attempt),
-	history = CASE WHEN j.attempt >= excluded.attempt THEN j.history ELSE excluded.history END,
-	max_retries = CASE WHEN $7::int = 0 THEN j.max_retries ELSE $7::int END,
-	epoch = excluded.epoch, deadline = excluded.deadline, lease = NULL
-	WHERE j.lease IS NOT DISTINCT FROM (SELECT lease FROM old)
-RETURNING epoch, deadline, attempt, max_retries, history`),
+	p AS (SELECT attempt, max_retries, history FROM r WHERE fresh),
+	nid AS MATERIALIZED (SELECT CASE WHEN $10::bool THEN nextval('T__lease_id') ELSE $9::bigint END AS id
+		WHERE NOT EXISTS (SELECT FROM old WHERE lease IS NOT NULL)),
+	ins AS (INSERT INTO T_ AS j (` + cols + `, lease)
+		SELECT $1, $2, $3, CASE WHEN p.attempt >= $4::int THEN p.attempt ELSE $4::int END,
+			nextval('T__epoch'), now() + $5::bigint * interval '1 millisecond',
+			CASE WHEN p.attempt >= $4::int THEN p.history ELSE $6::jsonb END,
+			CASE WHEN $7::int = 0 THEN coalesce(p.max_retries, 0) ELSE $7::int END, (SELECT id FROM nid)
+		FROM (SELECT) AS one LEFT JOIN p ON true WHERE (SELECT count(x) FROM chk) = 0
+		ON CONFLICT (id) DO UPDATE SET payload = excluded.payload, owner = excluded.owner,
+			attempt = greatest(j.attempt, excluded.attempt),
+			history = CASE WHEN j.attempt >= excluded.attempt THEN j.history ELSE excluded.history END,
+			max_retries = CASE WHEN $7::int = 0 THEN j.max_retries ELSE $7::int END,
+			epoch = excluded.epoch, deadline = excluded.deadline, lease = excluded.lease
+			WHERE j.lease IS NOT DISTINCT FROM (SELECT lease FROM old)
+		RETURNING epoch, deadline, attempt, max_retries, history, lease),
+	nl AS (INSERT INTO T__lease (id, deadline, members) SELECT lease, deadline, 1 FROM ins WHERE $10::bool AND lease IS NOT NULL
+		RETURNING deadline),
+	jl AS (UPDATE T__lease l SET members = l.members + 1, deadline = greatest(l.deadline, now() + $5::bigint * interval '1 millisecond')
+		WHERE NOT $10::bool AND l.id = (SELECT lease FROM ins) AND l.deadline > now() RETURNING l.deadline),
+	jchk AS MATERIALIZED (SELECT ('` + joinMark + ` ' || ins.lease)::bigint AS x FROM ins
+		WHERE ins.lease IS NOT NULL AND NOT EXISTS (SELECT FROM nl) AND NOT EXISTS (SELECT FROM jl))
+SELECT epoch, coalesce((SELECT deadline FROM jl), deadline), attempt, max_retries, history, lease FROM ins
+WHERE (SELECT count(x) FROM jchk) = 0`),
 		// heartbeat moves the live jobs of a chunk ($1, $2) into a new lease
 		// of deadline now() + $3 ms, taking them out of their old leases;
 		// it returns the new lease (NULL: none live) with each ID it did
@@ -532,11 +600,14 @@ func decodeHistory(b []byte) []jobs.Recovery {
 	return out
 }
 
-// Track implements jobs.Registry: one INSERT … ON CONFLICT (one round trip),
-// deadline on server time (now()), epoch from the sequence; an entry of the
-// same ID is replaced (it goes stale). The statement deletes the ID's retry
-// record and takes over its count, or the replaced entry's, as
-// jobs.Registry says.
+// Track implements jobs.Registry: one statement (one round trip), deadline
+// on server time (now()), epoch from the sequence; an entry of the same ID
+// is replaced (it goes stale). The statement deletes the ID's retry record
+// and takes over its count, or the replaced entry's, as jobs.Registry
+// says. It puts the job into one of the Registry's open leases, or into a
+// new one (see the package doc), so that its heartbeats extend the lease
+// whole; a job that replaces an entry in a lease stays in none until its
+// first heartbeat.
 func (r *Registry) Track(ctx context.Context, job jobs.Job, lease time.Duration) (jobs.Job, error) {
 	if err := jobs.CheckTrack(ctx, job, lease); err != nil {
 		return jobs.Job{}, err
@@ -549,23 +620,50 @@ func (r *Registry) Track(ctx context.Context, job jobs.Job, lease time.Duration)
 	}
 	var epoch int64
 	var hist []byte
+	var leaseID *int64
 	var err error
 	for range 5 {
+		start := time.Now()
+		t := r.cache.pick(lease, start)
+		if r.beforeTrack != nil {
+			r.beforeTrack()
+		}
+		err = r.pool.QueryRow(ctx, r.q.track, []byte(job.ID), job.Payload, job.Owner, job.Attempt, lease.Milliseconds(),
+			encodeHistory(job.History), job.MaxRetries, jobs.RetryWindow.Milliseconds(), t.join(), t.l == nil).
+			Scan(&epoch, &job.Deadline, &job.Attempt, &job.MaxRetries, &hist, &leaseID)
+		if r.afterTrack != nil {
+			err = r.afterTrack(err)
+		}
 		// No row: an entry another Track inserted meanwhile moved into a
 		// lease before this statement could replace it; again (and on a
-		// retry error).
-		err = r.pool.QueryRow(ctx, r.q.track, []byte(job.ID), job.Payload, job.Owner, job.Attempt, lease.Milliseconds(),
-			encodeHistory(job.History), job.MaxRetries, jobs.RetryWindow.Milliseconds()).
-			Scan(&epoch, &job.Deadline, &job.Attempt, &job.MaxRetries, &hist)
-		if !errors.Is(err, pgx.ErrNoRows) && !retry(err) {
-			break
+		// retry error, and into a new lease when the one to join ended).
+		// Those wrote nothing.
+		switch {
+		case err == nil:
+			r.cache.tracked(t, start, jobs.Ref{ID: job.ID, Epoch: uint64(epoch)}, leaseID)
+		case errors.Is(err, pgx.ErrNoRows) || retry(err):
+			r.cache.unanswered(t, true)
+			continue
+		case joinFailed(err):
+			r.cache.unanswered(t, false)
+			continue
+		default:
+			r.cache.unanswered(t, false) // unknown: the job may have joined
 		}
+		break
 	}
 	if err != nil {
 		return jobs.Job{}, unavailable("track", err)
 	}
 	job.Epoch, job.History = uint64(epoch), decodeHistory(hist)
 	return job, nil
+}
+
+// joinFailed reports whether err is a Track's that could not join its
+// lease (joinMark).
+func joinFailed(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && strings.Contains(pgErr.Message, joinMark)
 }
 
 // heartbeatChunk is the most jobs one heartbeat statement moves into a
@@ -578,19 +676,35 @@ var heartbeatChunk = 50
 // small row each).
 var extendChunk = 25
 
+// trackSlots is how many open leases a Registry's Tracks join, in turn:
+// Tracks at once go to different lease rows, and do not wait for each
+// other's row lock. A variable for the tests.
+var trackSlots = 8
+
 // leaseCache is what a Registry knows of the leases it made: for each, the
-// refs it moved in (less those it has seen leave since), and when the
-// lease ends (on the local clock, to forget the leases no longer
+// refs it moved or tracked in (less those it has seen leave since), and
+// when the lease ends (on the local clock, to forget the leases no longer
 // heartbeated). Its invariant: a lease's members on the server are a
-// subset of its cached refs, as members only ever leave a lease and a ref
-// is dropped from the cache only once it is known to have left. So a lease
-// whose count of members is the count of its cached refs has exactly
-// those: extending it extends them all.
+// subset of its cached refs and of the jobs of its pending joins (Tracks
+// sent and not answered), as members only ever join a lease through this
+// Registry and leave it otherwise, and a ref is dropped from the cache
+// only once it is known to have left. A heartbeat extends whole only a
+// lease with no pending join, and a Track joins no lease that a heartbeat
+// is extending (a plan counted it, and the statement has not answered):
+// the joins and the extensions of a lease never overlap. So a lease whose
+// count of members is the count of its cached refs when it is extended has
+// exactly those: extending it extends them all. A join whose outcome is
+// not known (its reply lost) drops its lease from the cache, as does an
+// extension of unknown outcome from the open leases: neither is trusted
+// again.
 type leaseCache struct {
 	mu     sync.Mutex
 	leases map[int64]*cachedLease
 	of     map[jobs.Ref]*cachedRef
 	plans  uint64 // plans made: a stamp that tells a plan's counts from the last one's
+	// slots are the open leases Tracks join, the next one in turn.
+	slots []*cachedLease
+	next  int
 }
 
 // cachedRef is a cached ref's lease; a ref is cached in lease l when
@@ -609,31 +723,118 @@ type fastLease struct {
 
 type cachedLease struct {
 	id    int64
-	refs  []jobs.Ref // moved in; those cached here still are n of them
+	refs  []jobs.Ref // moved or tracked in; those cached here still are n of them
 	n     int
 	until time.Time
 	plan  uint64 // the plan that last counted its refs
 	seen  int    // how many, in that plan
+	// The leases Track made take joins while open: for a quarter of
+	// their lease from made, of the same lease (dur, the lease its
+	// deadline was last set to) and below heartbeatChunk members.
+	made      time.Time
+	dur       time.Duration
+	closed    bool // never joined again
+	pending   int  // joins sent and not answered
+	extending int  // heartbeats that extend it whole, sent and not answered
 }
 
 func newLeaseCache() leaseCache {
-	return leaseCache{leases: map[int64]*cachedLease{}, of: map[jobs.Ref]*cachedRef{}}
+	return leaseCache{leases: map[int64]*cachedLease{}, of: map[jobs.Ref]*cachedRef{}, slots: make([]*cachedLease, trackSlots)}
+}
+
+// ticket is a Track's place in the cache: the open lease it joins (a join
+// pending), or nil for a new lease in slot.
+type ticket struct {
+	l     *cachedLease
+	slot  int
+	lease time.Duration
+}
+
+// join is the lease a Track joins, as its statement's argument: nil for a
+// new one.
+func (t ticket) join() *int64 {
+	if t.l == nil {
+		return nil
+	}
+	return &t.l.id
+}
+
+// pick returns a Track's ticket: the open lease of the next slot when it
+// may take a job of lease at now (its join then pending), else a new lease
+// for that slot.
+func (c *leaseCache) pick(lease time.Duration, now time.Time) ticket {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.next
+	c.next = (c.next + 1) % len(c.slots)
+	l := c.slots[s]
+	if l == nil || l.closed || c.leases[l.id] != l || l.extending > 0 || l.n+l.pending >= heartbeatChunk ||
+		l.dur != lease || !now.Before(l.made.Add(lease/4)) || !now.Before(l.until) {
+		return ticket{slot: s, lease: lease}
+	}
+	l.pending++
+	return ticket{l: l, slot: s, lease: lease}
+}
+
+// tracked records a Track sent with ticket t at start: the job tracked as
+// ref, in lease id (nil: in none, as it replaced an entry in a lease).
+func (c *leaseCache) tracked(t ticket, start time.Time, ref jobs.Ref, id *int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := t.l
+	switch {
+	case l != nil:
+		l.pending--
+		if id != nil && *id == l.id && c.leases[l.id] == l {
+			l.refs = append(l.refs, ref)
+			l.n++
+			if until := start.Add(t.lease); until.After(l.until) {
+				l.until = until
+			}
+			c.of[ref] = &cachedRef{lease: l}
+		}
+	case id != nil:
+		c.sweep(start) // a Registry that Tracks and never heartbeats forgets them too
+		l = &cachedLease{id: *id, refs: []jobs.Ref{ref}, n: 1, until: start.Add(t.lease), made: start, dur: t.lease}
+		c.leases[l.id] = l
+		c.of[ref] = &cachedRef{lease: l}
+		c.slots[t.slot] = l
+	}
+}
+
+// unanswered records a Track sent with ticket t that tracked nothing
+// (none: it wrote nothing, and may be sent again) or whose outcome is
+// unknown: the lease it joined is dropped, its join failed (the lease
+// ended) or may have happened.
+func (c *leaseCache) unanswered(t ticket, none bool) {
+	if t.l == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := t.l
+	l.pending--
+	if !none {
+		l.closed = true
+		if c.leases[l.id] == l {
+			c.drop(l)
+		}
+	}
 }
 
 // plan splits the distinct refs of a heartbeat into the leases it may
 // extend whole (each with its count of cached refs) and the refs it must
 // move into new leases (in the order of refs): those of no cached lease,
-// and those of a lease with cached refs that the heartbeat leaves out
-// (which stays behind with them and is forgotten). It forgets the leases
-// that ended before now. One map lookup a ref, when all are cached.
+// those of a lease with cached refs that the heartbeat leaves out (which
+// stays behind with them and is forgotten), and those of a lease with a
+// join pending (forgotten too: its new member is not known yet). The
+// leases to extend take no join until the heartbeat's statement answers
+// (extended, unextended). It forgets the leases that ended before now.
+// One map lookup a ref, when all are cached.
 func (c *leaseCache) plan(refs []jobs.Ref, now time.Time) (fast []fastLease, slow []jobs.Ref) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, l := range c.leases {
-		if now.After(l.until) {
-			c.drop(l)
-		}
-	}
+	c.sweep(now)
 	c.plans++
 	var touched []*cachedLease
 	uncached := false
@@ -653,7 +854,8 @@ func (c *leaseCache) plan(refs []jobs.Ref, now time.Time) (fast []fastLease, slo
 		}
 	}
 	for _, l := range touched {
-		if l.seen == l.n {
+		if l.seen == l.n && l.pending == 0 {
+			l.extending++
 			fast = append(fast, fastLease{l, l.n})
 		} else {
 			c.drop(l)
@@ -671,6 +873,15 @@ func (c *leaseCache) plan(refs []jobs.Ref, now time.Time) (fast []fastLease, slo
 		}
 	}
 	return fast, slow
+}
+
+// sweep forgets the leases that ended before now (c.mu held).
+func (c *leaseCache) sweep(now time.Time) {
+	for _, l := range c.leases {
+		if now.After(l.until) {
+			c.drop(l)
+		}
+	}
 }
 
 // drop forgets a lease (c.mu held).
@@ -704,23 +915,24 @@ func (c *leaseCache) leave(ref jobs.Ref) {
 	}
 	delete(c.of, ref)
 	if l := e.lease; c.leases[l.id] == l {
-		if l.n--; l.n == 0 {
-			delete(c.leases, l.id)
+		if l.n--; l.n == 0 && l.pending == 0 {
+			delete(c.leases, l.id) // gone on the server: its last member left
 		}
 	}
 }
 
-// extended records the new end of the leases extended and forgets the
-// others of fast, returning the refs moved into them that the heartbeat
-// lists (listed): all it counted, even when a heartbeat running at once
-// has moved some elsewhere since.
-func (c *leaseCache) extended(fast []fastLease, ok map[int64]bool, until time.Time, listed func(jobs.Ref) bool) (again []jobs.Ref) {
+// extended records the new end (until, for lease) of the leases extended
+// and forgets the others of fast, returning the refs moved into them that
+// the heartbeat lists (listed): all it counted, even when a heartbeat
+// running at once has moved some elsewhere since.
+func (c *leaseCache) extended(fast []fastLease, ok map[int64]bool, until time.Time, lease time.Duration, listed func(jobs.Ref) bool) (again []jobs.Ref) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, f := range fast {
 		l := f.cachedLease
+		l.extending--
 		if ok[l.id] {
-			l.until = until
+			l.until, l.dur = until, lease
 			continue
 		}
 		for _, ref := range l.refs {
@@ -733,6 +945,18 @@ func (c *leaseCache) extended(fast []fastLease, ok map[int64]bool, until time.Ti
 		}
 	}
 	return again
+}
+
+// unextended records that the statement extending fast failed, or was
+// not sent: those leases take no join again (an extension of unknown
+// outcome may yet run on the server).
+func (c *leaseCache) unextended(fast []fastLease) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, f := range fast {
+		f.extending--
+		f.closed = true
+	}
 }
 
 // forget drops a ref known to have left its lease (completed, removed,
@@ -803,6 +1027,7 @@ func (r *Registry) heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Du
 	}
 	conn, e := r.pool.Acquire(ctx)
 	if e != nil {
+		r.cache.unextended(fast)
 		for _, ref := range refs {
 			unknownRefs[ref] = true
 		}
@@ -824,7 +1049,7 @@ func (r *Registry) heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Du
 	var again []jobs.Ref // the refs of the leases not extended
 	var stmts []statement
 	for lo := 0; lo < len(fast); lo += extendChunk {
-		stmts = append(stmts, r.extendStatement(fast[lo:min(lo+extendChunk, len(fast))], leaseArg, until, listed, &again, unknownRefs))
+		stmts = append(stmts, r.extendStatement(fast[lo:min(lo+extendChunk, len(fast))], lease, leaseArg, until, listed, &again, unknownRefs))
 	}
 	for lo := 0; lo < len(slow); lo += heartbeatChunk {
 		stmts = append(stmts, r.moveStatement(slow[lo:min(lo+heartbeatChunk, len(slow))], leaseArg, until, &again, lostRefs, unknownRefs))
@@ -867,7 +1092,7 @@ type statement struct {
 
 // extendStatement extends the leases of fast that still have the members
 // cached; the refs of the others go to again, their leases forgotten.
-func (r *Registry) extendStatement(fast []fastLease, leaseArg []byte, until time.Time, listed func(jobs.Ref) bool, again *[]jobs.Ref, unknown map[jobs.Ref]bool) statement {
+func (r *Registry) extendStatement(fast []fastLease, lease time.Duration, leaseArg []byte, until time.Time, listed func(jobs.Ref) bool, again *[]jobs.Ref, unknown map[jobs.Ref]bool) statement {
 	r.fastStatements.Add(1)
 	ids, counts := []byte{'{'}, []byte{'{'}
 	for i, l := range fast {
@@ -885,8 +1110,9 @@ func (r *Registry) extendStatement(fast []fastLease, leaseArg []byte, until time
 			extended[id] = true
 			return err
 		},
-		done: func() { *again = append(*again, r.cache.extended(fast, extended, until, listed)...) },
+		done: func() { *again = append(*again, r.cache.extended(fast, extended, until, lease, listed)...) },
 		failed: func(error) {
+			r.cache.unextended(fast)
 			for _, l := range fast {
 				for _, ref := range l.refs {
 					if listed(ref) {
