@@ -29,7 +29,7 @@ import (
 // interval and misfire threshold are there too, so that taking its tick
 // reads nothing else (at 10,000 timers, the entries, their Timers and
 // schedules are cache misses each, and were a third of the dispatcher's
-// time). It is a binary min-heap of its own rather than container/heap's,
+// time). It is a 4-ary min-heap of its own rather than container/heap's,
 // whose calls through an interface cost a tenth of the dispatcher's time
 // at 10,000 timers.
 type tickHeap []heapItem
@@ -73,22 +73,30 @@ func (it *heapItem) misfireFor(iv time.Duration) time.Duration {
 
 // init orders the whole heap.
 func (h tickHeap) init() {
-	for i := len(h)/2 - 1; i >= 0; i-- {
+	for i := (len(h) - 2) / heapArity; i >= 0; i-- {
 		h.down(i)
 	}
 }
+
+// heapArity is the heap's fan-out: a 4-ary heap is half as deep as a
+// binary one, and an item's 4 children sit in 2 cache lines (10,000 timers
+// are 320 KB of items, taking a tick goes down the heap once).
+const heapArity = 4
 
 // down moves item i down to its place.
 func (h tickHeap) down(i int) {
 	n := len(h)
 	it := h[i]
 	for {
-		c := 2*i + 1
-		if c >= n {
+		first := heapArity*i + 1
+		if first >= n {
 			break
 		}
-		if r := c + 1; r < n && h[r].at < h[c].at {
-			c = r
+		c := first
+		for j := first + 1; j < min(first+heapArity, n); j++ {
+			if h[j].at < h[c].at {
+				c = j
+			}
 		}
 		if h[c].at >= it.at {
 			break
