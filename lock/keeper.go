@@ -315,26 +315,26 @@ func (k *Keeper) add(ctx context.Context, h Handle, made bool) (*Lease, error) {
 
 // releaseContext is the context of the release that Hold makes once fn
 // returned, for a lease of a Keeper: a deadline at least a second past
-// the lease's ValidUntil and at most 2 ttl + 1 s away, shared by the
-// Keeper's leases so that a release makes no timer of its own (it carries
-// no caller's values). Nil for a lease of no Keeper, or valid for longer
-// (adopted with a longer ttl than the Keeper's): Hold makes its own.
+// the lease's ValidUntil, shared by the Keeper's leases so that a release
+// makes no timer of its own (it carries no caller's values). A new one is
+// made, a ttl further than the lease needs, when the last one ends too
+// soon for the lease: about once a ttl; its deadline is at most a ttl past
+// the latest need of the Keeper's leases (a handle adopted with a longer
+// ttl than the Keeper's pushes it further). Nil for a lease of no Keeper:
+// Hold makes its own.
 func (l *Lease) releaseContext() context.Context {
 	k := l.k
 	if k == nil {
 		return nil
 	}
-	now := time.Now()
+	need := l.ValidUntil().Add(time.Second)
 	k.relMu.Lock()
 	defer k.relMu.Unlock()
-	if k.relCtx == nil || k.relCtx.Err() != nil || k.relEnd.Sub(now) < k.ttl+time.Second {
+	if k.relCtx == nil || k.relCtx.Err() != nil || k.relEnd.Before(need) {
 		// The context replaced ends at its deadline by itself (or was
 		// cancelled by Close): a release may still use it.
-		k.relEnd = now.Add(2*k.ttl + time.Second)
+		k.relEnd = need.Add(k.ttl)
 		k.relCtx, k.relCancel = context.WithDeadline(context.Background(), k.relEnd)
-	}
-	if k.relEnd.Before(l.ValidUntil().Add(time.Second)) {
-		return nil
 	}
 	return k.relCtx
 }

@@ -74,6 +74,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -627,10 +628,42 @@ func (s *Semaphore) Occupancy(ctx context.Context) ([]SlotState, error) {
 }
 
 type metrics struct {
+	*instruments
+	attrs metric.MeasurementOption
+}
+
+// instruments are the semaphores' instruments of one Meter.
+type instruments struct {
+	meter      metric.Meter
 	held       metric.Int64UpDownCounter
 	wait       metric.Float64Histogram
 	rejections metric.Int64Counter
-	attrs      metric.MeasurementOption
+}
+
+// lastInstruments are the instruments of the Meter the last semaphore was
+// made with, which the next ones most likely share (the global one): a
+// semaphore of that Meter takes them rather than make its own (10,000
+// semaphores made 10,000 sets of instruments, and a run read its own).
+var lastInstruments atomic.Pointer[instruments]
+
+// instrumentsOf returns m's instruments: the last ones when m is their
+// Meter (a Meter of a comparable type), else new ones.
+func instrumentsOf(m metric.Meter) *instruments {
+	comparable := reflect.TypeOf(m) != nil && reflect.TypeOf(m).Comparable()
+	if last := lastInstruments.Load(); comparable && last != nil && last.meter == m {
+		return last
+	}
+	in := &instruments{meter: m}
+	in.held, _ = m.Int64UpDownCounter("leasehold.semaphore.permits.held",
+		metric.WithDescription("Permits held by this process (occupancy)."))
+	in.wait, _ = m.Float64Histogram("leasehold.semaphore.wait.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time Acquire waited for a permit."))
+	in.rejections, _ = m.Int64Counter("leasehold.semaphore.rejections",
+		metric.WithDescription("TryAcquire calls that found every slot busy."))
+	if comparable {
+		lastInstruments.Store(in)
+	}
+	return in
 }
 
 // addHeld counts n more permits held (n < 0: fewer). Each measurement
@@ -651,14 +684,6 @@ func (m *metrics) reject(ctx context.Context) {
 }
 
 func newMetrics(tel *backendkit.Telemetry, name string) *metrics {
-	m := tel.Meter
 	set := metric.WithAttributeSet(attribute.NewSet(attribute.String("leasehold.semaphore", name)))
-	out := &metrics{attrs: set}
-	out.held, _ = m.Int64UpDownCounter("leasehold.semaphore.permits.held",
-		metric.WithDescription("Permits held by this process (occupancy)."))
-	out.wait, _ = m.Float64Histogram("leasehold.semaphore.wait.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time Acquire waited for a permit."))
-	out.rejections, _ = m.Int64Counter("leasehold.semaphore.rejections",
-		metric.WithDescription("TryAcquire calls that found every slot busy."))
-	return out
+	return &metrics{instruments: instrumentsOf(tel.Meter), attrs: set}
 }

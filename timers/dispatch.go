@@ -179,7 +179,7 @@ func (s *Scheduler) dispatch(ctx, runCtx context.Context, runs *sync.WaitGroup, 
 		}
 		s.wakeups.Add(1)
 		nowNs := now.UnixNano()
-		ticks := make([]due, 0, lastTicks)
+		ticks := make([]due, 0, lastTicks+lastTicks/4+4) // slack: spread ticks vary by a few a grain
 		for len(h) > 0 && h[0].at <= nowNs {
 			it := &h[0]
 			e, at := it.e, time.Unix(0, it.at)
@@ -331,9 +331,10 @@ func (s *Scheduler) runInstant(ctx, runCtx context.Context, runs *sync.WaitGroup
 	attempt, cancel := context.WithTimeout(ctx, until.Sub(s.set.clock()))
 	defer cancel()
 	s.claim(attempt, ticks)
+	now := s.set.clock() // the claims came back
 	won := make([]*due, 0, len(ticks))
 	for i := range ticks {
-		if d := &ticks[i]; d.e.claimed(ctx, runCtx, runs, d) {
+		if d := &ticks[i]; d.e.claimed(ctx, runCtx, runs, d, now) {
 			d.lease = d.e.t.leaseFor(d.interval(), s.lim)
 			won = append(won, d)
 		}
@@ -443,8 +444,8 @@ func forEach(n, workers int, fn func(i int)) {
 
 // claimed goes on with a tick whose claim has come back: counted
 // elsewhere, skipped, or run under the per-host cap; true when it was
-// granted and the run is to take a slot.
-func (e *entry) claimed(ctx, runCtx context.Context, runs *sync.WaitGroup, d *due) bool {
+// granted and the run is to take a slot. now is when it came back.
+func (e *entry) claimed(ctx, runCtx context.Context, runs *sync.WaitGroup, d *due, now time.Time) bool {
 	at, err := d.tick.At, d.err
 	if err == nil || errors.Is(err, lock.ErrNotAcquired) {
 		e.reachable(at)
@@ -465,7 +466,7 @@ func (e *entry) claimed(ctx, runCtx context.Context, runs *sync.WaitGroup, d *du
 	// least at to at + interval + threshold: a grant that came back after
 	// the threshold (a request held up in the network, retried by the
 	// client) may have outlived them, and another host may have run it.
-	if late := e.s.set.clock().Sub(at); late > e.t.misfireFor(d.interval()) {
+	if late := now.Sub(at); late > e.t.misfireFor(d.interval()) {
 		e.skip(ctx, at, "misfire", fmt.Sprintf("the claim came back %v late", late.Round(time.Millisecond)))
 		return false
 	}
@@ -497,14 +498,18 @@ func (e *entry) slotted(ctx, runCtx context.Context, runs *sync.WaitGroup, d *du
 	return true
 }
 
-// run runs the tick on its slot, which it holds while fn runs.
-func (d *due) run() {
+// run runs the tick on its slot (runner, for the pool).
+func (d *due) run() { d.runTick() }
+
+// runTick runs the tick on its slot, which it holds while fn runs; it
+// returns when it ended, on the scheduler's clock.
+func (d *due) runTick() (end time.Time) {
 	e := d.e
 	d.tick.Timer, d.tick.Slot = e.t.name, d.permit.Slot()
 	start := e.s.set.clock()
 	runCtx := e.s.runCtx
 	err := e.hold(runCtx, d.permit, d.lease, &d.tick)
-	e.finish(runCtx, d.tick, start, err)
+	return e.finish(runCtx, d.tick, start, err)
 }
 
 // slotWorkers bounds the slot calls a scheduler makes at once: the calls

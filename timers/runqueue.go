@@ -73,12 +73,11 @@ func (rq *runQueues) run(runs *sync.WaitGroup, ds []*due, now time.Time) {
 			}
 		}
 	}
-	start := time.Now()
 	for d := q.take(); d != nil; d = q.take() {
 		runs.Add(1)
-		d.run()
+		end := d.runTick()
 		runs.Done()
-		if time.Since(start) > inlineBudget {
+		if end.Sub(now) > inlineBudget {
 			// Slow runs (a round trip each, on a networked backend):
 			// the rest start at once, each on a goroutine of its own.
 			for d := q.take(); d != nil; d = q.take() {

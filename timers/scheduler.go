@@ -323,7 +323,7 @@ type entry struct {
 
 	mu       sync.Mutex
 	status   Status
-	degraded bool                                   // the backend was last found unreachable
+	degraded atomic.Bool                            // the backend was last found unreachable
 	mismatch error                                  // the last size check's (semaphore.ErrSizeMismatch)
 	attrs    [2]map[string]metric.MeasurementOption // the metrics' attributes, by outcome and by reason
 }
@@ -437,9 +437,7 @@ func (e *entry) call(ctx context.Context) error {
 // unavailable skips the tick, or with WithRunWhenUnavailable runs it under the
 // per-host cap.
 func (e *entry) unavailable(ctx, runCtx context.Context, runs *sync.WaitGroup, at time.Time, err error) {
-	e.mu.Lock()
-	e.degraded = true
-	e.mu.Unlock()
+	e.degraded.Store(true)
 	if e.local == nil {
 		e.skip(ctx, at, "unavailable", err.Error())
 		return
@@ -464,11 +462,7 @@ func (e *entry) unavailable(ctx, runCtx context.Context, runs *sync.WaitGroup, a
 // reachable notes that the backend answered: after an outage it says so,
 // since the cluster-wide guarantees hold again from this tick on.
 func (e *entry) reachable(at time.Time) {
-	e.mu.Lock()
-	was := e.degraded
-	e.degraded = false
-	e.mu.Unlock()
-	if was {
+	if e.degraded.Load() && e.degraded.Swap(false) {
 		e.s.common.Logger.Warn("leasehold: backend reachable again: the cluster-wide once-per-tick and concurrency guarantees hold again",
 			"timer", e.t.name, "tick", at)
 	}
@@ -489,8 +483,10 @@ func (e *entry) skip(ctx context.Context, at time.Time, reason, detail string) {
 	e.s.common.Logger.Log(ctx, level, "leasehold: timer tick skipped", "timer", e.t.name, "tick", at, "reason", reason, "detail", detail)
 }
 
-func (e *entry) finish(ctx context.Context, tick Tick, start time.Time, err error) {
-	took := e.s.set.clock().Sub(start)
+// finish records a run that started at start, and returns when it ended.
+func (e *entry) finish(ctx context.Context, tick Tick, start time.Time, err error) time.Time {
+	end := e.s.set.clock()
+	took := end.Sub(start)
 	outcome := "ok"
 	switch {
 	case errors.Is(err, errOverran):
@@ -524,6 +520,7 @@ func (e *entry) finish(ctx context.Context, tick Tick, start time.Time, err erro
 	if err != nil {
 		e.s.common.Logger.Warn("leasehold: timer run failed", "timer", e.t.name, "tick", tick.At, "outcome", outcome, "err", err)
 	}
+	return end
 }
 
 // attributes are the metrics' attributes of this timer with key (an

@@ -260,7 +260,9 @@ func (l *Lock) removeLocked(g *grant) {
 		l.wakeHeadLocked(g.key)
 		return
 	}
-	l.handOverLocked(g.key, time.Now())
+	if len(l.queues[g.key]) > 0 {
+		l.handOverLocked(g.key, time.Now())
+	}
 	l.notifier.Notify(g.key)
 }
 

@@ -51,7 +51,8 @@ var (
 // TelemetryFor returns the instruments for the providers; nil means the
 // global provider. The instruments of the global providers are built once
 // and shared (they forward to whatever SDK the application installs, before
-// or after); others are built anew, and a component builds its own once.
+// or after); others are built anew, but that those of the last providers
+// asked for are shared, and a component builds its own once.
 func TelemetryFor(mp metric.MeterProvider, tp trace.TracerProvider) *Telemetry {
 	if mp == nil && tp == nil {
 		defaultOnce.Do(func() { defaultTelemetry = newTelemetry(otel.GetMeterProvider(), otel.GetTracerProvider()) })
@@ -63,7 +64,34 @@ func TelemetryFor(mp metric.MeterProvider, tp trace.TracerProvider) *Telemetry {
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
-	return newTelemetry(mp, tp)
+	// The instruments of the last providers asked for are shared too, when
+	// both are of comparable types: the components a scheduler makes for
+	// its 10,000 timers (a semaphore each) pass the providers they were
+	// given, and built 10,000 sets of instruments, 4 KB each.
+	comparable := isComparable(mp) && isComparable(tp)
+	if last := lastTelemetry.Load(); comparable && last != nil && last.mp == mp && last.tp == tp {
+		return last.t
+	}
+	t := newTelemetry(mp, tp)
+	if comparable {
+		lastTelemetry.Store(&providersTelemetry{mp, tp, t})
+	}
+	return t
+}
+
+// lastTelemetry is the Telemetry TelemetryFor built last, with its
+// providers.
+var lastTelemetry atomic.Pointer[providersTelemetry]
+
+type providersTelemetry struct {
+	mp metric.MeterProvider
+	tp trace.TracerProvider
+	t  *Telemetry
+}
+
+func isComparable(v any) bool {
+	rt := reflect.TypeOf(v)
+	return rt != nil && rt.Comparable()
 }
 
 func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider) *Telemetry {
