@@ -24,8 +24,9 @@
 //     One script looks at 512 keys at most; over more keys TryAcquireAny
 //     runs several, one round trip each, until one grants a key;
 //   - handles per Batch.Renew and requests per ClaimEach: any number, in
-//     scripts of 1,000 and 250 keys; handles per ReleaseEach: any number,
-//     in scripts of 200;
+//     scripts of 1,000 and 64 keys; handles per ReleaseEach: any number,
+//     in scripts of 32; requests per TryAcquireAnyEach: any number, in
+//     scripts of 8 (and 32 of their keys);
 //   - keys per TryAcquireAll: MaxGroupKeys (256: one script holds the
 //     whole group);
 //   - key: 1 to lock.MaxKeyLen bytes.
@@ -52,9 +53,9 @@
 // one script each. On Cluster the keys of a group must share a hash tag
 // ({…}), otherwise lock.ErrInvalidKey.
 //
-// TryAcquireAnyEach (lock.AnyEachAcquirer) makes many TryAcquireAny in
-// one pipeline: scripts of at most 32 requests and 128 of their keys (per
-// Cluster slot), each request as TryAcquireAny makes it.
+// TryAcquireAnyEach (lock.AnyEachAcquirer) makes many TryAcquireAny:
+// scripts of at most 8 requests and 32 of their keys (per Cluster slot),
+// each request as TryAcquireAny makes it.
 //
 // Many grants (lock.Batcher, lock.EachClaimer). A Batch (NewBatch, which
 // lock.Keeper uses) renews many grants of the Lock together: one script
@@ -64,19 +65,36 @@
 // round trip of wall time (one per master on a Cluster, sent at once),
 // and a lost grant is reported alone. Shares are not renewed by a batch
 // (lock.ErrInvalidArgument: they are extended alone). ClaimEach makes many
-// claims (lock.Claim) the same way, in chunks of at most 250 keys, and
-// ReleaseEach (lock.EachReleaser) releases many grants so, 200 a chunk,
+// claims (lock.Claim) the same way, in chunks of at most 64 keys, and
+// ReleaseEach (lock.EachReleaser) releases many grants so, 32 a chunk,
 // each as its Release would (waiters handed the key or notified).
+//
+// What a pipeline costs the server's other clients. Redis reads a client's
+// input 16 KB at a time, once in each pass of its event loop, runs the
+// commands it completed, and every other client waits for the pass. So a
+// pipeline of any length delays the others by the work of about 16 KB of
+// it per pass, and the chunks are sized for that: about 0.45 ms of claims
+// (a chunk of 64 is 13 KB, 0.4 ms), one release chunk (15 KB, 0.2 ms), one
+// renewal chunk (120 KB, 1.3 ms). TryAcquireAnyEach's requests cost the
+// most per byte (16 KB of them, about 1 ms): its scripts go four at a time
+// (32 requests, 7 KB, about 0.5 ms), each pipeline when the previous one
+// to that server came back, a round trip per 32 requests (each master's
+// at once on a Cluster); one that cannot reach the server, or whose WAIT
+// falls short under WithReplicaAcks, fails the requests not sent to that
+// server with its error. (Chunks of 250 claims, each run whole in one
+// pass, and slot requests 70 to a pass held another client up by several
+// ms when three schedulers' 10,000 timers were due at one instant;
+// docs/benchmarks.md, "Scale".)
 //
 // No script of this package works on an unbounded set, so that none
 // stalls the server's other clients for long (each bound below costs the
 // server about 1.5 ms at most; docs/redis.md, "Scale"): 1,000 keys per
-// renewal chunk, 250 per claim chunk, 200 per release chunk (about 1 ms),
-// 512 per TryAcquireAny script,
+// renewal chunk, 64 per claim chunk (about 0.4 ms), 32 per release chunk
+// (about 0.2 ms), 512 per TryAcquireAny script,
 // MaxGroupKeys (256) per TryAcquireAll, 1,000 expired shares dropped per
 // call, 1,000 queued waiters per Waiting script (a longer queue takes a
 // round trip per 1,000); List reads a key's shares 1,000 at a time.
-// A TryAcquireAnyEach chunk (32 requests, 128 keys) costs about 0.5 ms.
+// A TryAcquireAnyEach chunk (8 requests, 32 keys) costs about 0.15 ms.
 //
 // Values read back from Redis (remaining ttls, fence counters, queue
 // entries) are not trusted: they are clamped or dropped.
