@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"runtime/metrics"
 	"strings"
 	"syscall"
 	"time"
@@ -22,6 +23,7 @@ type cpuLine struct {
 type cpuSample struct {
 	at                 time.Time
 	self, server, wait time.Duration
+	gcs                uint64 // this process's GC cycles so far
 }
 
 func startCPULine(pid int) *cpuLine {
@@ -34,8 +36,10 @@ func startCPULine(pid int) *cpuLine {
 			var ru syscall.Rusage
 			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 			st := schedstat(pid)
+			gc := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+			metrics.Read(gc)
 			c.samples = append(c.samples, cpuSample{time.Now(),
-				time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), time.Duration(st[0]), time.Duration(st[1])})
+				time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), time.Duration(st[0]), time.Duration(st[1]), gc[0].Value.Uint64()})
 			select {
 			case <-c.stop:
 				return
@@ -65,6 +69,23 @@ func (c *cpuLine) summary(first, last time.Time) []string {
 		wait[k] += b.wait - a.wait
 		span[k] += b.at.Sub(a.at)
 	}
+	// And by second of the window: the cores used in each.
+	var bySec strings.Builder
+	for sec := first; !sec.After(last); sec = sec.Add(time.Second) {
+		var self, server, wait, span time.Duration
+		var gcs uint64
+		for i := 1; i < len(c.samples); i++ {
+			a, b := c.samples[i-1], c.samples[i]
+			if a.at.Before(sec) || !a.at.Before(sec.Add(time.Second)) {
+				continue
+			}
+			self, server, wait, span = self+b.self-a.self, server+b.server-a.server, wait+b.wait-a.wait, span+b.at.Sub(a.at)
+			gcs += b.gcs - a.gcs
+		}
+		if span > 0 {
+			fmt.Fprintf(&bySec, " %d:%.2f/%.2f/%.2f/%d", int(sec.Sub(first)/time.Second), self.Seconds()/span.Seconds(), server.Seconds()/span.Seconds(), wait.Seconds()/span.Seconds(), gcs)
+		}
+	}
 	var sb strings.Builder
 	for k := range n {
 		if span[k] == 0 {
@@ -72,5 +93,6 @@ func (c *cpuLine) summary(first, last time.Time) []string {
 		}
 		fmt.Fprintf(&sb, " %d:%.2f/%.2f/%.2f", k*100, self[k].Seconds()/span[k].Seconds(), server[k].Seconds()/span[k].Seconds(), wait[k].Seconds()/span[k].Seconds())
 	}
-	return []string{"cores used by ms of the second (this process / the server / the server waiting for a CPU):" + sb.String()}
+	return []string{"cores used by ms of the second (this process / the server / the server waiting for a CPU):" + sb.String(),
+		"cores used by second of the window (the same, and this process's GC cycles):" + bySec.String()}
 }

@@ -25,23 +25,32 @@ type timeline struct {
 type span struct {
 	start, end time.Time
 	scripts    int
+	host       int
 }
 
-func (t *timeline) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (t *timeline) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+// hook is the go-redis hook that records host's calls in t.
+func (t *timeline) hook(host int) redis.Hook { return timelineHook{t, host} }
+
+type timelineHook struct {
+	t    *timeline
+	host int
+}
+
+func (h timelineHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h timelineHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		start := time.Now()
 		err := next(ctx, cmd)
-		t.add(kindOf(cmd.Args()), span{start, time.Now(), 1})
+		h.t.add(kindOf(cmd.Args()), span{start, time.Now(), 1, h.host})
 		return err
 	}
 }
-func (t *timeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h timelineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		start := time.Now()
 		err := next(ctx, cmds)
 		if len(cmds) > 0 {
-			t.add(kindOf(cmds[0].Args()), span{start, time.Now(), len(cmds)})
+			h.t.add(kindOf(cmds[0].Args()), span{start, time.Now(), len(cmds), h.host})
 		}
 		return err
 	}
@@ -146,6 +155,53 @@ func (t *timeline) summary(first, last time.Time) []string {
 		out = append(out, fmt.Sprintf("timeline %s: first sent %v, last back %v after the second (medians; latest %v); %.1f round trips, %.1f scripts per instant",
 			k, starts[len(starts)/2].Round(time.Millisecond), ends[len(ends)/2].Round(time.Millisecond), ends[len(ends)-1].Round(time.Millisecond),
 			float64(trips)/float64(instants), float64(scripts)/float64(instants)))
+	}
+	// The seconds whose claims came back late (past 450 ms: the misfire
+	// threshold of an every-second timer is 500 ms), with, per host, when
+	// each kind of call went out first and came back last in them, and the
+	// other commands (a size check's SCANs) sent from a second before.
+	var lates []time.Duration
+	for sec := first; !sec.After(last); sec = sec.Add(time.Second) {
+		var claimsBack time.Duration
+		for _, s := range t.spans["claims"] {
+			if !s.start.Before(sec) && s.start.Before(sec.Add(time.Second)) {
+				claimsBack = max(claimsBack, s.end.Sub(sec))
+			}
+		}
+		lates = append(lates, claimsBack)
+		if claimsBack <= 450*time.Millisecond {
+			continue
+		}
+		var sb strings.Builder
+		for _, k := range kinds {
+			byHost := map[int][2]time.Duration{}
+			for _, s := range t.spans[k] {
+				from := sec
+				if k == "other" || k == "releases" {
+					from = sec.Add(-time.Second)
+				}
+				if s.start.Before(from) || !s.start.Before(sec.Add(time.Second)) {
+					continue
+				}
+				b, ok := byHost[s.host]
+				if !ok {
+					b[0] = s.start.Sub(sec)
+				}
+				b[0], b[1] = min(b[0], s.start.Sub(sec)), max(b[1], s.end.Sub(sec))
+				byHost[s.host] = b
+			}
+			for h := range 3 {
+				if b, ok := byHost[h]; ok {
+					fmt.Fprintf(&sb, " %s@%d %v-%v", k, h, b[0].Round(time.Millisecond), b[1].Round(time.Millisecond))
+				}
+			}
+		}
+		out = append(out, fmt.Sprintf("timeline: second %d of the window, claims back %v after it:%s", int(sec.Sub(first)/time.Second), claimsBack.Round(time.Millisecond), sb.String()))
+	}
+	slices.Sort(lates)
+	if len(lates) > 0 {
+		out = append(out, fmt.Sprintf("timeline: the instants' claims back p50 %v, p90 %v, max %v after the second",
+			lates[len(lates)/2].Round(time.Millisecond), lates[len(lates)*9/10].Round(time.Millisecond), lates[len(lates)-1].Round(time.Millisecond)))
 	}
 	return out
 }

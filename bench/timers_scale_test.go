@@ -101,12 +101,12 @@ func timersAtScale(b *testing.B, spread bool) {
 		var schedulers []*timers.Scheduler
 		var counts []*roundTrips
 		tl := &timeline{}
-		for range hosts {
+		for h := range hosts {
 			c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 			b.Cleanup(func() { _ = c.Close() })
 			rt := &roundTrips{}
 			c.AddHook(rt)
-			c.AddHook(tl)
+			c.AddHook(tl.hook(h))
 			l, err := redislock.New(c, redislock.WithCommon(quiet))
 			if err != nil {
 				b.Fatal(err)

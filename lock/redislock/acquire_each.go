@@ -27,38 +27,28 @@ var (
 var _ lock.AnyEachAcquirer = (*Lock)(nil)
 
 // anyEachKeys and anyEachRequests bound one script of TryAcquireAnyEach,
-// so that no call blocks Redis for long: at most 32 keys of its requests'
-// and at most 8 requests. A request that takes a key costs the server
+// so that no call blocks Redis for long: at most 128 keys of its requests'
+// and at most 32 requests. A request that takes a key costs the server
 // about 15 µs (measured on a loaded machine, where a claim of ClaimEach
 // costs 5.8 µs), one that finds its keys held about 2 µs per key, so a
-// full chunk runs for about 0.15 ms (BenchmarkScriptServerTime).
-// anyEachWindow is the most of these scripts a pipeline carries: these
-// requests cost the server the most per byte sent (16 KB of them, what the
-// server reads of a client's input in a pass of its event loop, about
-// 1 ms), so a pipeline of four (32 requests, about 7 KB) is read and run
-// in one pass, about 0.5 ms, and the next is sent when it came back (see
-// pipeline). Variables for the tests.
+// full chunk runs for about 0.5 ms (BenchmarkScriptServerTime).
+// Variables for the tests of chunk boundaries.
 var (
-	anyEachKeys     = 32
-	anyEachRequests = 8
-	anyEachWindow   = 4
+	anyEachKeys     = 128
+	anyEachRequests = 32
 )
 
 // TryAcquireAnyEach implements lock.AnyEachAcquirer: each request is made
 // as TryAcquireAny makes it (a grant of the first free key from a random
 // one on, an ordinary handle), independently of the others and in order (a
 // key granted to one request is held for the later ones). The requests go
-// in scripts of at most 8 requests and 32 keys of theirs (a request of
+// in scripts of at most 32 requests and 128 keys of theirs (a request of
 // more keys, up to 512, in a script of its own; on a Cluster, of one hash
-// slot each), in pipelines of four scripts, each sent when the previous
-// one to that server came back: a round trip per 32 requests, each
-// master's at once on a Cluster (these requests cost the server the most
-// per byte: see the package doc). A pipeline that cannot reach the
-// server, or whose WAIT falls short, fails the requests not sent to that
-// server with its error. A request of more than 512 keys is made by
-// TryAcquireAny, in round trips of its own. Under WithReplicaAcks one
-// WAIT follows each pipeline, and a grant it did not acknowledge is
-// released again
+// slot each), all in one
+// pipeline: one round trip of wall time (one per master, sent together, on
+// a Cluster). A request of more than 512 keys is made by TryAcquireAny, in
+// round trips of its own. Under WithReplicaAcks one WAIT follows each
+// master's scripts, and a grant it did not acknowledge is released again
 // and reported as lock.ErrUnavailable, as TryAcquire does. Each request is
 // checked on its own (as TryAcquireAny checks its input; on a Cluster its
 // keys must share a hash slot): a bad request fails alone.
@@ -106,7 +96,7 @@ type anyItem struct {
 }
 
 // anyEach makes items, in scripts of anyEachKeys keys (of one slot each)
-// sent by pipeline, and writes their outcomes to res.
+// in one pipeline, and writes their outcomes to res.
 func (l *Lock) anyEach(ctx context.Context, reqs []lock.AnyRequest, items []anyItem, res []lock.AnyResult) {
 	order, ends := l.anyChunks(items)
 	calls := make([]scriptCall, len(ends))
@@ -130,7 +120,7 @@ func (l *Lock) anyEach(ctx context.Context, reqs []lock.AnyRequest, items []anyI
 		start = end
 	}
 	sent := time.Now()
-	l.pipeline(ctx, calls, true, anyEachWindow)
+	l.pipeline(ctx, calls, true)
 	var undo []*handle // grants made but not acknowledged
 	start = 0
 	for c, end := range ends {

@@ -49,9 +49,10 @@ func TestAcquireEachConformance(t *testing.T) {
 	})
 }
 
-// TryAcquireAnyEach sends a script per chunk of requests (per slot on a
-// Cluster), in pipelines of its window's scripts (4) one after the other
-// on each server (each master's at once on a Cluster).
+// TryAcquireAnyEach sends one pipeline: N requests over one slot group
+// are one round trip (a script per 128 keys or 32 requests), and so are requests over
+// many slots on a Cluster (one pipeline, which go-redis splits per
+// master, a script per slot).
 func TestAcquireEachRoundTrips(t *testing.T) {
 	onBoth(t, func(t *testing.T, c redis.UniversalClient) {
 		_, cluster := c.(*redis.ClusterClient)
@@ -65,51 +66,36 @@ func TestAcquireEachRoundTrips(t *testing.T) {
 		// Loads the script on every master the checks reach.
 		l.TryAcquireAnyEach(ctx, anyRequests(prefix+"/warm", 1000, 1, each))
 		rec.take()
-		_, maxRequests, maxKeys, _ := redislock.Chunks()
-		check := func(what string, reqs []lock.AnyRequest) {
+		check := func(what string, reqs []lock.AnyRequest, scripts int) {
 			t.Helper()
-			// A script per chunk of requests of one slot: as many as
-			// fit both bounds (the requests here have equal sizes).
-			perScript := max(1, min(maxRequests, maxKeys/len(reqs[0].Keys)))
-			bySlot := map[string]int{} // a key of each slot → its requests
-			slotKey := map[uint16]string{}
-			for _, r := range reqs {
-				k := r.Keys[0]
-				if cluster {
-					slot := redislock.KeySlot(k[strings.Index(k, "{")+1 : strings.Index(k, "}")])
-					if _, ok := slotKey[slot]; !ok {
-						slotKey[slot] = k
-					}
-					k = slotKey[slot]
-				} else {
-					k = reqs[0].Keys[0]
-				}
-				bySlot[k]++
-			}
-			scripts := map[string]int{}
-			for k, n := range bySlot {
-				scripts[serverOf(t, c, k)] += (n + perScript - 1) / perScript
-			}
 			for i, r := range l.TryAcquireAnyEach(ctx, reqs) {
 				if r.Err != nil {
 					t.Fatalf("%s: request %d: %v", what, i, r.Err)
 				}
 			}
 			got := rec.take()
-			for _, p := range got {
-				if strings.Trim(strings.ReplaceAll(p, "EVALSHA", ""), " ") != "" {
-					t.Fatalf("%s sent %.80q…, want EVALSHA only", what, got)
-				}
+			if len(got) != 1 || strings.Trim(strings.ReplaceAll(got[0], "EVALSHA", ""), " ") != "" {
+				t.Fatalf("%s sent %d pipelines (%.80q…), want one of EVALSHA only", what, len(got), got)
 			}
-			checkWaves(t, what, got, scripts, redislock.AnyEachWindow())
+			if n := strings.Count(got[0], "EVALSHA"); n != scripts {
+				t.Errorf("%s sent %d scripts, want %d", what, n, scripts)
+			}
 		}
-		// 300 requests of 4 keys, one tag.
-		check("one slot", anyRequests(prefix+"/one", 300, 4, one))
-		// 1,000 requests of 16 keys, a tag each: on a Cluster, scripts
-		// per slot, and pipelines per master.
-		check("a slot each", anyRequests(prefix+"/each", 1000, 16, each))
-		if !cluster { // 1,000 requests of 1 key
-			check("one key each", anyRequests(prefix+"/single", 1000, 1, one))
+		// 300 requests of 4 keys, one tag: 1,200 keys, 10 scripts of 128.
+		check("one slot", anyRequests(prefix+"/one", 300, 4, one), 10)
+		// 1,000 requests of 16 keys, a tag each: 8 requests a script, or
+		// on a Cluster a script per slot.
+		scripts := 125
+		if cluster {
+			slots := map[uint16]bool{}
+			for i := range 1000 {
+				slots[redislock.KeySlot(each(i))] = true
+			}
+			scripts = len(slots)
+		}
+		check("a slot each", anyRequests(prefix+"/each", 1000, 16, each), scripts)
+		if !cluster { // 1,000 requests of 1 key: 32 a script
+			check("one key each", anyRequests(prefix+"/single", 1000, 1, one), 32)
 		}
 	})
 }
@@ -189,8 +175,8 @@ func TestAcquireEachUnderReplicaAcks(t *testing.T) {
 	})
 }
 
-// 1,000 TryAcquireAny in one TryAcquireAnyEach (125 scripts, in
-// pipelines of 4), against 16 at once and one after the other.
+// 1,000 TryAcquireAny in one TryAcquireAnyEach (one pipeline of 32
+// scripts), against 16 at once and one after the other.
 func BenchmarkRedisAcquireEach(b *testing.B) {
 	locktest.BenchAcquireEach(b, newLock(b, newClient(b, testenv.Redis(b).Addr())), 1000, 4)
 }

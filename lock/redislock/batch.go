@@ -135,7 +135,7 @@ func (b *batch) Renew(ctx context.Context, hs []lock.Handle) []error {
 		start = end
 	}
 	sent := time.Now()
-	b.l.pipeline(ctx, calls, true, unpaced)
+	b.l.pipeline(ctx, calls, true)
 	start = 0
 	for c, end := range ends {
 		part := order[start:end]

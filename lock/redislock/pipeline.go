@@ -2,7 +2,6 @@ package redislock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,27 +12,14 @@ import (
 	"github.com/leasehold-go/leasehold/internal/rediscall"
 )
 
-// renewChunk is the most keys one script of Batch.Renew works on, so that
-// no call blocks Redis for long: a renewal costs the server about 1.3 µs a
-// key, so a chunk runs for about 1.3 ms (docs/redis.md, "Scale").
-const renewChunk = 1000
-
-// claimChunk is the most claims one script of ClaimEach makes: a claim
-// (two keys written) costs the server about 5.6 µs, so a chunk runs for
-// about 0.4 ms; its arguments (about 13 KB) are less than the 16 KB the
-// server reads of a client's input in a pass of its event loop, so that
-// a pass runs one or two of them (docs/redis.md, "Scale"). A variable for
-// the tests.
-var claimChunk = 64
-
-// unpaced is the window of a batch operation whose scripts all go in one
-// pipeline (see pipeline): Redis reads a client's input 16 KB per pass of
-// its event loop and runs the commands it completes, so what a pipeline
-// costs the server's other clients in a pass is the work of about 16 KB
-// of it, whatever its length: about 0.45 ms of claims, one release chunk
-// (0.2 ms) or one renewal chunk (1.3 ms). Only TryAcquireAnyEach's
-// requests cost more per byte: see anyEachWindow.
-const unpaced = 0
+// The most keys one script of Batch.Renew (renewChunk) or ClaimEach
+// (claimChunk) works on, so that no call blocks Redis for long: a renewal
+// costs the server about 1.3 µs a key, a claim (two keys written) about
+// 5.6 µs, so either chunk runs for about 1.5 ms (docs/redis.md, "Scale").
+const (
+	renewChunk = 1000
+	claimChunk = 250
+)
 
 // scriptCall is one script call of a pipeline (see pipeline).
 type scriptCall struct {
@@ -74,45 +60,24 @@ func noScript(cmd *redis.Cmd) bool {
 	return cmd.Err() != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT")
 }
 
-// pipeline runs calls in one pipeline when window is unpaced (on a
-// Cluster, go-redis sends each master's part at once), otherwise in
-// pipelines of at most window calls, each sent when the previous one to
-// the same server came back: one after the other on a single server, each
-// master's at once on a Cluster (routed by the calls' first keys). Each
-// script goes by EVALSHA, and those the server did not have once more by
-// EVAL, in a second pipeline. Under WithReplicaAcks each master's part of
-// a pipeline of a write is followed by one WAIT on the same connection,
-// whose shortfall is each of its calls' acked (releases are not
-// acknowledged). It sets every call's cmd; when ctx ended first, each
-// holds ctx's error. Of pipelines sent one after the other, one that
-// failed for a reason other than a server's error reply (the server
-// unreachable), or whose WAIT fell short, fails its server's calls not
-// sent yet with its error.
-func (l *Lock) pipeline(ctx context.Context, calls []scriptCall, write bool, window int) {
+// pipeline runs calls in one pipeline: one round trip of wall time (on a
+// Cluster, one per master, sent together by go-redis). Each script goes by
+// EVALSHA, and those the server did not have once more by EVAL, in a
+// second pipeline. Under WithReplicaAcks the calls of each master are
+// followed by one WAIT on the same connection, whose shortfall is each of
+// its calls' acked, when write says so (releases are not acknowledged). It
+// sets every call's cmd; when ctx ended first, each holds ctx's error.
+func (l *Lock) pipeline(ctx context.Context, calls []scriptCall, write bool) {
 	// The calls' replies are made aside: a client that ignores contexts
 	// may still write them after ctx ended (see rediscall.Bounds).
 	cmds := make([]*redis.Cmd, len(calls))
 	acked := make([]error, len(calls))
 	err := l.within(ctx, func() error {
-		if window <= unpaced || window >= len(calls) {
-			// One pipeline (on a Cluster, go-redis sends each master's
-			// part at once).
-			if l.acks.N == 0 || !write {
-				l.send(ctx, l.client, calls, cmds, nil)
-			} else {
-				l.sendAcked(ctx, calls, cmds, acked)
-			}
+		if l.acks.N == 0 || !write {
+			l.send(ctx, l.client, calls, cmds, nil)
 			return nil
 		}
-		servers := l.byServer(ctx, calls, cmds)
-		var wg sync.WaitGroup
-		for i := 1; i < len(servers); i++ {
-			wg.Go(func() { l.sendWaves(ctx, servers[i], calls, cmds, acked, write, window) })
-		}
-		if len(servers) > 0 {
-			l.sendWaves(ctx, servers[0], calls, cmds, acked, write, window) // on this goroutine
-		}
-		wg.Wait()
+		l.sendAcked(ctx, calls, cmds, acked)
 		return nil
 	})
 	for i := range calls {
@@ -123,99 +88,6 @@ func (l *Lock) pipeline(ctx context.Context, calls []scriptCall, write bool, win
 		}
 		calls[i].cmd, calls[i].acked = cmds[i], acked[i]
 	}
-}
-
-// serverCalls are the calls of a pipeline that go to one server: their
-// indexes, in order.
-type serverCalls struct {
-	addr string // "" on a client of one server
-	at   []int
-}
-
-// byServer groups calls by the server they go to: on a Cluster, the
-// master of their first key's slot (a call whose master is not known gets
-// the error in cmds and goes nowhere); one group otherwise.
-func (l *Lock) byServer(ctx context.Context, calls []scriptCall, cmds []*redis.Cmd) []serverCalls {
-	cc, ok := l.client.(*redis.ClusterClient)
-	if !ok {
-		at := make([]int, len(calls))
-		for i := range at {
-			at[i] = i
-		}
-		return []serverCalls{{at: at}}
-	}
-	var out []serverCalls
-	for i := range calls {
-		node, err := cc.MasterForKey(ctx, firstKey(calls[i].call))
-		if err != nil {
-			cmds[i] = redis.NewCmd(ctx)
-			cmds[i].SetErr(err)
-			continue
-		}
-		addr := node.Options().Addr
-		g := slices.IndexFunc(out, func(s serverCalls) bool { return s.addr == addr })
-		if g < 0 {
-			g = len(out)
-			out = append(out, serverCalls{addr: addr})
-		}
-		out[g].at = append(out[g].at, i)
-	}
-	return out
-}
-
-// sendWaves sends sv's calls in pipelines of at most window calls, each
-// when the previous one came back.
-func (l *Lock) sendWaves(ctx context.Context, sv serverCalls, calls []scriptCall, cmds []*redis.Cmd, acked []error, write bool, window int) {
-	fail := func(at []int, err error) {
-		for _, i := range at {
-			cmds[i] = redis.NewCmd(ctx)
-			cmds[i].SetErr(err)
-		}
-	}
-	for start := 0; start < len(sv.at); start += window {
-		wave := sv.at[start:min(start+window, len(sv.at))]
-		part := make([]scriptCall, len(wave))
-		for j, i := range wave {
-			// Not the whole call: its cmd is the caller's to set, who may
-			// have returned at ctx's end (see rediscall.Bounds).
-			part[j] = scriptCall{script: calls[i].script, call: calls[i].call}
-		}
-		got := make([]*redis.Cmd, len(wave))
-		ack := make([]error, len(wave))
-		if l.acks.N == 0 || !write {
-			l.send(ctx, l.client, part, got, nil)
-		} else {
-			l.sendAcked(ctx, part, got, ack)
-		}
-		for j, i := range wave {
-			cmds[i], acked[i] = got[j], ack[j]
-		}
-		if err := stopped(ctx, got, ack); err != nil {
-			fail(sv.at[start+len(wave):], err)
-			return
-		}
-	}
-}
-
-// stopped is why the calls after a pipeline whose replies are cmds (and
-// acknowledgements acked) are not to be sent: ctx's error once it ended,
-// an error of the pipeline that is not a server's reply (the connection
-// failed), or a WAIT that fell short (the replicas do not keep up: each
-// later write would wait for the timeout in its turn); nil otherwise.
-func stopped(ctx context.Context, cmds []*redis.Cmd, acked []error) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	for i, cmd := range cmds {
-		var reply redis.Error
-		if err := cmd.Err(); err != nil && !errors.As(err, &reply) {
-			return err
-		}
-		if acked[i] != nil {
-			return acked[i]
-		}
-	}
-	return nil
 }
 
 // send runs calls on c (a client, or a node of a Cluster) in one pipeline,
