@@ -76,7 +76,7 @@ func (l *Lock) ClaimEach(ctx context.Context, reqs []lock.ClaimRequest) []lock.C
 		calls[c] = scriptCall{script: claimEachScript, call: call}
 		start = end
 	}
-	l.pipeline(ctx, calls, true, unpaced)
+	l.pipeline(ctx, calls, true)
 	var undo []*handle // claims made but not acknowledged
 	start = 0
 	for c, end := range ends {
@@ -160,5 +160,5 @@ func (l *Lock) undoClaims(ctx context.Context, hs []*handle) {
 	defer cancel()
 	order, ends := l.chunks(len(hs), claimChunk, func(i int) string { return hs[i].keys[0] })
 	calls := l.releaseCalls(releaseAllScript, hs, order, ends)
-	l.pipeline(ctx, calls, false, unpaced)
+	l.pipeline(ctx, calls, false)
 }

@@ -25,8 +25,7 @@
 //     runs several, one round trip each, until one grants a key;
 //   - handles per Batch.Renew and requests per ClaimEach: any number, in
 //     scripts of 1,000 and 64 keys; handles per ReleaseEach: any number,
-//     in scripts of 32; requests per TryAcquireAnyEach: any number, in
-//     scripts of 8 (and 32 of their keys);
+//     in scripts of 32;
 //   - keys per TryAcquireAll: MaxGroupKeys (256: one script holds the
 //     whole group);
 //   - key: 1 to lock.MaxKeyLen bytes.
@@ -53,9 +52,9 @@
 // one script each. On Cluster the keys of a group must share a hash tag
 // ({…}), otherwise lock.ErrInvalidKey.
 //
-// TryAcquireAnyEach (lock.AnyEachAcquirer) makes many TryAcquireAny:
-// scripts of at most 8 requests and 32 of their keys (per Cluster slot),
-// each request as TryAcquireAny makes it.
+// TryAcquireAnyEach (lock.AnyEachAcquirer) makes many TryAcquireAny in
+// one pipeline: scripts of at most 32 requests and 128 of their keys (per
+// Cluster slot), each request as TryAcquireAny makes it.
 //
 // Many grants (lock.Batcher, lock.EachClaimer). A Batch (NewBatch, which
 // lock.Keeper uses) renews many grants of the Lock together: one script
@@ -70,21 +69,16 @@
 // each as its Release would (waiters handed the key or notified).
 //
 // What a pipeline costs the server's other clients. Redis reads a client's
-// input 16 KB at a time, once in each pass of its event loop, runs the
-// commands it completed, and every other client waits for the pass. So a
-// pipeline of any length delays the others by the work of about 16 KB of
-// it per pass, and the chunks are sized for that: about 0.45 ms of claims
-// (a chunk of 64 is 13 KB, 0.4 ms), one release chunk (15 KB, 0.2 ms), one
-// renewal chunk (120 KB, 1.3 ms). TryAcquireAnyEach's requests cost the
-// most per byte (16 KB of them, about 1 ms): its scripts go four at a time
-// (32 requests, 7 KB, about 0.5 ms), each pipeline when the previous one
-// to that server came back, a round trip per 32 requests (each master's
-// at once on a Cluster); one that cannot reach the server, or whose WAIT
-// falls short under WithReplicaAcks, fails the requests not sent to that
-// server with its error. (Chunks of 250 claims, each run whole in one
-// pass, and slot requests 70 to a pass held another client up by several
-// ms when three schedulers' 10,000 timers were due at one instant;
-// docs/benchmarks.md, "Scale".)
+// input 16 KB at a time, once in each pass of its event loop, runs each
+// command that read completed, whole, and every other client waits for
+// the pass. So a pipeline of any length delays the others by about the
+// work of 16 KB of it per pass, or of one chunk when a chunk is larger,
+// and the chunks are sized for that: about 80 claims a pass (a chunk of 64
+// is 12 KB, 0.4 ms), one or two release chunks (32 grants, 14 KB, 0.2 ms
+// each), one renewal chunk (1,000 keys, over 100 KB, 1.3 ms), about 70
+// TryAcquireAnyEach requests (16 KB, about 1 ms: these cost the most per
+// byte). A chunk of 250 claims (48 KB) or of 200 releases ran whole in
+// the pass that completed it, 1.5 and 1 ms.
 //
 // No script of this package works on an unbounded set, so that none
 // stalls the server's other clients for long (each bound below costs the

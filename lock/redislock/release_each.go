@@ -21,7 +21,7 @@ var (
 // releaseChunk is the most grants one script of ReleaseEach releases: a
 // release costs the server about 5 µs (GET, DEL, EXISTS of the queue,
 // PUBLISH to the subscribed release channel), so a chunk runs for about
-// 0.2 ms; its arguments (about 15 KB) are less than the 16 KB the server
+// 0.2 ms; its command (about 14 KB) is shorter than the 16 KB the server
 // reads of a client's input in a pass of its event loop
 // (BenchmarkScriptServerTime/release_each; docs/redis.md, "Scale").
 var releaseChunk = 32
@@ -69,7 +69,7 @@ func (l *Lock) ReleaseEach(ctx context.Context, hs []lock.Handle) []error {
 	}
 	order, ends := l.chunks(len(mine), releaseChunk, func(j int) string { return mine[j].keys[0] })
 	calls := l.releaseCalls(releaseEachScript, mine, order, ends)
-	l.pipeline(ctx, calls, false, unpaced)
+	l.pipeline(ctx, calls, false)
 	start := 0
 	for c, end := range ends {
 		part := order[start:end]
