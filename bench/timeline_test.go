@@ -114,8 +114,10 @@ func argString(a any) string {
 
 // summary: per kind, over the whole seconds from first to last, the
 // median of (the first call's start, the last reply's end) after the
-// second, and the round trips and scripts per instant.
-func (t *timeline) summary(first, last time.Time) []string {
+// second, and the round trips and scripts per instant; when aligned (the
+// timers due at the whole seconds), the seconds whose claims came back
+// late.
+func (t *timeline) summary(first, last time.Time, aligned bool) []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var out []string
@@ -160,6 +162,9 @@ func (t *timeline) summary(first, last time.Time) []string {
 	// threshold of an every-second timer is 500 ms), with, per host, when
 	// each kind of call went out first and came back last in them, and the
 	// other commands (a size check's SCANs) sent from a second before.
+	if !aligned {
+		return out
+	}
 	var lates []time.Duration
 	for sec := first; !sec.After(last); sec = sec.Add(time.Second) {
 		var claimsBack time.Duration

@@ -154,7 +154,7 @@ func timersAtScale(b *testing.B, spread bool) {
 		inProc, child := stopProbe(), stopChild()
 		// The diagnostics go to stderr: a benchmark's log keeps its first
 		// lines only.
-		diagLines := append(append(append(diag.stop(b), tl.summary(first, last)...), cpu.summary(first, last)...),
+		diagLines := append(append(append(diag.stop(b), tl.summary(first, last, !spread)...), cpu.summary(first, last)...),
 			fmt.Sprintf("probe, this process: %d pings, p50 %v, p99 %v, max %v; the slow ones (≥ %v) by when in the second: %s", inProc.n, inProc.p50, inProc.p99, inProc.max, slowPing, phases(inProc.slow)),
 			fmt.Sprintf("probe, a process of its own: %d pings, p50 %v, p99 %v, max %v; the slow ones (≥ %v) by when in the second: %s", child.n, child.p50, child.p99, child.max, slowPing, phases(child.slow)))
 		for _, line := range diagLines {
