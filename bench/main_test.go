@@ -11,6 +11,7 @@ import (
 
 func TestMain(m *testing.M) {
 	workerMain()
+	probeMain()
 	testenv.Main(m)
 }
 

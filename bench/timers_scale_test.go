@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -47,9 +48,18 @@ func timersScale(b *testing.B) (int, time.Duration) {
 // the log), the round trips each scheduler made per second (every command
 // or pipeline its client sent: the claims, the slots, the releases, the
 // renewals and the size checks; per instant when aligned) and its server
-// calls (the commands, a pipeline's counted one by one), and meanwhile the
-// PING latency of another client (probe-p50-ms, probe-p99-ms). Run with
-// -benchtime 1x.
+// calls (the commands, a pipeline's counted one by one), the latest run's
+// start after its tick in each second (last-start-p50-ms over the
+// seconds, last-start-max-ms), and meanwhile the PING latency of another
+// client: from a process of its own (probe-p50-ms, probe-p99-ms: what the
+// server's other clients see) and from this process
+// (inproc-probe-p50-ms, inproc-probe-p99-ms: that plus the waits of this
+// process's Go scheduler, which the schedulers' runs keep busy). On
+// stderr, what tells where slow pings come from: the server's long calls
+// (SLOWLOG), its CPU time and its time waiting for a CPU, this process's
+// goroutines' waits for the Go scheduler, when each kind of script went
+// out and came back in the second, the cores each process used, and when
+// in the second the slow pings were sent. Run with -benchtime 1x.
 func BenchmarkTimersAtScale(b *testing.B) {
 	for _, spread := range []bool{false, true} {
 		name := map[bool]string{false: "aligned", true: "spread"}[spread]
@@ -69,11 +79,16 @@ func timersAtScale(b *testing.B, spread bool) {
 		prefix := uniqueKey("scale")
 		var mu sync.Mutex
 		ran := make(map[[2]int64]int, n*int(span/time.Second))
+		lastStart := map[int64]time.Duration{} // by tick second: the latest run's start after its tick
 		fn := func(i int) func(context.Context) error {
 			return func(ctx context.Context) error {
 				tick, _ := timers.TickFrom(ctx)
+				late := time.Since(tick.At)
 				mu.Lock()
 				ran[[2]int64{int64(i), tick.At.Unix()}]++
+				if sec := tick.At.Unix(); late > lastStart[sec] {
+					lastStart[sec] = late
+				}
 				mu.Unlock()
 				return nil
 			}
@@ -85,11 +100,13 @@ func timersAtScale(b *testing.B, spread bool) {
 		const hosts = 3
 		var schedulers []*timers.Scheduler
 		var counts []*roundTrips
-		for range hosts {
+		tl := &timeline{}
+		for h := range hosts {
 			c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 			b.Cleanup(func() { _ = c.Close() })
 			rt := &roundTrips{}
 			c.AddHook(rt)
+			c.AddHook(tl.hook(h))
 			l, err := redislock.New(c, redislock.WithCommon(quiet))
 			if err != nil {
 				b.Fatal(err)
@@ -113,7 +130,10 @@ func timersAtScale(b *testing.B, spread bool) {
 		// up to a second after its whole second).
 		ctx, cancel := context.WithDeadline(context.Background(), last.Add(1500*time.Millisecond))
 		probe := newRedis(b, addr)
-		stopProbe := startProbe(b, func(ctx context.Context) error { return probe.Ping(ctx).Err() })
+		stopProbe := startProbeStats(b, func(ctx context.Context) error { return probe.Ping(ctx).Err() })
+		stopChild := startProbeProcess(b, addr)
+		diag := startServerDiag(b, addr, 500*time.Microsecond)
+		cpu := startCPULine(diag.pid)
 		var wg sync.WaitGroup
 		for _, s := range schedulers {
 			wg.Go(func() { _ = s.Run(ctx) })
@@ -131,9 +151,22 @@ func timersAtScale(b *testing.B, spread bool) {
 		}
 		wg.Wait()
 		cancel()
-		p50, p99 := stopProbe()
+		inProc, child := stopProbe(), stopChild()
+		// The diagnostics go to stderr: a benchmark's log keeps its first
+		// lines only.
+		diagLines := append(append(append(diag.stop(b), tl.summary(first, last, !spread)...), cpu.summary(first, last)...),
+			fmt.Sprintf("probe, this process: %d pings, p50 %v, p99 %v, max %v; the slow ones (≥ %v) by when in the second: %s", inProc.n, inProc.p50, inProc.p99, inProc.max, slowPing, phases(inProc.slow)),
+			fmt.Sprintf("probe, a process of its own: %d pings, p50 %v, p99 %v, max %v; the slow ones (≥ %v) by when in the second: %s", child.n, child.p50, child.p99, child.max, slowPing, phases(child.slow)))
+		for _, line := range diagLines {
+			fmt.Fprintf(os.Stderr, "%s: %s\n", b.Name(), line)
+		}
 
 		mu.Lock()
+		var starts []time.Duration // of each whole second of the window: its latest run's start after the tick
+		for t := first; !t.After(last); t = t.Add(time.Second) {
+			starts = append(starts, lastStart[t.Unix()])
+		}
+		slices.Sort(starts)
 		var dups, missed, runs int64
 		perSecond := make([]int64, int(span/time.Second)) // missed ticks by second of the window
 		for i := range n {
@@ -164,7 +197,11 @@ func timersAtScale(b *testing.B, spread bool) {
 		b.ReportMetric(float64(runs), "ticks")
 		b.ReportMetric(float64(trips)/hosts/instants, "round-trips/"+per)
 		b.ReportMetric(float64(calls)/hosts/instants, "server-calls/"+per)
-		b.ReportMetric(float64(p50)/float64(time.Millisecond), "probe-p50-ms")
-		b.ReportMetric(float64(p99)/float64(time.Millisecond), "probe-p99-ms")
+		b.ReportMetric(float64(child.p50)/float64(time.Millisecond), "probe-p50-ms")
+		b.ReportMetric(float64(child.p99)/float64(time.Millisecond), "probe-p99-ms")
+		b.ReportMetric(float64(inProc.p50)/float64(time.Millisecond), "inproc-probe-p50-ms")
+		b.ReportMetric(float64(inProc.p99)/float64(time.Millisecond), "inproc-probe-p99-ms")
+		b.ReportMetric(float64(starts[len(starts)/2])/float64(time.Millisecond), "last-start-p50-ms")
+		b.ReportMetric(float64(starts[len(starts)-1])/float64(time.Millisecond), "last-start-max-ms")
 	}
 }

@@ -24,8 +24,8 @@
 //     One script looks at 512 keys at most; over more keys TryAcquireAny
 //     runs several, one round trip each, until one grants a key;
 //   - handles per Batch.Renew and requests per ClaimEach: any number, in
-//     scripts of 1,000 and 250 keys; handles per ReleaseEach: any number,
-//     in scripts of 200;
+//     scripts of 1,000 and 64 keys; handles per ReleaseEach: any number,
+//     in scripts of 32;
 //   - keys per TryAcquireAll: MaxGroupKeys (256: one script holds the
 //     whole group);
 //   - key: 1 to lock.MaxKeyLen bytes.
@@ -64,19 +64,31 @@
 // round trip of wall time (one per master on a Cluster, sent at once),
 // and a lost grant is reported alone. Shares are not renewed by a batch
 // (lock.ErrInvalidArgument: they are extended alone). ClaimEach makes many
-// claims (lock.Claim) the same way, in chunks of at most 250 keys, and
-// ReleaseEach (lock.EachReleaser) releases many grants so, 200 a chunk,
+// claims (lock.Claim) the same way, in chunks of at most 64 keys, and
+// ReleaseEach (lock.EachReleaser) releases many grants so, 32 a chunk,
 // each as its Release would (waiters handed the key or notified).
+//
+// What a pipeline costs the server's other clients. Redis reads a client's
+// input 16 KB at a time, once in each pass of its event loop, runs each
+// command that read completed, whole, and every other client waits for
+// the pass. So a pipeline of any length delays the others by about the
+// work of 16 KB of it per pass, or of one chunk when a chunk is larger,
+// and the chunks are sized for that: about 80 claims a pass (a chunk of 64
+// is 12 KB, 0.4 ms), one or two release chunks (32 grants, 14 KB, 0.2 ms
+// each), one renewal chunk (1,000 keys, over 100 KB, 1.3 ms), about 70
+// TryAcquireAnyEach requests (16 KB, about 1 ms: these cost the most per
+// byte). A chunk of 250 claims (48 KB) or of 200 releases ran whole in
+// the pass that completed it, 1.5 and 1 ms.
 //
 // No script of this package works on an unbounded set, so that none
 // stalls the server's other clients for long (each bound below costs the
 // server about 1.5 ms at most; docs/redis.md, "Scale"): 1,000 keys per
-// renewal chunk, 250 per claim chunk, 200 per release chunk (about 1 ms),
-// 512 per TryAcquireAny script,
+// renewal chunk, 64 per claim chunk (about 0.4 ms), 32 per release chunk
+// (about 0.2 ms), 512 per TryAcquireAny script,
 // MaxGroupKeys (256) per TryAcquireAll, 1,000 expired shares dropped per
 // call, 1,000 queued waiters per Waiting script (a longer queue takes a
 // round trip per 1,000); List reads a key's shares 1,000 at a time.
-// A TryAcquireAnyEach chunk (32 requests, 128 keys) costs about 0.5 ms.
+// A TryAcquireAnyEach chunk (8 requests, 32 keys) costs about 0.15 ms.
 //
 // Values read back from Redis (remaining ttls, fence counters, queue
 // entries) are not trusted: they are clamped or dropped.

@@ -11,3 +11,7 @@ func SetReleaseChunk(n int) (restore func()) {
 // ReleaseScripts are the hashes of the scripts that release grants
 // (Release's and ReleaseEach's).
 var ReleaseScripts = []string{releaseScript.Hash(), releaseEachScript.Hash()}
+
+// Chunks are the most claims one script of ClaimEach makes and grants one
+// of ReleaseEach releases.
+func Chunks() (claims, releases int) { return claimChunk, releaseChunk }

@@ -21,9 +21,10 @@ var (
 // releaseChunk is the most grants one script of ReleaseEach releases: a
 // release costs the server about 5 µs (GET, DEL, EXISTS of the queue,
 // PUBLISH to the subscribed release channel), so a chunk runs for about
-// 1 ms (BenchmarkScriptServerTime/release_each: 0.54 ms mean for 100,
-// 1.2 ms for 250, on a loaded machine).
-var releaseChunk = 200
+// 0.2 ms; its command (about 14 KB) is shorter than the 16 KB the server
+// reads of a client's input in a pass of its event loop
+// (BenchmarkScriptServerTime/release_each; docs/redis.md, "Scale").
+var releaseChunk = 32
 
 var _ lock.EachReleaser = (*Lock)(nil)
 
@@ -31,7 +32,7 @@ var _ lock.EachReleaser = (*Lock)(nil)
 // released as its Release releases it (release.lua's logic, in
 // release_each.lua: the key handed to the first live waiter of its queue,
 // or its release announced to its subscribers), independently of the
-// others, in scripts of at most 200 grants (on a Cluster, of one hash slot
+// others, in scripts of at most 32 grants (on a Cluster, of one hash slot
 // each), all in one pipeline: one round trip of wall time (one per
 // master, sent together, on a Cluster). As Release, it is not
 // acknowledged under WithReplicaAcks. A handle released before gets
