@@ -65,11 +65,10 @@ func (l *Lock) ClaimEach(ctx context.Context, reqs []lock.ClaimRequest) []lock.C
 	start := 0
 	for c, end := range ends {
 		n := end - start
-		call := claimEachScript.Start(make([]any, 0, 3+2*n+1+2*n), 2*n)
+		call := claimEachScript.Start(make([]any, 0, 3+2*n+2*n), 2*n)
 		for _, j := range order[start:end] {
 			call = append(call, &keys[j][0], &keys[j][1])
 		}
-		call = append(call, fenceLifetimeArg)
 		for _, j := range order[start:end] {
 			call = append(call, &tails[j], &ttls[j])
 		}

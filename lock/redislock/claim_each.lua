@@ -4,10 +4,14 @@
 -- "<token>|<granted at µs>|<attempt>|<owner>", PX the claim's ttl), and
 -- left to lapse. Prepended with clock.lua.
 -- KEYS: lock key 1, fence key 1, lock key 2, fence key 2, ... (at most
--- claimChunk, 250, pairs, all of one Cluster slot).
--- ARGV[1]: the fence counters' lifetime in ms; ARGV[2j], ARGV[2j + 1]:
--- claim j's "<attempt>|<owner>" (an attempt id of its own) and its ttl in
--- ms.
+-- claimChunk, 64, pairs, all of one Cluster slot).
+-- ARGV[2j - 1], ARGV[2j]: claim j's "<attempt>|<owner>" (an attempt id of
+-- its own) and its ttl in ms.
+-- A claim's key is usually one-off (a timer's tick), so a counter it
+-- creates lives as long as the claim, not fenceLifetime (an hour: 36
+-- million counters for 10,000 timers ticking every second); a counter that
+-- exists keeps its lifetime. After the claim the clock keeps the key's
+-- tokens increasing (max(last + 1, server µs)), as after a lost counter.
 -- Returns the server time of the grants in µs (a string), then one entry
 -- per claim: its token, a string, when granted; "<token>|<granted at µs>"
 -- when the key already holds this claim's grant (go-redis retried the
@@ -23,11 +27,15 @@ for j = 1, #KEYS / 2 do fenceKeys[j] = KEYS[2 * j] end
 -- at most once (SET NX), so no counter is read after its own update.
 local fences = redis.call('MGET', unpack(fenceKeys))
 for j = 1, #KEYS / 2 do
-  local lockKey, fenceKey, tail = KEYS[2 * j - 1], KEYS[2 * j], ARGV[2 * j]
+  local lockKey, fenceKey, tail = KEYS[2 * j - 1], KEYS[2 * j], ARGV[2 * j - 1]
   local token = tokenAfter(fences[j], since, now)
-  local v = redis.pcall('SET', lockKey, token .. '|' .. since .. '|' .. tail, 'PX', ARGV[2 * j + 1], 'NX', 'GET')
+  local v = redis.pcall('SET', lockKey, token .. '|' .. since .. '|' .. tail, 'PX', ARGV[2 * j], 'NX', 'GET')
   if not v then
-    redis.call('SET', fenceKey, token, 'PX', ARGV[1])
+    if fences[j] then
+      redis.call('SET', fenceKey, token, 'KEEPTTL')
+    else
+      redis.call('SET', fenceKey, token, 'PX', ARGV[2 * j])
+    end
     out[j + 1] = token
   else
     if type(v) == 'table' and not string.find(v.err, '^WRONGTYPE') then

@@ -113,6 +113,66 @@ func TestClaimEach(t *testing.T) {
 	})
 }
 
+// The fence counter a claim creates lives as long as the claim, so that
+// the one-off keys of timers' ticks leave nothing behind (with the hour of
+// an acquired key's counter, 10,000 timers ticking every second kept 36
+// million counters in Redis, and the SCANs of List crossed them all); a
+// counter that exists keeps its lifetime, and a claim of the key after
+// its counter lapsed still has a larger token.
+func TestClaimEachCountersLiveAsLongAsTheClaims(t *testing.T) {
+	onBoth(t, func(t *testing.T, c redis.UniversalClient) {
+		l := newLock(t, c)
+		ctx := t.Context()
+		keys := batchKeys(runID(t), 200)
+		// Key 0 was acquired before: its counter lives an hour.
+		h, err := l.TryAcquire(ctx, keys[0], time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		const ttl = 300 * time.Millisecond
+		reqs := make([]lock.ClaimRequest, len(keys))
+		for i, k := range keys {
+			reqs[i] = lock.ClaimRequest{Key: k, TTL: ttl}
+		}
+		first := l.ClaimEach(ctx, reqs)
+		for i, r := range first {
+			if r.Err != nil {
+				t.Fatalf("claim of %q: %v", keys[i], r.Err)
+			}
+		}
+		fence := func(i int) string { return redislock.DefaultPrefix + "f" + encode(keys[i]) }
+		if left := c.PTTL(ctx, fence(0)).Val(); left < 50*time.Minute {
+			t.Errorf("the counter of an acquired key has %v left after a claim, want its hour", left)
+		}
+		for i := 1; i < len(keys); i++ {
+			if left := c.PTTL(ctx, fence(i)).Val(); left <= 0 || left > ttl {
+				t.Fatalf("the counter a claim of %v created has %v left, want at most the claim's ttl", ttl, left)
+			}
+		}
+		// Once the claims lapsed their counters are gone too, and the
+		// next claims' tokens are still larger (the server's clock).
+		last := keys[len(keys)-1]
+		for c.Exists(ctx, fence(len(keys)-1)).Val() != 0 || c.Exists(ctx, redislock.DefaultPrefix+"l"+encode(last)).Val() != 0 {
+			select {
+			case <-ctx.Done():
+				t.Fatal(ctx.Err())
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		for i, r := range l.ClaimEach(ctx, reqs) {
+			if r.Err != nil {
+				t.Fatalf("second claim of %q: %v", keys[i], r.Err)
+			}
+			if r.Token <= first[i].Token {
+				t.Errorf("second claim of %q: token %d, not above the first claim's %d", keys[i], r.Token, first[i].Token)
+			}
+		}
+	})
+}
+
 // ClaimEach sends one script per chunk of 64 claims (per slot on a
 // Cluster) in one pipeline.
 func TestClaimEachRoundTrips(t *testing.T) {
