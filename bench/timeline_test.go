@@ -66,7 +66,7 @@ func (t *timeline) add(kind string, s span) {
 }
 
 // kindOf names a script call by its arguments' shape: claims (2 keys and
-// 2 arguments each, plus one), slots (acquire_each: 2 keys and 4
+// 2 arguments each), slots (acquire_each: 2 keys and 4
 // arguments per request of one key, plus one), releases (4 keys and 3
 // arguments each, plus two), renewals (renew_batch); "other" for the
 // rest.
@@ -83,14 +83,11 @@ func kindOf(args []any) string {
 		return "other"
 	}
 	switch n := len(args); {
+	case n == 3+2*nk:
+		// claim_each: a tail and a ttl per claim of two keys.
+		return "claims"
 	case n == 4+2*nk:
-		// claim_each (ARGV: the fences' lifetime, then a tail and a ttl
-		// per claim) or renew_batch (ARGV: the ttl, then a value per key).
-		if n > 5+nk {
-			if _, err := strconv.Atoi(argString(args[5+nk])); err == nil {
-				return "claims"
-			}
-		}
+		// renew_batch: the ttl, then a value per key.
 		return "renewals"
 	case n == 4+3*nk:
 		return "slots"
