@@ -12,7 +12,7 @@ import (
 	"github.com/leasehold-go/leasehold/lock/redislock"
 )
 
-// Many grants released in one round trip: a script per 200 grants (per
+// Many grants released in one round trip: a script per 32 grants (per
 // slot on a Cluster), all in one pipeline, each key handed to its queue's
 // first waiter or its release announced, as Release does.
 // Like every example of this package it needs a Redis server, so it is
