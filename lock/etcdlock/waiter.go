@@ -58,11 +58,23 @@ func (l *Lock) ensureWatch(ctx context.Context) error {
 		return nil
 	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(l.ctx))
-	// The watch outlives ctx, but its creation must not: the client blocks
-	// in Watch until it has a stream.
-	stop := context.AfterFunc(ctx, cancel)
-	wch := l.client.Watch(wctx, l.prefix, clientv3.WithPrefix(), clientv3.WithFilterPut(),
-		clientv3.WithPrevKV(), clientv3.WithCreatedNotify())
+	// The client's Watch returns once the server has created the watch.
+	// The watch outlives ctx, but waiting for it must not; and a watch
+	// cancelled while its creation is on its way would leave the client's
+	// watch stream open until the client closes (see cancelOnceMade), so
+	// one that ctx gave up on is cancelled when Watch has returned.
+	made := make(chan clientv3.WatchChan, 1)
+	go func() {
+		made <- l.client.Watch(wctx, l.prefix, clientv3.WithPrefix(), clientv3.WithFilterPut(),
+			clientv3.WithPrevKV(), clientv3.WithCreatedNotify())
+	}()
+	var wch clientv3.WatchChan
+	select {
+	case wch = <-made:
+	case <-ctx.Done():
+		l.bg.Go(func() { cancelOnceMade(made, cancel) })
+		return backendkit.Unavailable("etcdlock: watch", context.Cause(ctx))
+	}
 	var err error
 	select {
 	case resp, ok := <-wch:
@@ -75,9 +87,6 @@ func (l *Lock) ensureWatch(ctx context.Context) error {
 			err = errors.New("watch sent events before its creation notice")
 		}
 	case <-ctx.Done():
-	}
-	if !stop() {
-		// ctx ended: the watch closing is its doing, not the server's.
 		err = context.Cause(ctx)
 	}
 	if err != nil {
@@ -88,6 +97,27 @@ func (l *Lock) ensureWatch(ctx context.Context) error {
 	l.w.running, l.w.cancel, l.w.done = true, cancel, done
 	go l.watchLoop(wch, cancel, done)
 	return nil
+}
+
+// cancelOnceMade cancels a watch that its caller gave up on while the
+// client's Watch was still waiting for the server to create it, once
+// Watch has returned (or after bgTimeout: a server that never answers).
+// Cancelled during that wait, the watch would leave the etcd client's
+// watch stream open until the client closes (v3.7 watch.go): the client
+// closes a stream when a watcher leaves and none is left, but such a
+// watcher still counts as waiting for its creation when it leaves, and
+// the creation notice later drops it without that check. That is four
+// goroutines and a server watch for every Lock that met it (locktest's
+// CancelStorm saw them under load; TestCancelledSubscribeLeavesNoWatchStream).
+// When the Lock closes, its context ends the wait.
+func cancelOnceMade(made <-chan clientv3.WatchChan, cancel context.CancelFunc) {
+	defer cancel()
+	t := time.NewTimer(bgTimeout)
+	defer t.Stop()
+	select {
+	case <-made:
+	case <-t.C:
+	}
 }
 
 func (l *Lock) watchLoop(wch clientv3.WatchChan, cancel context.CancelFunc, done chan struct{}) {
