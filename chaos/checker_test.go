@@ -226,6 +226,16 @@ func TestJobsCheckerCatchesViolations(t *testing.T) {
 			h.Jobs.Tracked["job-0001"] = at(0)
 			h.Losses = []time.Time{at(100)}
 		}), false, ""},
+		// Tracked after the restart began, answered by the old server
+		// before it was killed (seed 163876).
+		{"lost by a restart that had begun", ledgerWith(func(h *history) {
+			h.Jobs.Tracked["job-0001"] = at(105)
+			h.Losses, h.LossesEnd = []time.Time{at(100)}, []time.Time{at(120)}
+		}), false, ""},
+		{"tracked after a restart returned", ledgerWith(func(h *history) {
+			h.Jobs.Tracked["job-0001"] = at(130)
+			h.Losses, h.LossesEnd = []time.Time{at(100)}, []time.Time{at(120)}
+		}), false, "job lost"},
 		{"lost across a failover", ledgerWith(func(h *history) {
 			h.Jobs.Tracked["job-0001"] = at(0)
 			h.Failovers = []cut{{Worker: -1, Kind: "crash", From: at(100), To: at(200)}}

@@ -278,6 +278,19 @@ func (h *history) restartDone(at time.Time, losesGrants bool) {
 	h.LossesEnd = append(h.LossesEnd, at)
 }
 
+// lossEnds returns when each restart that lost the grants returned, or
+// when it began where that is not known (h.mu held).
+func (h *history) lossEnds() []time.Time {
+	ends := make([]time.Time, len(h.Losses))
+	for i, from := range h.Losses {
+		ends[i] = from
+		if i < len(h.LossesEnd) {
+			ends[i] = h.LossesEnd[i]
+		}
+	}
+	return ends
+}
+
 // spansRestart reports whether g's interval holds a whole restart that
 // lost the grants (begun after g started, returned before g ended): the
 // grant was surely lost while its holder used it. A restart that overlaps
