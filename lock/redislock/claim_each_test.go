@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -113,13 +114,12 @@ func TestClaimEach(t *testing.T) {
 	})
 }
 
-// The fence counter a claim creates lives as long as the claim, so that
-// the one-off keys of timers' ticks leave nothing behind (with the hour of
-// an acquired key's counter, 10,000 timers ticking every second kept 36
-// million counters in Redis, and the SCANs of List crossed them all); a
-// counter that exists keeps its lifetime, and a claim of the key after
-// its counter lapsed still has a larger token.
-func TestClaimEachCountersLiveAsLongAsTheClaims(t *testing.T) {
+// A claim creates no fence counter (10,000 timers ticking every second
+// left 36 million counters of an hour, and even one that lived as long as
+// its claim cost a write a claim); a counter that exists moves to the
+// claim's token and keeps its lifetime; once the claims lapsed, the next
+// claims' tokens are still larger (the server's clock).
+func TestClaimEachCreatesNoCounters(t *testing.T) {
 	onBoth(t, func(t *testing.T, c redis.UniversalClient) {
 		l := newLock(t, c)
 		ctx := t.Context()
@@ -147,15 +147,16 @@ func TestClaimEachCountersLiveAsLongAsTheClaims(t *testing.T) {
 		if left := c.PTTL(ctx, fence(0)).Val(); left < 50*time.Minute {
 			t.Errorf("the counter of an acquired key has %v left after a claim, want its hour", left)
 		}
+		if v := c.Get(ctx, fence(0)).Val(); v != strconv.FormatUint(first[0].Token, 10) {
+			t.Errorf("the counter of an acquired key holds %q after a claim, want the claim's token %d", v, first[0].Token)
+		}
 		for i := 1; i < len(keys); i++ {
-			if left := c.PTTL(ctx, fence(i)).Val(); left <= 0 || left > ttl {
-				t.Fatalf("the counter a claim of %v created has %v left, want at most the claim's ttl", ttl, left)
+			if n := c.Exists(ctx, fence(i)).Val(); n != 0 {
+				t.Fatalf("a claim of %q created a fence counter (%v left)", keys[i], c.PTTL(ctx, fence(i)).Val())
 			}
 		}
-		// Once the claims lapsed their counters are gone too, and the
-		// next claims' tokens are still larger (the server's clock).
-		last := keys[len(keys)-1]
-		for c.Exists(ctx, fence(len(keys)-1)).Val() != 0 || c.Exists(ctx, redislock.DefaultPrefix+"l"+encode(last)).Val() != 0 {
+		last := redislock.DefaultPrefix + "l" + encode(keys[len(keys)-1])
+		for c.Exists(ctx, last).Val() != 0 {
 			select {
 			case <-ctx.Done():
 				t.Fatal(ctx.Err())
@@ -168,6 +169,53 @@ func TestClaimEachCountersLiveAsLongAsTheClaims(t *testing.T) {
 			}
 			if r.Token <= first[i].Token {
 				t.Errorf("second claim of %q: token %d, not above the first claim's %d", keys[i], r.Token, first[i].Token)
+			}
+		}
+	})
+}
+
+// ForceRelease of a claim, which has no fence counter, leaves one past
+// the claim's token, so that the key's next token is larger whatever the
+// server's clock does; of a grant whose counter is ahead, it moves that
+// counter on.
+func TestForceReleaseOfAClaimLeavesACounter(t *testing.T) {
+	onBoth(t, func(t *testing.T, c redis.UniversalClient) {
+		l := newLock(t, c)
+		ctx := t.Context()
+		keys := batchKeys(runID(t), 2)
+		fence := func(i int) string { return redislock.DefaultPrefix + "f" + encode(keys[i]) }
+		// Key 1's counter is far ahead of the clock: its claim's token
+		// comes from it.
+		ahead := uint64(4_000_000_000_000_000) // µs, in 2096; below 2^53, exact in Lua
+		if err := c.Set(ctx, fence(1), ahead, time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+		res := l.ClaimEach(ctx, []lock.ClaimRequest{{Key: keys[0], TTL: time.Minute}, {Key: keys[1], TTL: time.Minute}})
+		for i, r := range res {
+			if r.Err != nil {
+				t.Fatalf("claim of %q: %v", keys[i], r.Err)
+			}
+		}
+		if res[1].Token != ahead+1 {
+			t.Fatalf("claim with a counter at %d: token %d, want %d", ahead, res[1].Token, ahead+1)
+		}
+		for i := range keys {
+			if ok, err := l.ForceRelease(ctx, keys[i]); !ok || err != nil {
+				t.Fatalf("ForceRelease of %q's claim: %v, %v", keys[i], ok, err)
+			}
+			want := strconv.FormatUint(res[i].Token+1, 10)
+			if v := c.Get(ctx, fence(i)).Val(); v != want {
+				t.Errorf("counter of %q after ForceRelease of its claim: %q, want %s", keys[i], v, want)
+			}
+			if left := c.PTTL(ctx, fence(i)).Val(); left < 50*time.Minute {
+				t.Errorf("counter of %q after ForceRelease of its claim lives %v, want about an hour", keys[i], left)
+			}
+			h, err := l.TryAcquire(ctx, keys[i], time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h.Token() <= res[i].Token {
+				t.Errorf("grant of %q after ForceRelease: token %d, not above the claim's %d", keys[i], h.Token(), res[i].Token)
 			}
 		}
 	})

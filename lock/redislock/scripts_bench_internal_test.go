@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -60,6 +61,26 @@ func BenchmarkScriptServerTime(b *testing.B) {
 				}
 			}
 		}},
+		// The claims of the two other schedulers of an instant: every key
+		// is held, so each claim is refused with the key's remaining ttl.
+		{"claim_each/" + strconv.Itoa(claimChunk) + "-held", claimEachScript, func(b *testing.B, l *Lock, c *redis.Client) func(context.Context, int) {
+			reqs := make([]lock.ClaimRequest, claimChunk)
+			for j, k := range keys("held", claimChunk) {
+				reqs[j] = lock.ClaimRequest{Key: k, TTL: time.Hour}
+			}
+			for _, r := range l.ClaimEach(b.Context(), reqs) {
+				if r.Err != nil {
+					b.Fatal(r.Err)
+				}
+			}
+			return func(ctx context.Context, _ int) {
+				for _, r := range l.ClaimEach(ctx, reqs) {
+					if !errors.Is(r.Err, lock.ErrNotAcquired) {
+						b.Fatal("claimed a held key:", r.Err)
+					}
+				}
+			}
+		}},
 		{"release_each/" + strconv.Itoa(releaseChunk), releaseEachScript, func(b *testing.B, l *Lock, c *redis.Client) func(context.Context, int) {
 			return func(ctx context.Context, i int) {
 				b.StopTimer()
@@ -99,6 +120,13 @@ func BenchmarkScriptServerTime(b *testing.B) {
 					}
 				}
 				mustAny(b, l.TryAcquireAnyEach(ctx, anyEachReqs(ks, 2)))
+			}
+		}},
+		// A timers' instant: each request takes the one slot of its
+		// timer's semaphore.
+		{"acquire_each/" + strconv.Itoa(anyEachRequests) + "-requests-of-1-key", acquireEachScript, func(b *testing.B, l *Lock, c *redis.Client) func(context.Context, int) {
+			return func(ctx context.Context, i int) {
+				mustAny(b, l.TryAcquireAnyEach(ctx, anyEachReqs(keys("one/"+strconv.Itoa(i), anyEachRequests), 1)))
 			}
 		}},
 		{"acquire_all/" + strconv.Itoa(MaxGroupKeys), acquireAllScript, func(b *testing.B, l *Lock, c *redis.Client) func(context.Context, int) {
@@ -193,6 +221,7 @@ func BenchmarkScriptServerTime(b *testing.B) {
 			for _, other := range cases {
 				names[other.script.Hash()] = other.name
 			}
+			names[tc.script.Hash()] = tc.name
 			type stat struct {
 				n        int
 				max, sum time.Duration
