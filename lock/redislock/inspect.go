@@ -57,9 +57,17 @@ func parseGrant(key, value string, pttl int64) (lock.Grant, bool) {
 	return g, true
 }
 
+// scanCount is the COUNT of List's SCAN calls: the slots of the keyspace
+// each call walks. Over 50,000 keys a call of 1,000 cost the server 0.25
+// ms (about 1 ms under the load of BenchmarkTimersAtScale, where every
+// scheduler's size check lists its semaphores every 30 s), one of 200
+// 0.055 ms, for 9% more server time in all.
+const scanCount = 200
+
 // List implements lock.Inspector with SCAN (never KEYS), on every master of
-// a Cluster, so it does not block the server; its cost grows with the
-// number of keys under this Lock's prefix.
+// a Cluster, scanCount slots of the keyspace a call, so it does not block
+// the server; its cost grows with the number of keys under this Lock's
+// prefix (every key of the Lock, not only the grants under prefix).
 func (l *Lock) List(ctx context.Context, prefix string) ([]lock.Grant, error) {
 	if err := backendkit.CheckContext(ctx); err != nil {
 		return nil, err
@@ -93,7 +101,7 @@ func (l *Lock) scan(ctx context.Context, c redis.Cmdable, prefix string) ([]lock
 	match := globEscape(l.prefix+"l") + "*"
 	var cursor uint64
 	for {
-		keys, next, err := c.Scan(ctx, cursor, match, 1000).Result()
+		keys, next, err := c.Scan(ctx, cursor, match, scanCount).Result()
 		if err != nil {
 			return nil, err
 		}

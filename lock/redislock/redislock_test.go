@@ -3,6 +3,7 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -406,4 +407,40 @@ func TestAcquireRetriedByTheClient(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// List walks the keyspace scanCount (200) slots a SCAN call: over a
+// thousand grants under the prefix among a thousand others it reads every
+// page, and reports each grant under the prefix once.
+func TestListReadsEveryPage(t *testing.T) {
+	onBoth(t, func(t *testing.T, c redis.UniversalClient) {
+		l := newLock(t, c)
+		ctx := t.Context()
+		id := runID(t)
+		reqs := make([]lock.ClaimRequest, 0, 2000)
+		for i := range 1000 {
+			reqs = append(reqs,
+				lock.ClaimRequest{Key: fmt.Sprintf("%s/in/%d", id, i), TTL: time.Minute},
+				lock.ClaimRequest{Key: fmt.Sprintf("%s/out/%d", id, i), TTL: time.Minute})
+		}
+		for _, r := range l.ClaimEach(ctx, reqs) {
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+		}
+		grants, err := l.List(ctx, id+"/in/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		for _, g := range grants {
+			if !strings.HasPrefix(g.Key, id+"/in/") || seen[g.Key] {
+				t.Fatalf("List reported %q (twice: %v)", g.Key, seen[g.Key])
+			}
+			seen[g.Key] = true
+		}
+		if len(seen) != 1000 {
+			t.Fatalf("List found %d of the 1,000 grants under the prefix", len(seen))
+		}
+	})
 }
