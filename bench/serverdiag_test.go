@@ -162,11 +162,16 @@ func (d *serverDiag) stop(b testing.TB) []string {
 	out = append(out, fmt.Sprintf("server: CPU %.0f%% of %.1f s; its process waited for a CPU %.1f%% of the time (schedstat: %.2f s runnable not running)",
 		100*(cpuSeconds(info)-d.cpu0)/window.Seconds(), window.Seconds(),
 		100*float64(run[1]-d.run0[1])/float64(window), float64(run[1]-d.run0[1])/1e9))
+	// Every command's calls and time, the scripts' and those the scripts
+	// ran (a script's time includes its commands'), by name.
+	var stats []string
 	for k, v := range info {
-		if strings.HasPrefix(k, "cmdstat_evalsha") || strings.HasPrefix(k, "cmdstat_eval") || k == "cmdstat_ping" {
-			out = append(out, fmt.Sprintf("server: %s %s", k, v))
+		if strings.HasPrefix(k, "cmdstat_") {
+			stats = append(stats, fmt.Sprintf("server: %s %s", k, v))
 		}
 	}
+	slices.Sort(stats)
+	out = append(out, stats...)
 	// SLOWLOG: the calls of slowCall or more, by script (sha) and number of keys.
 	entries, err := d.c.SlowLogGet(ctx, -1).Result()
 	if err != nil {
