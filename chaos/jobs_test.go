@@ -148,7 +148,8 @@ func jobWorker(ctx context.Context, id int, l lock.Lock, reg jobs.Registry, elec
 	for ctx.Err() == nil {
 		r, err := jobs.NewRunner(reg, l, requeue, jobs.WithTTL(jobLease), jobs.WithHeartbeatInterval(jobLease/4),
 			jobs.WithScanInterval(jobLease/3), jobs.WithRetryBackoff(10*time.Millisecond, 100*time.Millisecond),
-			jobs.WithMaxRetries(jobMaxRetries), jobs.WithElection(election), jobs.OnDead(onDead))
+			jobs.WithMaxRetries(jobMaxRetries), jobs.WithElection(election), jobs.OnDead(onDead),
+			jobs.WithRecoveryConcurrency(4)) // requeue and onDead are safe for it
 		if err != nil {
 			panic(err)
 		}

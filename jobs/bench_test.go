@@ -3,6 +3,7 @@ package jobs_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -12,10 +13,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasehold-go/leasehold/internal/testkit"
+	"github.com/leasehold-go/leasehold/internal/testkit/faultproxy"
 	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
 	"github.com/leasehold-go/leasehold/jobs"
 	"github.com/leasehold-go/leasehold/jobs/pgjobs"
 	"github.com/leasehold-go/leasehold/jobs/redisjobs"
+	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/memlock"
 )
 
 // Scan benchmarks: 1,000,000 tracked jobs of which 100 expired. "index" is
@@ -210,5 +215,81 @@ func BenchmarkHeartbeat10k(b *testing.B) {
 				b.Fatalf("%v round trips per heartbeat of %d jobs, want one per 100 jobs at most", perOp, len(refs))
 			}
 		})
+	}
+}
+
+// BenchmarkScanRecovery is a scan that recovers 1,000 expired jobs
+// (reclaim, requeue, remove: three calls each) with the recoveries one
+// after another and 8 at once (WithRecoveryConcurrency), on loopback and
+// through a proxy that delays the server's replies by 1 ms (a server
+// about a round trip of 1 ms away). Each iteration first tracks the 1,000
+// with a lease of a millisecond (straight to the server) and waits until
+// the registry lists them expired, outside the timer.
+func BenchmarkScanRecovery(b *testing.B) {
+	ctx := context.Background()
+	const n = 1000
+	for _, s := range []struct {
+		name string
+		addr func(b *testing.B) string
+		reg  func(b *testing.B, addr, ns string) jobs.Registry
+	}{
+		{"redis", func(b *testing.B) string { return testenv.Redis(b).Addr() }, func(b *testing.B, addr, ns string) jobs.Registry {
+			c := redis.NewClient(&redis.Options{Addr: addr})
+			b.Cleanup(func() { _ = c.Close() })
+			r, _ := redisjobs.New(c, ns)
+			return r
+		}},
+		{"postgres", func(b *testing.B) string { return testenv.Postgres(b).Addr() }, func(b *testing.B, addr, ns string) jobs.Registry {
+			pool, err := pgxpool.New(ctx, "postgres://postgres@"+addr+"/postgres?sslmode=disable")
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(pool.Close)
+			r, _ := pgjobs.New(pool, ns)
+			return r
+		}},
+	} {
+		for _, rtt := range []time.Duration{0, time.Millisecond} {
+			for _, c := range []int{1, 8} {
+				b.Run(fmt.Sprintf("%s/rtt-%v/concurrency-%d", s.name, rtt, c), func(b *testing.B) {
+					addr, ns := s.addr(b), fmt.Sprintf("rec_%d", time.Now().UnixNano()%1e9)
+					setup, via := s.reg(b, addr, ns), addr
+					if rtt > 0 {
+						p := faultproxy.Start(b, addr)
+						p.SetReplyDelay(rtt)
+						via = p.Addr()
+					}
+					r, err := jobs.NewRunner(s.reg(b, via, ns), testkit.Must(memlock.New()),
+						func(context.Context, jobs.Job, time.Duration) error { return nil },
+						jobs.WithRecoveryConcurrency(c), jobs.WithCommon(lock.Common{Logger: slog.New(slog.DiscardHandler)}))
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.StopTimer()
+					for range b.N {
+						for k := range n {
+							if _, err := setup.Track(ctx, jobs.Job{ID: fmt.Sprint("job-", k), Owner: "w"}, time.Millisecond); err != nil {
+								b.Fatal(err)
+							}
+						}
+						for {
+							js, err := setup.Expired(ctx, 2*n)
+							if err != nil {
+								b.Fatal(err)
+							}
+							if len(js) == n {
+								break
+							}
+						}
+						b.StartTimer()
+						got := r.Scan(ctx)
+						b.StopTimer()
+						if got != n {
+							b.Fatalf("recovered %d of %d", got, n)
+						}
+					}
+				})
+			}
+		}
 	}
 }

@@ -46,6 +46,12 @@
 //     the exact schedule with 0, at most 20 % below it with 0.2;
 //  3. removes the entry.
 //
+// The expired entries of one scan are recovered one after another, or up
+// to WithRecoveryConcurrency's count at once (Requeue, OnStep and OnDead
+// are then called from that many goroutines): each step is one call for
+// one job, so recovering n jobs takes about 3·n round trips in turn, and
+// a concurrency of c divides that wall time by about c.
+//
 // A crash at any point leaves the job either tracked (it expires again and
 // is recovered again) or requeued: never lost. A duplicate is possible — a
 // recoverer that dies between 2 and 3 requeues the job again — and Attempt

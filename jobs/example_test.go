@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"sync"
 	"time"
 
 	"github.com/leasehold-go/leasehold/jobs"
@@ -152,6 +153,37 @@ func ExampleRunner_Scan() {
 	// Output:
 	// requeue report-9, attempt 1, held by worker-2
 	// recovered: 1
+}
+
+func ExampleWithRecoveryConcurrency() {
+	reg := memjobs.New()
+	l, err := memlock.New(memlock.WithCommon(lock.Common{Owner: "recoverer"}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Up to 8 recoveries at once: Requeue is then called from several
+	// goroutines, so what it shares is guarded.
+	var (
+		mu       sync.Mutex
+		requeued []string
+	)
+	r, err := jobs.NewRunner(reg, l, func(ctx context.Context, j jobs.Job, delay time.Duration) error {
+		mu.Lock()
+		defer mu.Unlock()
+		requeued = append(requeued, j.ID)
+		return nil
+	}, jobs.WithRecoveryConcurrency(8))
+	if err != nil {
+		log.Fatal(err)
+	}
+	// A crashed worker's 100 jobs: their leases run out without a heartbeat.
+	for i := range 100 {
+		_, _ = reg.Track(context.Background(), jobs.Job{ID: fmt.Sprintf("job-%d", i), Owner: "worker-2"}, time.Millisecond)
+	}
+	time.Sleep(5 * time.Millisecond)
+	fmt.Println("recovered:", r.Scan(context.Background()), "requeued:", len(requeued))
+	// Output:
+	// recovered: 100 requeued: 100
 }
 
 func ExampleRunner_RetryDead() {
