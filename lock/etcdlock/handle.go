@@ -55,19 +55,23 @@ func (h *handle) ValidUntil() time.Time {
 // sees the grant end without a Release: a renewal or release that finds
 // the lease gone, or, through the Lock's release watch (started by the
 // first call to Lost), the key's deletion by expiry, a revoke or an
-// operator.
+// operator. Once the watch runs, the first call also looks the key up
+// once (in the background), so that a deletion the watch came too late
+// for — before that call, or while the watch was being made — is seen
+// too; after a break of the watch, every such grant's key is looked up
+// again.
 func (h *handle) Lost() <-chan struct{} {
 	h.mu.Lock()
-	released := h.released
-	if h.lost == nil {
+	first := h.lost == nil
+	if first {
 		h.lost = make(chan struct{})
 		if h.isLost {
 			close(h.lost)
 		}
 	}
-	lost := h.lost
+	lost, watch := h.lost, first && !h.released && !h.isLost
 	h.mu.Unlock()
-	if !released {
+	if watch {
 		h.l.watchLoss(h)
 	}
 	return lost

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold-go/leasehold/lock"
@@ -161,11 +162,13 @@ func (l *Lock) rewatch() {
 		}
 		ctx, cancel := context.WithTimeout(l.ctx, bgTimeout)
 		err := l.ensureWatch(ctx)
-		cancel()
 		if err == nil {
 			l.notifier.NotifyAll() // anything released meanwhile
+			l.checkLosses(ctx, l.registeredLosses())
+			cancel()
 			return
 		}
+		cancel()
 		if l.isClosed() || errors.Is(err, errClosed) {
 			return
 		}
@@ -217,17 +220,87 @@ func (l *Lock) watchLoss(h *handle) {
 		l.w.losses[h.ekey] = m
 	}
 	m[h] = struct{}{}
-	running := l.w.running
 	l.w.mu.Unlock()
-	if !running {
-		l.bg.Go(func() {
-			ctx, cancel := context.WithTimeout(l.ctx, bgTimeout)
-			defer cancel()
-			if err := l.ensureWatch(ctx); err != nil {
-				l.log.Debug("leasehold: etcdlock release watch not established; loss is seen at the next renewal", "err", err)
+	// The watch sees the deletions after it is made, and this one may
+	// have come before: before the watch was made, or before h was
+	// registered. Once the watch runs, one lookup of the key settles it.
+	l.bg.Go(func() {
+		ctx, cancel := context.WithTimeout(l.ctx, bgTimeout)
+		defer cancel()
+		if err := l.ensureWatch(ctx); err != nil {
+			l.log.Debug("leasehold: etcdlock release watch not established; loss is seen at the next renewal", "err", err)
+			return
+		}
+		l.checkLosses(ctx, []*handle{h})
+	})
+}
+
+// lossLookupsPerTxn is the most key lookups of one Txn of checkLosses,
+// within etcd's default --max-txn-ops (128); halved when a server with a
+// smaller one refuses the Txn.
+const lossLookupsPerTxn = 64
+
+// checkLosses looks up the keys of hs, grants registered for loss
+// detection, and reports lost each whose key is gone or was made again,
+// as the release watch would. The watch has no start revision (see
+// above), so it does not see a deletion made before it was, or during a
+// break: a grant lost then would be seen only at its next renewal. A
+// lookup that fails leaves it at that.
+func (l *Lock) checkLosses(ctx context.Context, hs []*handle) {
+	chunk := lossLookupsPerTxn
+	for len(hs) > 0 {
+		n := min(len(hs), chunk)
+		ops := make([]clientv3.Op, n)
+		for i, h := range hs[:n] {
+			ops[i] = clientv3.OpGet(h.ekey, clientv3.WithKeysOnly())
+		}
+		resp, err := l.client.Txn(requireLeader(ctx)).Then(ops...).Commit()
+		if errors.Is(err, rpctypes.ErrTooManyOps) && n > 1 {
+			chunk = n / 2 // refused whole, before anything was done
+			continue
+		}
+		if err != nil {
+			l.log.Debug("leasehold: etcdlock loss lookup failed; loss is seen at the next renewal", "err", err)
+			return
+		}
+		for i, h := range hs[:n] {
+			kvs := resp.Responses[i].GetResponseRange().GetKvs()
+			if len(kvs) == 0 || kvs[0].CreateRevision != int64(h.token) {
+				l.lose(h)
 			}
-		})
+		}
+		hs = hs[n:]
 	}
+}
+
+// lose reports h lost unless it has left loss detection meanwhile
+// (released: Release unregisters it before its delete; or reported).
+func (l *Lock) lose(h *handle) {
+	l.w.mu.Lock()
+	_, ok := l.w.losses[h.ekey][h]
+	if ok {
+		delete(l.w.losses[h.ekey], h)
+		if len(l.w.losses[h.ekey]) == 0 {
+			delete(l.w.losses, h.ekey)
+		}
+	}
+	l.w.mu.Unlock()
+	if ok {
+		h.markLost()
+	}
+}
+
+// registeredLosses returns the grants registered for loss detection.
+func (l *Lock) registeredLosses() []*handle {
+	l.w.mu.Lock()
+	defer l.w.mu.Unlock()
+	var hs []*handle
+	for _, m := range l.w.losses {
+		for h := range m {
+			hs = append(hs, h)
+		}
+	}
+	return hs
 }
 
 func (l *Lock) unwatchLoss(h *handle) {

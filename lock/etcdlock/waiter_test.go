@@ -7,10 +7,13 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/leasehold-go/leasehold/internal/stacks"
 	"github.com/leasehold-go/leasehold/internal/testkit/faultproxy"
 	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/etcdlock"
 )
 
 // watchStreams returns the ids of the goroutines that run an etcd client
@@ -73,4 +76,71 @@ func TestCancelledSubscribeLeavesNoWatchStream(t *testing.T) {
 		}
 		<-time.After(20 * time.Millisecond)
 	}
+}
+
+// revokeGrant revokes the lease of key's grant through c, as a crashed
+// holder's lease ends or an operator revokes it.
+func revokeGrant(t *testing.T, ctx context.Context, c *clientv3.Client, key string) {
+	t.Helper()
+	r, err := c.Get(ctx, etcdlock.DefaultPrefix+key, clientv3.WithPrefix())
+	if err != nil || len(r.Kvs) != 1 {
+		t.Fatalf("the grant's key: %v, %v", r, err)
+	}
+	if _, err := c.Revoke(ctx, clientv3.LeaseID(r.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A grant whose key is deleted before the release watch can see it is
+// still reported by Lost: the watch starts at its creation (no start
+// revision), so once it runs the Lock looks up the keys of the grants
+// that asked for Lost. Two ways to miss it before: the key deleted while
+// the watch that Lost started was being made (the CI failure of
+// TestShareLeaseRevoked, under load), and the key deleted, with the watch
+// running, before the first call to Lost.
+func TestLostSeesALossTheWatchCannot(t *testing.T) {
+	srv := testenv.Etcd(t)
+	c := newClient(t, srv.Endpoints())
+	t.Run("while the watch is made", func(t *testing.T) {
+		p := faultproxy.Start(t, srv.Endpoints()[0])
+		l := newLock(t, []string{p.Addr()})
+		ctx := ctxFor(t, 30*time.Second)
+		key := "lost/" + runID(t)
+		h, err := l.TryAcquire(ctx, key, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const delay = 300 * time.Millisecond
+		p.SetDelay(delay) // the watch's creation reaches the server late
+		lost := h.(lock.LossNotifier).Lost()
+		revokeGrant(t, ctx, c, key) // on a client of its own: before the watch exists
+		select {
+		case <-lost:
+		case <-time.After(4*delay + 5*time.Second): // the watch made, then one lookup
+			t.Fatal("Lost not closed: the key was deleted while the release watch was being made")
+		}
+	})
+	t.Run("before the first call to Lost", func(t *testing.T) {
+		l := newLock(t, srv.Endpoints())
+		ctx := ctxFor(t, 30*time.Second)
+		key := "lost/" + runID(t)
+		h, err := l.TryAcquire(ctx, key, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub, err := l.Subscribe(ctx, key) // the release watch runs
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Close()
+		revokeGrant(t, ctx, c, key)
+		if err := sub.Wait(ctx, 0); err != nil { // the watch has seen the delete
+			t.Fatal(err)
+		}
+		select {
+		case <-h.(lock.LossNotifier).Lost():
+		case <-time.After(5 * time.Second): // one lookup
+			t.Fatal("Lost not closed: the key was deleted before the first call to Lost")
+		}
+	})
 }
