@@ -60,17 +60,21 @@ func TestTickClaimsHoldNoConnection(t *testing.T) {
 // Interval 2 s: the clocks differ by 600 ms < interval/2, so the tick must
 // run once. On pglock the claim was a session, which ended with A's Lock,
 // and B ran the tick again; a claim is a row now (lock.Claim).
+//
+// A stops when its run has run (its function ends A's Run), not at a
+// deadline: a deadline 100 ms after A reached the tick cut A's slot call
+// short on a loaded machine once its claim had landed, and then neither
+// host ran the tick.
 func TestClaimOutlivesItsClaimersShutdown(t *testing.T) {
 	backends.Each(t, backends.Networked(t), func(t *testing.T, b backends.Backend) {
 		la, lb := b.New(t), b.New(t)
 		var mu sync.Mutex
 		ran := map[int64]int{}
-		fn := func(ctx context.Context) error {
+		record := func(ctx context.Context) {
 			tick, _ := timers.TickFrom(ctx)
 			mu.Lock()
 			ran[tick.At.UnixMilli()]++
 			mu.Unlock()
-			return nil
 		}
 		const iv = 2 * time.Second
 		name := "outlives-" + uniq()
@@ -80,28 +84,38 @@ func TestClaimOutlivesItsClaimersShutdown(t *testing.T) {
 		if tick.Sub(now) < time.Second {
 			tick = tick.Add(iv)
 		}
-		sa := testkit.Must(timers.New(la, timers.WithClock(func() time.Time { return time.Now().Add(300 * time.Millisecond) })))
-		sb := testkit.Must(timers.New(lb, timers.WithClock(func() time.Time { return time.Now().Add(-300 * time.Millisecond) })))
-		for _, s := range []*timers.Scheduler{sa, sb} {
-			if err := s.Add(timers.Every(name, iv, fn)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		// A stops 100 ms after it reached the tick, then closes its Lock.
-		ctxA, cancelA := context.WithDeadline(t.Context(), tick.Add(-200*time.Millisecond))
+		// A's deadline is a fallback only: its run of the tick ends A's Run.
+		ctxA, cancelA := context.WithDeadline(t.Context(), tick.Add(iv/2))
 		defer cancelA()
 		ctxB, cancelB := context.WithDeadline(t.Context(), tick.Add(500*time.Millisecond))
 		defer cancelB()
+		sa := testkit.Must(timers.New(la, timers.WithClock(func() time.Time { return time.Now().Add(300 * time.Millisecond) })))
+		sb := testkit.Must(timers.New(lb, timers.WithClock(func() time.Time { return time.Now().Add(-300 * time.Millisecond) })))
+		if err := sa.Add(timers.Every(name, iv, func(ctx context.Context) error {
+			record(ctx)
+			if at, _ := timers.TickFrom(ctx); at.At.Equal(tick) {
+				cancelA() // A has run the tick: it shuts down
+			}
+			return nil
+		})); err != nil {
+			t.Fatal(err)
+		}
+		if err := sb.Add(timers.Every(name, iv, func(ctx context.Context) error { record(ctx); return nil })); err != nil {
+			t.Fatal(err)
+		}
 		var wg sync.WaitGroup
+		var closedA time.Time
 		wg.Go(func() {
 			_ = sa.Run(ctxA)
 			if c, ok := la.(interface{ Close() error }); ok {
 				_ = c.Close()
 			}
+			closedA = time.Now()
 		})
 		wg.Go(func() { _ = sb.Run(ctxB) })
 		wg.Wait()
-		t.Logf("%s: runs per tick %v (A: %+v, B: %+v)", b.Name, ran, sa.Status()[0].Runs, sb.Status()[0].Runs)
+		t.Logf("%s: runs per tick %v (A: %+v, B: %+v); A's Lock closed %v before B reached the tick",
+			b.Name, ran, sa.Status()[0].Runs, sb.Status()[0].Runs, tick.Add(300*time.Millisecond).Sub(closedA).Round(time.Millisecond))
 		if ran[tick.UnixMilli()] != 1 {
 			t.Errorf("tick ran %d times, want once", ran[tick.UnixMilli()])
 		}

@@ -198,13 +198,9 @@ func (s *suite) releaseEachWakesQueued(t *testing.T) {
 	}
 	hs, key := s.releaseEachHeld(t, l)
 	got := make(chan error, 1)
-	go func() {
-		h, err := lock.Acquire(ctxFor(t, s.cfg.waitBound), w, key, s.cfg.longTTL)
-		if err == nil {
-			_ = h.Release(context.Background())
-		}
-		got <- err
-	}()
+	waitAndRelease(t, got, func() (lock.Handle, error) {
+		return lock.Acquire(ctxFor(t, s.cfg.waitBound), w, key, s.cfg.longTTL)
+	})
 	WaitQueued(t, q, key, 1, s.cfg.waitBound)
 	s.releaseEachWakes(t, l, hs, got)
 }
@@ -221,13 +217,9 @@ func (s *suite) releaseEachWakesSubscribed(t *testing.T) {
 	hs, key := s.releaseEachHeld(t, l)
 	ob := &observed{Lock: w, Waiter: wt, failed: make(chan struct{})}
 	got := make(chan error, 1)
-	go func() {
-		h, err := lock.Acquire(ctxFor(t, s.cfg.waitBound), ob, key, s.cfg.longTTL, lock.WithBackoff(time.Minute, time.Minute))
-		if err == nil {
-			_ = h.Release(context.Background())
-		}
-		got <- err
-	}()
+	waitAndRelease(t, got, func() (lock.Handle, error) {
+		return lock.Acquire(ctxFor(t, s.cfg.waitBound), ob, key, s.cfg.longTTL, lock.WithBackoff(time.Minute, time.Minute))
+	})
 	select {
 	case <-ob.failed: // past its failed attempt: now it waits
 	case err := <-got:
@@ -244,6 +236,23 @@ func (s *suite) releaseEachHeld(t *testing.T, l lock.Lock) ([]lock.Handle, strin
 		hs[i] = s.mustAcquire(t, l, s.key(t, fmt.Sprintf("k%d", i)), s.cfg.longTTL)
 	}
 	return hs, hs[2].Key()
+}
+
+// waitAndRelease starts a waiter that runs acquire, sends its outcome on
+// got, and then releases what it got: the wake-up releaseEachWakes times
+// is the grant's, not the waiter's release after it. The test's cleanup
+// waits for that release.
+func waitAndRelease(t *testing.T, got chan<- error, acquire func() (lock.Handle, error)) {
+	released := make(chan struct{})
+	t.Cleanup(func() { <-released })
+	go func() {
+		defer close(released)
+		h, err := acquire()
+		got <- err
+		if err == nil {
+			_ = h.Release(context.Background())
+		}
+	}()
 }
 
 func (s *suite) releaseEachWakes(t *testing.T, l lock.Lock, hs []lock.Handle, got chan error) {

@@ -131,7 +131,10 @@ func TestShareExtendAndReleaseOwnShareOnly(t *testing.T) {
 	l := sharedLock(t)
 	ctx := t.Context()
 	key := testKey(t)
-	short := share(t, l, key, 100*time.Millisecond)
+	// short's first ttl is long enough that nothing but the other share's
+	// release can touch it before its Extend (a 100 ms one ran out on a
+	// loaded machine); the Extend then makes it short.
+	short := share(t, l, key, time.Minute)
 	long := share(t, l, key, time.Minute)
 	if err := long.Release(ctx); err != nil {
 		t.Fatal(err)
