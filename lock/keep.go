@@ -18,8 +18,9 @@ type Lease struct {
 	ttl      time.Duration
 	cfg      *options
 	tel      *kit.Telemetry
-	ctx      context.Context
+	ctx      context.Context // a child of tokCtx
 	cancel   context.CancelCauseFunc
+	tokCtx   kit.TokenContext // the caller's context with h's token, in place
 	stopOnce sync.Once
 	*loop    // Keep's renewal loop; nil for a Keeper's lease
 
@@ -34,6 +35,14 @@ type Lease struct {
 	at      int  // its index in k.leases (leaseSet), under k.mu
 	adopted bool // Keeper.Keep adopted it (the Batch did not make it)
 	solo    bool // renewed with its own Extend (owned by k's renewal loop)
+}
+
+// withToken is ctx carrying l's token, for the parent of l's context: it
+// lives in the Lease (kit.TokenContext), so that a lease costs no context
+// allocation for its token.
+func (l *Lease) withToken(ctx context.Context) context.Context {
+	l.tokCtx.Set(ctx, l.h.Token())
+	return &l.tokCtx
 }
 
 // Keep renews h every ttl/3 (WithRenewInterval) until Release, and returns
@@ -83,7 +92,7 @@ func keep(ctx context.Context, cfg *options, h Handle, ttl time.Duration) (*Leas
 		h: h, ttl: ttl, cfg: cfg, tel: cfg.tel, validUntil: h.ValidUntil(),
 		loop: &loop{every: every, stop: make(chan struct{}), done: make(chan struct{})},
 	}
-	l.ctx, l.cancel = context.WithCancelCause(kit.WithToken(ctx, h.Token()))
+	l.ctx, l.cancel = context.WithCancelCause(l.withToken(ctx))
 	l.tel.Active(1)
 	l.expired = make(chan struct{})
 	l.expiry = time.AfterFunc(time.Until(l.validUntil.Add(-cfg.margin)), l.expire)

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/leasehold-go/leasehold/lock/internal/kit"
 )
 
 // keeperPool is how many renewals a Keeper runs at once for the handles
@@ -298,7 +296,7 @@ func (k *Keeper) add(ctx context.Context, h Handle, made bool) (*Lease, error) {
 			l.solo = true
 		}
 	}
-	l.ctx, l.cancel = context.WithCancelCause(kit.WithToken(ctx, h.Token()))
+	l.ctx, l.cancel = context.WithCancelCause(l.withToken(ctx))
 	k.mu.Lock()
 	if k.closed {
 		k.mu.Unlock()

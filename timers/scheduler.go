@@ -371,7 +371,7 @@ var errOverran = errors.New("timers: the run overran WithMaxRunTime plus the gra
 // ttl), time for a function that heeds its context to return.
 func overrunGrace(lease time.Duration) time.Duration { return lease / 3 }
 
-// hold runs the tick on permit, renewing the slot lease while fn runs
+// hold runs the tick on permit (runCtx carries the tick), renewing the slot lease while fn runs
 // (lock.Hold), and releases it when fn returns. With WithMaxRunTime, a run
 // that has not returned by then plus overrunGrace gives its slot up: the
 // renewal stops and the slot is released while fn still runs (in a
@@ -379,7 +379,6 @@ func overrunGrace(lease time.Duration) time.Duration { return lease / 3 }
 // not keep the timer's later ticks busy. hold still returns only when fn
 // has, with an error that matches errOverran.
 func (e *entry) hold(runCtx context.Context, permit *semaphore.Permit, ttl time.Duration, tick *Tick) error {
-	runCtx = context.WithValue(runCtx, tickKey{}, tick)
 	kp := e.s.keepers.keeper(ttl)
 	hold := func(fn func(context.Context) error) error {
 		if kp != nil {

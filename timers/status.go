@@ -19,6 +19,23 @@ type Tick struct {
 
 type tickKey struct{}
 
+// tickContext is a run's context carrying its tick (TickFrom), made in
+// place in the run's due, so that a run costs no context allocation for
+// it (10,000 runs a second at 10,000 timers).
+type tickContext struct {
+	context.Context
+	tick *Tick
+}
+
+// Value answers the tick for TickFrom, and defers every other key to the
+// parent.
+func (c *tickContext) Value(key any) any {
+	if key == (tickKey{}) {
+		return c.tick
+	}
+	return c.Context.Value(key)
+}
+
 // TickFrom returns the tick a timer function runs for.
 func TickFrom(ctx context.Context) (Tick, bool) {
 	t, ok := ctx.Value(tickKey{}).(*Tick) // the run's own, not copied into an interface

@@ -48,8 +48,37 @@ func WithToken(ctx context.Context, token uint64) context.Context {
 	return context.WithValue(ctx, tokenKey{}, token)
 }
 
+// TokenContext is a context that carries a fencing token, as WithToken's
+// does, made in place inside a struct that lives as long as the context
+// (a Lease): it costs no allocation of its own, and reading the token
+// makes none (Value answers a pointer to it). Set makes it; it must not
+// be copied after.
+type TokenContext struct {
+	context.Context
+	token uint64
+}
+
+// Set makes c carry token over parent.
+func (c *TokenContext) Set(parent context.Context, token uint64) {
+	c.Context, c.token = parent, token
+}
+
+// Value answers the token for Token, and defers every other key to the
+// parent.
+func (c *TokenContext) Value(key any) any {
+	if key == (tokenKey{}) {
+		return &c.token
+	}
+	return c.Context.Value(key)
+}
+
 // Token returns the fencing token carried by ctx, if any.
 func Token(ctx context.Context) (uint64, bool) {
-	t, ok := ctx.Value(tokenKey{}).(uint64)
-	return t, ok
+	switch t := ctx.Value(tokenKey{}).(type) {
+	case uint64:
+		return t, true
+	case *uint64:
+		return *t, true
+	}
+	return 0, false
 }
