@@ -99,7 +99,7 @@ type history struct {
 	// ValidUntil, still holding, and told by their lease in time.
 	Told int
 
-	held map[int]bool // the workers holding a grant now
+	held map[int]time.Time // the workers holding a grant now, and when each means to stop
 }
 
 // partition is one group cut.
@@ -142,23 +142,33 @@ func (h *history) lostDuring(cuts []cut, ttl time.Duration) int {
 	return n
 }
 
-// holding records that worker holds a grant (on) or has begun to release it.
-func (h *history) holding(worker int, on bool) {
+// holding records that worker holds a grant and means to keep it until
+// until (its planned hold; the lease may end it sooner), or with the zero
+// time that it has begun to release it.
+func (h *history) holding(worker int, until time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.held == nil {
-		h.held = map[int]bool{}
+		h.held = map[int]time.Time{}
 	}
-	h.held[worker] = on
+	if until.IsZero() {
+		delete(h.held, worker)
+		return
+	}
+	h.held[worker] = until
 }
 
 // holders returns the workers holding a grant now.
-func (h *history) holders() []int {
+func (h *history) holders() []int { return h.holdersPast(time.Time{}) }
+
+// holdersPast returns the workers holding a grant now that mean to hold
+// it past t.
+func (h *history) holdersPast(t time.Time) []int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var ws []int
-	for w, on := range h.held {
-		if on {
+	for w, until := range h.held {
+		if until.After(t) {
 			ws = append(ws, w)
 		}
 	}

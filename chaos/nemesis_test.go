@@ -183,23 +183,31 @@ func runNemesis(t *testing.T, tg target, c config) *history {
 
 // partition cuts a group of the workers off from the server at once (a
 // random non-empty proper subset, with a holder in it when there is one)
-// for ttl/2 to 2.5 × ttl (the first of a partitions-only run 2 × ttl, after
-// waiting a while for a holder), while the others go on; it records a cut
-// per worker in the group, so that the checker holds each of their
-// holders to "the loss is told by ValidUntil".
+// for ttl/2 to 2.5 × ttl, while the others go on; it records a cut per
+// worker in the group, so that the checker holds each of their holders to
+// "the loss is told by ValidUntil".
+//
+// The first cut of a partitions-only run is the one that run must have:
+// it waits (up to 4 × ttl) for a holder that means to hold past
+// firstCutHolds, so that the cut, 2 × ttl long, outlasts its lease's
+// ValidUntil (at most a ttl away) with the holder still holding, and the
+// holder's lease must tell it of the loss. Any holder would not do: one
+// whose hold ended before its ValidUntil released instead (it could not
+// be told), and in a run of 7 cuts none was told (seed 893047).
 func (r *run) partition(ctx context.Context, ttl time.Duration) {
 	h, rng, n := r.h, r.rng, r.c.workers
 	d := ttl/2 + time.Duration(rng.Int64N(int64(ttl)*2))
+	held := h.holders()
 	if r.c.partitions && len(h.Partitions) == 0 {
 		d = 2 * ttl
 		wait, cancel := context.WithTimeout(ctx, 4*ttl)
-		for wait.Err() == nil && len(h.holders()) == 0 {
-			sleep(wait, 10*time.Millisecond)
+		for held = h.holdersPast(time.Now().Add(firstCutHolds(ttl))); wait.Err() == nil && len(held) == 0; held = h.holdersPast(time.Now().Add(firstCutHolds(ttl))) {
+			sleep(wait, 5*time.Millisecond)
 		}
 		cancel()
 	}
 	order := rng.Perm(n)
-	if held := h.holders(); len(held) > 0 {
+	if len(held) > 0 {
 		holder := held[rng.IntN(len(held))]
 		for i, w := range order {
 			if w == holder {
@@ -221,6 +229,13 @@ func (r *run) partition(ctx context.Context, ttl time.Duration) {
 	}
 	h.partitioned(group, from, to)
 }
+
+// firstCutHolds is how long past the first cut of a partitions-only run
+// its holder must mean to hold: a ttl (its ValidUntil is at most that far)
+// and a quarter more, for the lease to tell it and the checker's slack
+// (toldWithin). TestPartitionWorkerGroup's holds of at least 1.5 × ttl
+// make every new holder one for a quarter of a ttl.
+func firstCutHolds(ttl time.Duration) time.Duration { return ttl + ttl/4 }
 
 // run is one workload's workers and history under a nemesis.
 type run struct {
@@ -517,7 +532,9 @@ func work(ctx context.Context, id int, acquire func(context.Context) (lock.Handl
 			_ = hd.Release(context.Background())
 			continue
 		}
-		h.holding(id, true)
+		hold := minHold + time.Duration(rng.Int64N(int64(maxHold-minHold)))
+		end := time.Now().Add(hold)
+		h.holding(id, end)
 		var lossMu sync.Mutex
 		var lossAt time.Time
 		context.AfterFunc(lease.Context(), func() {
@@ -525,8 +542,6 @@ func work(ctx context.Context, id int, acquire func(context.Context) (lock.Handl
 			lossAt = time.Now()
 			lossMu.Unlock()
 		})
-		hold := minHold + time.Duration(rng.Int64N(int64(maxHold-minHold)))
-		end := time.Now().Add(hold)
 		for time.Now().Before(end) {
 			select {
 			case d := <-stall:
@@ -574,7 +589,7 @@ func work(ctx context.Context, id int, acquire func(context.Context) (lock.Handl
 		if releasing := time.Now(); releasing.Before(g.End) {
 			g.End = releasing
 		}
-		h.holding(id, false)
+		h.holding(id, time.Time{})
 		err = lease.Release(rctx)
 		g.ReleaseEnd = time.Now()
 		switch {

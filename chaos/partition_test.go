@@ -13,7 +13,9 @@ func TestPartitionWorkerGroup(t *testing.T) {
 			t.Parallel()
 			c, tg := chaosConfig(t), tg(t)
 			c.partitions = true
-			c.minHold, c.hold = tg.ttl, 5*tg.ttl/2 // a holder often outlives its ValidUntil in a cut
+			// A holder often outlives its ValidUntil in a cut; a new one
+			// always does in the first (partition, firstCutHolds).
+			c.minHold, c.hold = 3*tg.ttl/2, 5*tg.ttl/2
 			h := runNemesis(t, tg, c)
 			if len(h.Partitions) == 0 {
 				t.Fatal("no group was cut off")
