@@ -48,7 +48,9 @@
 // counts the ttl that was asked for, from the time the request was sent,
 // minus the drift allowance, and never more than the lease. A crashed
 // holder's key is free when its lease expires: the rounded ttl after its
-// last renewal, plus up to 500 ms.
+// last renewal, plus up to 500 ms as a rule; on a busy server, whose revoke
+// of the expired lease did not get through, up to about 3.5 s (etcd tries
+// a revoke again 3 s later; docs/etcd.md).
 //
 // Batches (lock.Batcher, used by lock.Keeper): NewBatch's grants share
 // leases, at most BatchLeaseGrants (2,000) per lease. Renew sends one

@@ -472,6 +472,15 @@ func shared(t testing.TB, k *kind) *Server {
 	case slot.skip != "":
 		unavailable(t, slot.skip)
 	}
+	if s := slot.s; s.src == fromBinary {
+		// What the server said around a failure (a lease revoked late,
+		// a slow disk) is the evidence a flaky test leaves.
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("testenv: the last lines of the shared %s server's logs:\n%s", k.name, s.logTails())
+			}
+		})
+	}
 	return slot.s
 }
 
