@@ -48,9 +48,10 @@
 // counts the ttl that was asked for, from the time the request was sent,
 // minus the drift allowance, and never more than the lease. A crashed
 // holder's key is free when its lease expires: the rounded ttl after its
-// last renewal, plus up to 500 ms as a rule; on a busy server, whose revoke
-// of the expired lease did not get through, up to about 3.5 s (etcd tries
-// a revoke again 3 s later; docs/etcd.md).
+// last renewal, plus up to 500 ms as a rule; later when many leases expire
+// together (etcd revokes at most 1,000 expired leases a second) or when a
+// busy server's revoke did not get through (it is tried again 3 s later;
+// docs/etcd.md).
 //
 // Batches (lock.Batcher, used by lock.Keeper): NewBatch's grants share
 // leases, at most BatchLeaseGrants (2,000) per lease. Renew sends one
