@@ -170,6 +170,22 @@ func TestTickCheckerCatchesViolations(t *testing.T) {
 			h.TTL = 100 * time.Millisecond
 			return h
 		}(), "liveness"},
+		// A restart that lost the grants is an outage as a failover is:
+		// the server down, then pglock's quarantine for a ttl. Seed 978549
+		// (TestNemesisTimers/postgres, CI of stop 30): four restarts in
+		// 3 s, and 7 of 24 ticks ran.
+		{"ticks missed within a ttl after restarts that lost the grants", func() *history {
+			h := base(every()[:2])
+			h.Losses, h.LossesEnd = []time.Time{at(300), at(350)}, []time.Time{at(320), at(400)}
+			h.TTL = time.Second
+			return h
+		}(), ""},
+		{"ticks missed beyond a ttl after a restart that lost the grants", func() *history {
+			h := base(every()[:2])
+			h.Losses, h.LossesEnd = []time.Time{at(300)}, []time.Time{at(400)}
+			h.TTL = 100 * time.Millisecond
+			return h
+		}(), "liveness"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			bad := c.h.checkTicks()

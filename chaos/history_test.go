@@ -408,17 +408,21 @@ func (h *history) failoverWithin(g grant) (cut, bool) {
 	return cut{}, false
 }
 
-// duringFailover reports whether at fell during a failover or the second
-// after it, when the clients find the new primary, or within a ttl after
-// that.
-func (h *history) duringFailover(at time.Time) bool {
-	// A release that the failover lost (releases are not acknowledged) or
-	// an unacknowledged grant that could not be undone leaves its slot
-	// taken for up to a ttl; a quarantining server grants nothing for as
-	// long.
+// duringOutage reports whether at fell during a failover or a restart
+// that lost the grants, or within the grace after it: the second in which
+// the clients find the server again, and a ttl in which a quarantining
+// server grants nothing (and a release the outage lost keeps its key).
+// A restart's end is when it returned, or its start where that is not
+// known.
+func (h *history) duringOutage(at time.Time) bool {
 	grace := time.Second + h.TTL
 	for _, f := range h.Failovers {
 		if !at.Before(f.From) && !at.After(f.To.Add(grace)) {
+			return true
+		}
+	}
+	for i, end := range h.lossEnds() {
+		if !at.Before(h.Losses[i]) && !at.After(end.Add(grace)) {
 			return true
 		}
 	}

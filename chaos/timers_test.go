@@ -108,7 +108,8 @@ func runTimers(ctx context.Context, id int, l lock.Lock, name string, conc, perT
 //     later is not run);
 //   - liveness: at least a third of the ticks between the first and the
 //     last second of the run ran somewhere, leaving out those during a
-//     failover (and the second after it).
+//     failover or a restart that lost the grants, and a second and a ttl
+//     after it (duringOutage: a quarantining server grants nothing then).
 func (h *history) checkTicks() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -144,7 +145,7 @@ func (h *history) checkTicks() []string {
 		from, to := h.Begin.Add(time.Second).Truncate(h.Interval), h.Finish.Add(-time.Second)
 		expected, ran := 0, 0
 		for at := from.Add(h.Interval); at.Before(to); at = at.Add(h.Interval) {
-			if h.duringFailover(at) {
+			if h.duringOutage(at) {
 				continue
 			}
 			expected++
