@@ -234,7 +234,7 @@ func New(pool *pgxpool.Pool, table string) (*Registry, error) {
 }
 
 type queries struct {
-	setup, track, done, heartbeat, extend, remove, expired, inflight, reclaim, bury, dead, deadJob, purge, countJobs, countDead string
+	setup, current, track, done, heartbeat, extend, remove, expired, inflight, reclaim, bury, dead, deadJob, purge, countJobs, countDead string
 }
 
 const (
@@ -316,6 +316,18 @@ UNION ALL (SELECT ` + leased + ` FROM (SELECT id, deadline FROM T__lease WHERE d
 	WHERE l.deadline > $2 OR j.id > $3 ORDER BY l.deadline, j.id LIMIT $1)) AS x ORDER BY deadline, id LIMIT $1`
 	}
 	return queries{
+		// current is true when every object of setup is there in its
+		// current form (setup would change nothing): it reads the catalog
+		// and locks nothing.
+		current: r.Replace(`SELECT to_regclass('T_') IS NOT NULL AND to_regclass('T__lease') IS NOT NULL
+	AND to_regclass('T__dead') IS NOT NULL AND to_regclass('T__done') IS NOT NULL AND to_regclass('T__retry') IS NOT NULL
+	AND to_regclass('T__epoch') IS NOT NULL AND to_regclass('T__lease_id') IS NOT NULL
+	AND to_regclass('T__lease_deadline') IS NOT NULL AND to_regclass('T__dead_died') IS NOT NULL
+	AND to_regclass('T__done_at') IS NOT NULL AND to_regclass('T__retry_at') IS NOT NULL
+	AND to_regclass('T__solo') IS NOT NULL AND to_regclass('T__leased') IS NOT NULL AND to_regclass('T__deadline') IS NULL
+	AND (SELECT count(*) FROM pg_attribute WHERE NOT attisdropped AND (
+		(attrelid = to_regclass('T_') AND (attname IN ('max_retries', 'lease') OR attname = 'id' AND atttypid = 'bytea'::regtype))
+		OR (attrelid = to_regclass('T__dead') AND (attname = 'max_retries' OR attname = 'id' AND atttypid = 'bytea'::regtype)))) = 5`),
 		setup: r.Replace(`
 CREATE SEQUENCE IF NOT EXISTS T__epoch;
 CREATE SEQUENCE IF NOT EXISTS T__lease_id;
@@ -509,11 +521,23 @@ SELECT count(*), 0::bigint, (SELECT id FROM p ORDER BY id DESC LIMIT 1) FROM p`)
 
 // Setup creates the tables, index and sequence if they do not exist. The
 // first operation runs it too; call it ahead when the application's role
-// may not create tables (run it once with a role that may).
+// may not create tables (run it once with a role that may). When they all
+// exist in their current form it only reads the catalog: it locks no
+// table, so that a process that starts waits for no other's writes, and
+// makes none wait (its statements would take share locks on the tables,
+// one after another in one transaction, and deadlock with a writer).
 func (r *Registry) Setup(ctx context.Context) error {
 	r.setupMu.Lock()
 	defer r.setupMu.Unlock()
 	if r.ready {
+		return nil
+	}
+	var current bool
+	if err := r.pool.QueryRow(ctx, r.q.current).Scan(&current); err != nil {
+		return unavailable("setup", err)
+	}
+	if current {
+		r.ready = true
 		return nil
 	}
 	if _, err := r.pool.Exec(ctx, r.q.setup); err != nil {

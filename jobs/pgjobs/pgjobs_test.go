@@ -222,8 +222,18 @@ func newRegistry(t testing.TB, pool *pgxpool.Pool, prefix string) (*pgjobs.Regis
 // makes a no-op) behind a transaction that reads the jobs, as every
 // process's first operation runs Setup.
 func TestSetupOfCurrentTablesTakesNoExclusiveLock(t *testing.T) {
+	setupWhile(t, "locks", func(table string) []string {
+		return []string{"SELECT count(*) FROM " + table, "SELECT count(*) FROM " + table + "_dead"} // ACCESS SHARE
+	})
+}
+
+// setupWhile sets up a new registry's tables, then sets them up again
+// through another Registry (a process that starts) while a transaction
+// holds the locks of the statements stmts(table) returns: that Setup must
+// not wait for them (5 s).
+func setupWhile(t *testing.T, prefix string, stmts func(table string) []string) {
 	pool := newPool(t)
-	r, table := newRegistry(t, pool, "locks")
+	r, table := newRegistry(t, pool, prefix)
 	ctx := t.Context()
 	if err := r.Setup(ctx); err != nil {
 		t.Fatal(err)
@@ -233,8 +243,8 @@ func TestSetupOfCurrentTablesTakesNoExclusiveLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
-	for _, tb := range []string{table, table + "_dead"} {
-		if _, err := tx.Exec(ctx, "SELECT count(*) FROM "+tb); err != nil { // ACCESS SHARE until the rollback
+	for _, stmt := range stmts(table) {
+		if _, err := tx.Exec(ctx, stmt); err != nil { // its locks held until the rollback
 			t.Fatal(err)
 		}
 	}
@@ -245,7 +255,7 @@ func TestSetupOfCurrentTablesTakesNoExclusiveLock(t *testing.T) {
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := again.Setup(sctx); err != nil {
-		t.Fatalf("Setup while a transaction reads the tables: %v", err)
+		t.Fatalf("Setup while a transaction holds the locks of %q: %v", stmts(table), err)
 	}
 }
 
@@ -258,5 +268,20 @@ func TestDoneAndBuryDropRetryRecords(t *testing.T) {
 		if _, err := pool.Exec(t.Context(), "INSERT INTO "+table+"_retry (id, attempt, max_retries, history, at) VALUES ($1, 3, 2, '[]', now())", []byte(id)); err != nil {
 			t.Fatal(err)
 		}
+	})
+}
+
+// Setup of tables in their current form locks none of them: a process
+// that starts waits for no other's writes. Its DDL (CREATE INDEX IF NOT
+// EXISTS) took a share lock on each table in turn, in one transaction,
+// which waited for the writers and deadlocked with them (a Done that had
+// written the jobs table and waited for the leases').
+func TestSetupOfCurrentTablesWaitsForNoWriter(t *testing.T) {
+	setupWhile(t, "writers", func(table string) []string {
+		var stmts []string
+		for _, tb := range []string{table, table + "_lease", table + "_dead", table + "_done", table + "_retry"} {
+			stmts = append(stmts, "DELETE FROM "+tb+" WHERE false") // ROW EXCLUSIVE
+		}
+		return stmts
 	})
 }
