@@ -646,9 +646,10 @@ func (r *Registry) Track(ctx context.Context, job jobs.Job, lease time.Duration)
 	var hist []byte
 	var leaseID *int64
 	var err error
+	fresh := false // a join found its lease ended: into a new lease
 	for range 5 {
 		start := time.Now()
-		t := r.cache.pick(lease, start)
+		t := r.cache.pick(lease, start, fresh)
 		if r.beforeTrack != nil {
 			r.beforeTrack()
 		}
@@ -670,6 +671,7 @@ func (r *Registry) Track(ctx context.Context, job jobs.Job, lease time.Duration)
 			continue
 		case joinFailed(err):
 			r.cache.unanswered(t, false)
+			fresh = true
 			continue
 		default:
 			r.cache.unanswered(t, false) // unknown: the job may have joined
@@ -784,15 +786,15 @@ func (t ticket) join() *int64 {
 }
 
 // pick returns a Track's ticket: the open lease of the next slot when it
-// may take a job of lease at now (its join then pending), else a new lease
-// for that slot.
-func (c *leaseCache) pick(lease time.Duration, now time.Time) ticket {
+// may take a job of lease at now (its join then pending), else, or when
+// fresh, a new lease for that slot.
+func (c *leaseCache) pick(lease time.Duration, now time.Time, fresh bool) ticket {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.next
 	c.next = (c.next + 1) % len(c.slots)
 	l := c.slots[s]
-	if l == nil || l.closed || c.leases[l.id] != l || l.extending > 0 || l.n+l.pending >= heartbeatChunk ||
+	if fresh || l == nil || l.closed || c.leases[l.id] != l || l.extending > 0 || l.n+l.pending >= heartbeatChunk ||
 		l.dur != lease || !now.Before(l.made.Add(lease/4)) || !now.Before(l.until) {
 		return ticket{slot: s, lease: lease}
 	}

@@ -301,6 +301,26 @@ func TestJoinOfAnEndedLease(t *testing.T) {
 		}
 		checkMembers(t, pool, table)
 	})
+	// Every open lease of the Registry ended on the server: a Track whose
+	// join fails goes into a new lease at its next attempt, rather than
+	// trying the next slot's ended lease (5 attempts, 8 slots).
+	t.Run("every slot", func(t *testing.T) {
+		pgjobs.SetTrackSlots(t, 8)
+		pool := newPool(t)
+		r, table := newRegistry(t, pool, "slots")
+		trackN(t, r, "s", 8, time.Hour)
+		if _, err := pool.Exec(t.Context(), "UPDATE "+table+"_lease SET deadline = now() - interval '1 second'"); err != nil {
+			t.Fatal(err)
+		}
+		c, err := r.Track(t.Context(), jobs.Job{ID: "slots-c", Owner: "w"}, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if leaseOf(t, pool, table, c.ID) == 0 {
+			t.Fatalf("%s is in no lease", c.ID)
+		}
+		checkMembers(t, pool, table)
+	})
 }
 
 // A Track that replaces an entry in a lease leaves that lease and joins
