@@ -78,8 +78,10 @@ func inFlight(tracked int) []jobs.Ref {
 // one Registry.Heartbeat of 100,000 in-flight jobs (none lost). On
 // PostgreSQL, whose heartbeats go through lease rows (jobs/pgjobs),
 // heartbeat is the steady one, which extends the leases whole;
-// heartbeat-join is the first by a registry (a process that starts),
-// which moves every job into a lease; scan-leased is the scan once they
+// heartbeat-solo is the first of jobs in no lease (the tables of earlier
+// versions), which moves every job into a lease; heartbeat-adopt is the
+// first by a registry that did not track the jobs (another's), which
+// adopts the other's leases whole; scan-leased is the scan once they
 // are in leases, scan-expired-leases once two leases of 50 have ended
 // too; heartbeat-after-track is the first heartbeat of 100,000 jobs a
 // registry has just tracked (Track put them into leases). Each
@@ -91,7 +93,9 @@ func inFlight(tracked int) []jobs.Ref {
 // latency probe (PING on Redis, SELECT 1 on PostgreSQL, every millisecond
 // from a client of its own: probe-p99-µs). The Redis scan also reports
 // the server's memory per tracked job (INFO memory, used_memory before
-// and after the load: B/job). Loading ten million jobs takes minutes; it
+// and after the load: B/job). With BENCH_PG_TOP set (and -v), each
+// PostgreSQL sub-benchmark logs the registry's six costliest statements
+// (calls, total, mean and longest time). Loading ten million jobs takes minutes; it
 // is a server-side loop (pipelined scripts, INSERT … generate_series),
 // not Track.
 //
@@ -286,6 +290,18 @@ func jobsScalePostgres(b *testing.B, tracked int) {
 			FROM pg_stat_statements WHERE query LIKE '%' || $1 || '%' AND query NOT LIKE '%pg_stat_statements%'`, table).Scan(&maxMs, &meanMs); err != nil {
 			b.Fatal(err)
 		}
+		if os.Getenv("BENCH_PG_TOP") != "" {
+			rows, _ := pool.Query(ctx, `SELECT calls, round(total_exec_time::numeric, 1), round(mean_exec_time::numeric, 3), round(max_exec_time::numeric, 3), left(regexp_replace(query, '\s+', ' ', 'g'), 90)
+				FROM pg_stat_statements WHERE query LIKE '%' || $1 || '%' AND query NOT LIKE '%pg_stat_statements%' ORDER BY total_exec_time DESC LIMIT 6`, table)
+			for rows.Next() {
+				var n int64
+				var tot, mean, mx float64
+				var q string
+				_ = rows.Scan(&n, &tot, &mean, &mx, &q)
+				b.Logf("TOP calls %d total %.1f ms mean %.3f max %.3f: %s", n, tot, mean, mx, q)
+			}
+			rows.Close()
+		}
 		return time.Duration(maxMs * float64(time.Millisecond)), time.Duration(meanMs * float64(time.Millisecond))
 	}
 	// The probe's connection is opened again when the probe of the
@@ -319,28 +335,60 @@ func jobsScalePostgres(b *testing.B, tracked int) {
 			b.Fatalf("Heartbeat of %d jobs: %d lost, %v", len(refs), len(lost), err)
 		}
 	}
-	// heartbeat-join: the first heartbeat of the jobs by a registry (a
-	// process that starts), which moves each into a lease row: a registry
-	// of its own each time.
-	b.Run("heartbeat-join", func(b *testing.B) {
-		fresh := make([]*pgjobs.Registry, 8)
-		for i := range fresh {
-			if fresh[i], err = pgjobs.New(pool, table); err != nil {
-				b.Fatal(err)
-			}
-			if err := fresh[i].Setup(ctx); err != nil {
-				b.Fatal(err)
-			}
+	newRegistry := func() *pgjobs.Registry {
+		r, err := pgjobs.New(pool, table)
+		if err != nil {
+			b.Fatal(err)
 		}
-		scaleRun(b, ping, reset, calls, func() {
-			if len(fresh) == 0 {
-				b.Fatal("heartbeat-join: more iterations than registries; use -benchtime 7x or less")
-			}
-			heartbeat(fresh[0])
-			fresh = fresh[1:]
+		if err := r.Setup(ctx); err != nil {
+			b.Fatal(err)
+		}
+		return r
+	}
+	ids := make([][]byte, len(refs))
+	for i, ref := range refs {
+		ids[i] = []byte(ref.ID)
+	}
+	// solo takes the in-flight jobs out of their leases (as the load left
+	// them), due in an hour.
+	solo := func() {
+		if _, err := pool.Exec(ctx, `WITH u AS (UPDATE `+table+` SET lease = NULL, deadline = now() + interval '1 hour'
+			WHERE id = ANY($1) AND lease IS NOT NULL RETURNING lease)
+			DELETE FROM `+table+`_lease WHERE id IN (SELECT lease FROM u)`, ids); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// heartbeat-solo: the first heartbeat of jobs in no lease (those of
+	// the tables of earlier versions, or reclaimed), which moves each into
+	// a lease row, by a registry of its own each time; each iteration's
+	// setup, outside the timing, takes the jobs out of their leases again.
+	b.Run("heartbeat-solo", func(b *testing.B) {
+		scaleRunEach(b, ping, reset, calls, func() func() {
+			solo()
+			r := newRegistry()
+			return func() { heartbeat(r) }
 		})
 	})
-	// heartbeat: the steady heartbeat (its warm-up call is its join).
+	// heartbeat-adopt: the first heartbeat of the jobs by a registry that
+	// did not track them (a process that heartbeats another's jobs), which
+	// locates them and adopts the leases of the registry before it whole:
+	// a registry of its own each time.
+	b.Run("heartbeat-adopt", func(b *testing.B) {
+		scaleRunEach(b, ping, reset, calls, func() func() {
+			r := newRegistry()
+			return func() { heartbeat(r) }
+		})
+	})
+	// heartbeat-adopted: the steady heartbeat of a registry that adopted
+	// another's leases (its warm-up call adopts them): it extends them
+	// whole, counting its jobs in each on the server.
+	b.Run("heartbeat-adopted", func(b *testing.B) {
+		r := newRegistry()
+		scaleRun(b, ping, reset, calls, func() { heartbeat(r) })
+	})
+	// heartbeat: the steady heartbeat of a registry's own leases (its
+	// warm-up call moves the jobs, taken out of the leases, into them).
+	solo()
 	b.Run("heartbeat", func(b *testing.B) {
 		scaleRun(b, ping, reset, calls, func() { heartbeat(reg) })
 	})

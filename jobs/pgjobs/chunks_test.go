@@ -43,9 +43,9 @@ FOR EACH STATEMENT EXECUTE FUNCTION `+table+`_count()`); err != nil {
 }
 
 // heartbeatsElsewhere is a registry whose heartbeats go through another
-// Registry of its table, which tracked none of the jobs (a process that
-// starts): each heartbeat moves its jobs into leases of that one, in
-// statements of HeartbeatChunk jobs.
+// Registry of its table, which tracked none of the jobs and adopts no
+// lease (SetMovesOnly): each heartbeat moves its jobs into leases of that
+// one, in statements of HeartbeatChunk jobs.
 type heartbeatsElsewhere struct {
 	*pgjobs.Registry
 	other *pgjobs.Registry
@@ -61,6 +61,7 @@ func elsewhere(t *testing.T, pool *pgxpool.Pool, r *pgjobs.Registry, table strin
 	if err != nil {
 		t.Fatal(err)
 	}
+	pgjobs.SetMovesOnly(other)
 	return heartbeatsElsewhere{r, other}
 }
 

@@ -65,3 +65,22 @@ func SetBeforeTrack(r *Registry, f func()) { r.beforeTrack = f }
 // SetAfterTrack makes r's Tracks call f with their statement's error, and
 // go on with the error f returns (set it before any Track runs).
 func SetAfterTrack(r *Registry, f func(error) error) { r.afterTrack = f }
+
+// SetMovesOnly makes r's heartbeats move the jobs of no lease r knows at
+// once, into new leases, without locating them and adopting the leases
+// of other Registries (set it before any heartbeat runs).
+func SetMovesOnly(r *Registry) { r.movesOnly = true }
+
+// AdoptionStatements counts the heartbeat statements r sent that locate
+// jobs and that extend the leases of other Registries.
+func AdoptionStatements(r *Registry) (locate, adopt int64) {
+	return r.locateStatements.Load(), r.adoptStatements.Load()
+}
+
+// SetAdoptChunk makes statements that extend at most n leases of other
+// Registries for the rest of t (t must not be parallel).
+func SetAdoptChunk(t testing.TB, n int) {
+	old := adoptChunk
+	adoptChunk = n
+	t.Cleanup(func() { adoptChunk = old })
+}

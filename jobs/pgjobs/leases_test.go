@@ -84,6 +84,17 @@ WHERE l.members IS DISTINCT FROM j.n`))
 	}
 }
 
+// registryOf returns a new Registry of table (its own cache of leases, as
+// in another process).
+func registryOf(t *testing.T, pool *pgxpool.Pool, table string) *pgjobs.Registry {
+	t.Helper()
+	r, err := pgjobs.New(pool, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // twoRegistries returns two registries of one new table (each its own
 // cache of leases, as in two processes).
 func twoRegistries(t *testing.T, prefix string) (*pgxpool.Pool, *pgjobs.Registry, *pgjobs.Registry, string) {
@@ -110,9 +121,10 @@ func leased(t *testing.T, prefix string, n int, lease time.Duration) (*pgxpool.P
 }
 
 // A steady heartbeat extends each lease whole: a registry that did not
-// track the jobs (ForgetLeases: a process that starts) moves them into
-// leases of HeartbeatChunk (one statement each) at its first heartbeat, the
-// next ones send one statement per 25 leases and move no job.
+// track the jobs (ForgetLeases: a process that starts) and adopts no lease
+// (SetMovesOnly) moves them into leases of HeartbeatChunk (one statement
+// each) at its first heartbeat, the next ones send one statement per 25
+// leases and move no job.
 func TestSteadyHeartbeatExtendsLeasesWhole(t *testing.T) {
 	pool := newPool(t)
 	r, table := newRegistry(t, pool, "steady")
@@ -120,6 +132,7 @@ func TestSteadyHeartbeatExtendsLeasesWhole(t *testing.T) {
 	js := trackN(t, r, "s", 35, time.Minute)
 	refs := refsOf(js)
 	pgjobs.ForgetLeases(r)
+	pgjobs.SetMovesOnly(r)
 	heartbeat(t, r, refs, time.Hour)
 	if fast, slow := pgjobs.HeartbeatStatements(r); fast != 0 || slow != 4 {
 		t.Fatalf("first heartbeat of 35 jobs in leases of 10: %d extending and %d moving statements, want 0 and 4", fast, slow)
@@ -234,21 +247,27 @@ func TestDroppedJobExpires(t *testing.T) {
 // when the heartbeat extends the job: the Reclaim waits for the lease row
 // that the heartbeat updates and re-checks its deadline; the heartbeat's
 // extension fails when the Reclaim took a member first. Run many times,
-// over the extending path (the lease cached) and the moving one.
+// over the extending path (the lease cached), the moving one, and the
+// adopting one (a registry that did not track the jobs locates them and
+// extends their leases whole).
 func TestReclaimRacesHeartbeat(t *testing.T) {
 	pool, r, other, table := twoRegistries(t, "race")
+	mover, adopter := registryOf(t, pool, table), registryOf(t, pool, table)
+	pgjobs.SetMovesOnly(mover)
 	ctx := t.Context()
 	pgjobs.SetHeartbeatChunk(t, 4)
-	const rounds, n = 40, 8
+	const rounds, n = 60, 8
 	both := 0
 	for round := range rounds {
 		js := trackN(t, r, fmt.Sprint("r", round), n, time.Hour)
 		refs := refsOf(js)
 		heartbeat(t, r, refs, time.Hour)
-		if round%2 == 0 {
-			heartbeat(t, r, refs, time.Hour) // cached: the race is with the extending statement
-		} else {
-			pgjobs.ForgetLeases(r) // the race is with the moving statement
+		hb := r // cached: the race is with the extending statement
+		switch round % 3 {
+		case 1:
+			hb = mover // the race is with the moving statement
+		case 2:
+			hb = adopter // with the locating and the adopting ones
 		}
 		if _, err := pool.Exec(ctx, "UPDATE "+table+"_lease SET deadline = now() - interval '1 second'"); err != nil {
 			t.Fatal(err)
@@ -257,7 +276,7 @@ func TestReclaimRacesHeartbeat(t *testing.T) {
 		var lost []string
 		var hbErr error
 		reclaimed := make([]error, n)
-		wg.Go(func() { lost, hbErr = r.Heartbeat(ctx, refs, time.Hour) })
+		wg.Go(func() { lost, hbErr = hb.Heartbeat(ctx, refs, time.Hour) })
 		for i := range n {
 			wg.Go(func() { _, reclaimed[i] = other.Reclaim(ctx, js[i].Ref(), "recoverer", time.Hour) })
 		}
@@ -397,21 +416,27 @@ func TestConcurrentHeartbeatsOfOneRegistry(t *testing.T) {
 }
 
 // Done, Remove and Bury that run at once with a heartbeat moving their
-// jobs into new leases keep every lease's count exact: a statement that
-// finds its job moved into a lease made after it began is sent again.
+// jobs into new leases, or adopting their leases, keep every lease's count
+// exact: a statement that finds its job moved into a lease made after it
+// began is sent again.
 func TestLeaversRaceMovingHeartbeat(t *testing.T) {
 	pool, r, other, table := twoRegistries(t, "leavers")
+	mover, adopter := registryOf(t, pool, table), registryOf(t, pool, table)
+	pgjobs.SetMovesOnly(mover)
 	pgjobs.SetHeartbeatChunk(t, 4)
 	ctx := t.Context()
-	for round := range 30 {
+	for round := range 40 {
 		js := trackN(t, r, fmt.Sprint("l", round), 12, time.Hour)
 		refs := refsOf(js)
 		heartbeat(t, r, refs, time.Hour)
-		pgjobs.ForgetLeases(r) // the next heartbeat moves every job
+		hb := mover // a registry that did not track the jobs: it moves them all
+		if round%2 == 1 {
+			hb = adopter // or adopts their leases
+		}
 		var wg sync.WaitGroup
 		errs := make([]error, len(js))
 		var hbErr error
-		wg.Go(func() { _, hbErr = r.Heartbeat(ctx, refs, time.Hour) })
+		wg.Go(func() { _, hbErr = hb.Heartbeat(ctx, refs, time.Hour) })
 		for i, j := range js {
 			wg.Go(func() {
 				switch i % 3 {

@@ -49,10 +49,24 @@
 // takes that entry out and puts the job in none, so that no statement
 // locks two lease rows.
 //
-// A heartbeat moves the jobs it lists that are in no lease of its
-// Registry's (a process that starts heartbeating jobs it did not track,
-// the jobs of the tables of earlier versions) into new leases of up to 50,
-// each job's row written once, in one statement per lease. Members join a
+// A heartbeat first locates the jobs it lists that are in no lease it
+// knows (a process that heartbeats jobs another tracked, the jobs of the
+// tables of earlier versions), reading their rows, and adopts each lease
+// of another Registry whose every member it lists (its count of members is
+// the number of listed jobs in it): it extends the lease whole, with a
+// statement that counts again, under the lease row's lock, the listed jobs
+// still in it, and keeps it among its leases (for its later heartbeats,
+// which count again each time, as that Registry's Tracks may join the
+// lease; this Registry never joins it). So a heartbeat of 100,000 jobs
+// that another Registry tracked writes about 2,000 lease rows and no job
+// row. The other jobs (in no lease, in a lease whose members it lists only
+// some of, or in one whose count changed meanwhile) move into new leases
+// of up to 50, each job's row written once, in one statement per lease. A
+// lease adopted while a listed member leaves it and a new one joins it, in
+// the instant between the statement's snapshot and its lock, is extended
+// with the new member (whose join set its deadline a moment before), and
+// the leaver is reported extended, not lost (the heartbeat counts as
+// before the leave). Members join a
 // lease only through the Registry that made it, and leave it through any:
 // every statement that takes a job out of a lease (Done, Remove, Bury,
 // Reclaim, Track replacing it, a heartbeat moving it) decrements the
@@ -101,8 +115,9 @@
 // as many as the completions of one window, and no statement walks them.
 //
 // Every operation is statements on the server's clock (now()), in one
-// round trip but for listings longer than a page, a heartbeat whose
-// leases lost members (two), and a statement sent again (above). Expired
+// round trip but for listings longer than a page, a heartbeat of jobs in
+// no lease it knows (two: locate, then adopt and move) or whose leases lost
+// members (one more), and a statement sent again (above). Expired
 // merges two index range scans, the jobs in no lease by deadline and the
 // expired leases by deadline with their members, ORDER BY deadline, id
 // LIMIT n: its cost grows with the
@@ -122,9 +137,12 @@
 //     the entry it replaces; Done and Remove also delete at most 16
 //     expired markers or records).
 //   - Heartbeat: one UPDATE of up to 25 lease rows (FROM unnest) per 25
-//     leases it extends, and one statement per 50 jobs it moves (a new
-//     lease of those, the jobs' rows, their old leases' rows): leases have
-//     at most 50 members. Each statement is its own transaction (a
+//     leases it extends; one that reads up to 250 jobs' rows and their
+//     leases' per 250 jobs it locates (it locks no row); one UPDATE of up
+//     to 10 leases of another Registry (reading their listed jobs' rows, at
+//     most 500) per 10 it adopts or extends; and one statement per 50 jobs
+//     it moves (a new lease of those, the jobs' rows, their old leases'
+//     rows): leases have at most 50 members. Each statement is its own transaction (a
 //     pipeline with a Sync after each) on one connection: one round trip
 //     of wall time plus the server's work, and a second round trip when a
 //     lease could not be extended (its jobs move). A failed statement fails
@@ -152,10 +170,14 @@
 // into a lease); a steady heartbeat of 100,000 jobs takes 54 to 81 ms, its
 // statements 0.2 to 0.5 ms (the longest 0.6 to 3.3 ms, and 8.8 and 59 ms
 // in two runs under load); the first heartbeat of 100,000 jobs by a
-// registry that did not track them (a process that heartbeats the jobs of
-// another, or of an earlier version: every job moves into a lease) takes
-// 2.8 to 9 s, its statements 0.8 to 2.3 ms on average but up to 13 to
-// 92 ms under that load, over the 5 ms aim; the recovery scan takes about
+// registry that did not track them takes, when another registry's leases
+// hold them (adopted whole), 0.76 to 0.84 s, its statements 1 to 1.5 ms
+// on average and 2.3 to 4.6 ms at the longest (2026-11-29, a quiet machine
+// about twice as fast), and that registry's next heartbeats 0.25 s; when
+// they are in no lease (an earlier version's tables: every job moves into
+// a lease), 2.4 s on that machine (the longest statement 1.9 to 4.4 ms), 2.8 to
+// 9 s under the load above (statements up to 13 to 92 ms, over the 5 ms
+// aim); the recovery scan takes about
 // 1 ms, with the jobs in leases or not, expired in leases or not. Track
 // writes the lease row too: about 16 µs more of the server's time than a
 // Track alone (some 20 against 35 µs), and a third fewer Tracks a second
@@ -202,6 +224,12 @@ type Registry struct {
 	// fastStatements and slowStatements count the heartbeat statements
 	// sent (for the tests).
 	fastStatements, slowStatements atomic.Int64
+	// adoptStatements and locateStatements count those that extend
+	// another Registry's leases and those that locate jobs (for the tests).
+	adoptStatements, locateStatements atomic.Int64
+	// movesOnly, when set (by the tests), makes heartbeats move the jobs
+	// of no cached lease at once, as before adoption.
+	movesOnly bool
 	// afterPlan, when set (by the tests), runs between a heartbeat's plan
 	// and its statements; beforeTrack between a Track's choice of lease
 	// and its statement, and afterTrack after it, with its error (which
@@ -234,7 +262,7 @@ func New(pool *pgxpool.Pool, table string) (*Registry, error) {
 }
 
 type queries struct {
-	setup, current, track, done, heartbeat, extend, remove, expired, inflight, reclaim, bury, dead, deadJob, purge, countJobs, countDead string
+	setup, current, track, done, heartbeat, extend, locate, adopt, remove, expired, inflight, reclaim, bury, dead, deadJob, purge, countJobs, countDead string
 }
 
 const (
@@ -470,6 +498,32 @@ UNION ALL SELECT (SELECT id FROM nl), NULL WHERE (SELECT count(x) FROM chk) = 0`
 		extend: r.Replace(`UPDATE T__lease l SET deadline = now() + $3::bigint * interval '1 millisecond' + c.o * interval '1 microsecond'
 FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS c(id, n, o)
 WHERE l.id = c.id AND l.members = c.n RETURNING l.id`),
+		// locate finds the lease of each job of a chunk ($1, $2) that is
+		// in one, with the lease's members: its place in the chunk (from
+		// 1), the lease, the members. It reads, and locks no row. Each job
+		// is looked up by its ID alone, then its lease by its ID (LATERAL,
+		// OFFSET 0 and a scalar subquery leave the planner nothing to
+		// reorder): a statement that also says the job is in a lease (as a
+		// join with the leases does) lets the planner use the index of
+		// leased jobs, (lease, id), for it, and read the whole index for
+		// each job: 0.14 ms a statement became 300 to 700 ms at
+		// 10,000,000 jobs once that index's statistics changed.
+		locate: r.Replace(`SELECT * FROM (SELECT r.o, x.lease, (SELECT l.members FROM T__lease l WHERE l.id = x.lease) AS members
+	FROM unnest($1::bytea[], $2::bigint[]) WITH ORDINALITY AS r(id, epoch, o),
+	LATERAL (SELECT j.lease FROM T_ j WHERE j.id = r.id AND j.epoch = r.epoch OFFSET 0) AS x) AS s
+WHERE members IS NOT NULL`),
+		// adopt extends, as extend does, each lease ($1) of another
+		// Registry that still has the members the registry counts ($2),
+		// when as many of the jobs it lists in it ($4, $5, $6: lease, ID,
+		// epoch) are still in it: then every member is one it lists (that
+		// Registry's Tracks may join the lease, so its count alone proves
+		// nothing). The lease rows are locked in order of ID.
+		adopt: r.Replace(`WITH c AS (SELECT * FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS c(id, n, o)),
+	k AS (SELECT r.lease, count(*) AS n FROM unnest($4::bigint[], $5::bytea[], $6::bigint[]) AS r(lease, id, epoch),
+		LATERAL (SELECT FROM T_ j WHERE j.id = r.id AND j.epoch = r.epoch AND j.lease = r.lease OFFSET 0) AS x GROUP BY r.lease),
+	lk AS (SELECT l.id FROM T__lease l JOIN c ON l.id = c.id JOIN k ON k.lease = c.id AND k.n = c.n ORDER BY l.id FOR UPDATE OF l)
+UPDATE T__lease l SET deadline = now() + $3::bigint * interval '1 millisecond' + c.o * interval '1 microsecond'
+FROM c, lk WHERE l.id = c.id AND l.id = lk.id AND l.members = c.n RETURNING l.id`),
 		remove: r.Replace(`WITH d AS (DELETE FROM T_ WHERE id = $1 AND epoch = $2 RETURNING id, attempt, max_retries, history, lease),
 	` + leave("d") + `m AS (INSERT INTO T__retry (id, attempt, max_retries, history, at) SELECT id, attempt, max_retries, history, now() FROM d
 		ON CONFLICT (id) DO UPDATE SET attempt = excluded.attempt, max_retries = excluded.max_retries,
@@ -702,6 +756,16 @@ var heartbeatChunk = 50
 // small row each).
 var extendChunk = 25
 
+// adoptChunk is the most leases of another Registry one heartbeat
+// statement extends: it reads their listed jobs' rows too (up to 50
+// each).
+var adoptChunk = 10
+
+// locateChunk is the most jobs one heartbeat statement locates (it reads
+// their rows and their leases', and locks none: 250 took 1 to 1.5 ms at
+// 10,000,000 jobs).
+var locateChunk = 250
+
 // trackSlots is how many open leases a Registry's Tracks join, in turn:
 // Tracks at once go to different lease rows, and do not wait for each
 // other's row lock. A variable for the tests.
@@ -741,10 +805,12 @@ type cachedRef struct {
 }
 
 // fastLease is a lease a heartbeat may extend whole, with its count of
-// cached refs then (all in the heartbeat).
+// cached refs then (all in the heartbeat), and those refs when the lease
+// is another Registry's (its statement counts them on the server).
 type fastLease struct {
 	*cachedLease
-	n int
+	n       int
+	counted []jobs.Ref
 }
 
 type cachedLease struct {
@@ -762,6 +828,11 @@ type cachedLease struct {
 	closed    bool // never joined again
 	pending   int  // joins sent and not answered
 	extending int  // heartbeats that extend it whole, sent and not answered
+	// foreign: made by another Registry, and adopted by a heartbeat that
+	// listed its every member. That Registry's Tracks may join it, so its
+	// extension counts on the server the cached refs still in it
+	// (adoptStatement), and this Registry never joins it (closed).
+	foreign bool
 }
 
 func newLeaseCache() leaseCache {
@@ -882,7 +953,11 @@ func (c *leaseCache) plan(refs []jobs.Ref, now time.Time) (fast []fastLease, slo
 	for _, l := range touched {
 		if l.seen == l.n && l.pending == 0 {
 			l.extending++
-			fast = append(fast, fastLease{l, l.n})
+			f := fastLease{cachedLease: l, n: l.n}
+			if l.foreign {
+				f.counted = c.cachedIn(l)
+			}
+			fast = append(fast, f)
 		} else {
 			c.drop(l)
 			uncached = true
@@ -899,6 +974,17 @@ func (c *leaseCache) plan(refs []jobs.Ref, now time.Time) (fast []fastLease, slo
 		}
 	}
 	return fast, slow
+}
+
+// cachedIn returns the refs cached in l (c.mu held).
+func (c *leaseCache) cachedIn(l *cachedLease) []jobs.Ref {
+	refs := make([]jobs.Ref, 0, l.n)
+	for _, ref := range l.refs {
+		if e := c.of[ref]; e != nil && e.lease == l {
+			refs = append(refs, ref)
+		}
+	}
+	return refs
 }
 
 // sweep forgets the leases that ended before now (c.mu held).
@@ -921,11 +1007,12 @@ func (c *leaseCache) drop(l *cachedLease) {
 }
 
 // put records a new lease and the refs moved into it (out of the leases
-// they were cached in).
-func (c *leaseCache) put(id int64, refs []jobs.Ref, until time.Time) {
+// they were cached in), or a lease of another Registry adopted whole
+// (foreign).
+func (c *leaseCache) put(id int64, refs []jobs.Ref, until time.Time, foreign bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	l := &cachedLease{id: id, refs: refs, n: len(refs), until: until}
+	l := &cachedLease{id: id, refs: refs, n: len(refs), until: until, foreign: foreign, closed: foreign}
 	for _, ref := range refs {
 		c.leave(ref)
 		c.of[ref] = &cachedRef{lease: l}
@@ -996,15 +1083,20 @@ func (c *leaseCache) forget(ref jobs.Ref) {
 // Heartbeat implements jobs.Registry with leases: the jobs a Registry
 // heartbeats are members of lease rows, and a heartbeat extends a lease
 // whole, one small row, when the lease still has exactly the members the
-// Registry moved in (its count proves it: see the package doc). The other
-// refs (new ones, those of a lease that lost a member or whose other
+// Registry moved in (its count proves it: see the package doc), or, for a
+// lease of another Registry that it adopted, when the server counts in it
+// every job the Registry knows in it. The refs of no lease it knows are
+// located first (one statement per 250): a lease of another Registry whose
+// every member they include is adopted (extended whole); the other refs
+// (new ones, those of a lease that lost a member or whose other
 // members the heartbeat leaves out) move into new leases, one statement of
 // up to heartbeatChunk (50) jobs each. Every statement is its own
-// transaction, all in one pipeline on one connection: one round trip of
-// wall time, two when a lease could not be extended; deadline on server
-// time. It returns the IDs whose row of that epoch is gone. When some
-// statements fail, the jobs of the others are extended and the error is a
-// *jobs.HeartbeatError naming the failed statements' IDs.
+// transaction, each round in one pipeline on one connection: one round
+// trip of wall time, two when some refs are in no lease it knows, one more
+// when a lease could not be extended; deadline on server time. It returns
+// the IDs whose row of that epoch is gone. When some statements fail, the
+// jobs of the others are extended and the error is a *jobs.HeartbeatError
+// naming the failed statements' IDs.
 func (r *Registry) Heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Duration) ([]string, error) {
 	if err := jobs.CheckHeartbeat(ctx, refs, lease); err != nil {
 		return nil, err
@@ -1074,13 +1166,40 @@ func (r *Registry) heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Du
 	}
 	var again []jobs.Ref // the refs of the leases not extended
 	var stmts []statement
-	for lo := 0; lo < len(fast); lo += extendChunk {
-		stmts = append(stmts, r.extendStatement(fast[lo:min(lo+extendChunk, len(fast))], lease, leaseArg, until, listed, &again, unknownRefs))
+	own, adopted := splitForeign(fast)
+	for lo := 0; lo < len(own); lo += extendChunk {
+		stmts = append(stmts, r.extendStatement(own[lo:min(lo+extendChunk, len(own))], false, lease, leaseArg, until, listed, &again, unknownRefs))
 	}
-	for lo := 0; lo < len(slow); lo += heartbeatChunk {
-		stmts = append(stmts, r.moveStatement(slow[lo:min(lo+heartbeatChunk, len(slow))], leaseArg, until, &again, lostRefs, unknownRefs))
+	for lo := 0; lo < len(adopted); lo += adoptChunk {
+		stmts = append(stmts, r.extendStatement(adopted[lo:min(lo+adoptChunk, len(adopted))], true, lease, leaseArg, until, listed, &again, unknownRefs))
+	}
+	// The refs of no cached lease: located first (unless the Registry
+	// only moves), so that the leases of another Registry whose every
+	// member the heartbeat lists are adopted whole, in a second round
+	// trip with the moves of the rest; else moved at once.
+	var located map[int64]*locatedLease
+	if len(slow) > 0 && !r.movesOnly {
+		located = map[int64]*locatedLease{}
+		for lo := 0; lo < len(slow); lo += locateChunk {
+			stmts = append(stmts, r.locateStatement(slow[lo:min(lo+locateChunk, len(slow))], located, unknownRefs))
+		}
+	} else {
+		for lo := 0; lo < len(slow); lo += heartbeatChunk {
+			stmts = append(stmts, r.moveStatement(slow[lo:min(lo+heartbeatChunk, len(slow))], leaseArg, until, &again, lostRefs, unknownRefs))
+		}
 	}
 	err = pipeline(ctx, conn.Conn().PgConn(), stmts)
+	if located != nil {
+		adopt, moves := adoption(slow, located, unknownRefs)
+		stmts = stmts[:0]
+		for lo := 0; lo < len(adopt); lo += adoptChunk {
+			stmts = append(stmts, r.adoptStatement(adopt[lo:min(lo+adoptChunk, len(adopt))], leaseArg, until, &again, unknownRefs))
+		}
+		for lo := 0; lo < len(moves); lo += heartbeatChunk {
+			stmts = append(stmts, r.moveStatement(moves[lo:min(lo+heartbeatChunk, len(moves))], leaseArg, until, &again, lostRefs, unknownRefs))
+		}
+		err = cmp.Or(err, pipeline(ctx, conn.Conn().PgConn(), stmts))
+	}
 	// Then the jobs of the leases not extended, and those of the moving
 	// statements to send again (a heartbeat of the same jobs at once), a
 	// round trip each time, at most 4 times.
@@ -1116,38 +1235,173 @@ type statement struct {
 	failed  func(err error)
 }
 
-// extendStatement extends the leases of fast that still have the members
-// cached; the refs of the others go to again, their leases forgotten.
-func (r *Registry) extendStatement(fast []fastLease, lease time.Duration, leaseArg []byte, until time.Time, listed func(jobs.Ref) bool, again *[]jobs.Ref, unknown map[jobs.Ref]bool) statement {
-	r.fastStatements.Add(1)
+// extendStatement extends the leases of fast (another Registry's when
+// adopted) that still have the members cached; the refs of the others go
+// to again, their leases forgotten.
+func (r *Registry) extendStatement(fast []fastLease, adopted bool, lease time.Duration, leaseArg []byte, until time.Time, listed func(jobs.Ref) bool, again *[]jobs.Ref, unknown map[jobs.Ref]bool) statement {
+	extended := make(map[int64]bool, len(fast))
+	s := r.leaseStatement(fast, adopted, leaseArg, extended)
+	s.done = func() { *again = append(*again, r.cache.extended(fast, extended, until, lease, listed)...) }
+	s.failed = func(error) {
+		r.cache.unextended(fast)
+		for _, l := range fast {
+			for _, ref := range l.refs {
+				if listed(ref) {
+					unknown[ref] = true
+				}
+			}
+		}
+	}
+	return s
+}
+
+// adoptStatement extends the leases of adopt, another Registry's, whose
+// every member the heartbeat lists (as its locating statements found
+// them), and caches those it extended; the refs of the others go to
+// again.
+func (r *Registry) adoptStatement(adopt []fastLease, leaseArg []byte, until time.Time, again *[]jobs.Ref, unknown map[jobs.Ref]bool) statement {
+	extended := make(map[int64]bool, len(adopt))
+	s := r.leaseStatement(adopt, true, leaseArg, extended)
+	s.done = func() {
+		for _, l := range adopt {
+			if extended[l.id] {
+				r.cache.put(l.id, l.counted, until, true)
+			} else {
+				*again = append(*again, l.counted...)
+			}
+		}
+	}
+	s.failed = func(error) {
+		for _, l := range adopt {
+			for _, ref := range l.counted {
+				unknown[ref] = true
+			}
+		}
+	}
+	return s
+}
+
+// leaseStatement is the statement that extends the leases of fast whole,
+// with the refs of each when they are another Registry's (adopted), and
+// records the leases it extended in extended; its done and failed are the
+// caller's.
+func (r *Registry) leaseStatement(fast []fastLease, adopted bool, leaseArg []byte, extended map[int64]bool) statement {
 	ids, counts := []byte{'{'}, []byte{'{'}
+	var refs []jobs.Ref
+	var leases []byte
 	for i, l := range fast {
 		if i > 0 {
 			ids, counts = append(ids, ','), append(counts, ',')
 		}
 		ids = strconv.AppendInt(ids, l.id, 10)
 		counts = strconv.AppendInt(counts, int64(l.n), 10)
+		if adopted {
+			for _, ref := range l.counted {
+				leases = strconv.AppendInt(append(leases, ','), l.id, 10)
+				refs = append(refs, ref)
+			}
+		}
 	}
-	extended := make(map[int64]bool, len(fast))
+	sql, args := r.q.extend, [][]byte{append(ids, '}'), append(counts, '}'), leaseArg}
+	if adopted {
+		r.adoptStatements.Add(1)
+		refIDs, refEpochs := textArrays(refs)
+		if len(leases) > 0 {
+			leases[0] = '{'
+		} else {
+			leases = []byte{'{'}
+		}
+		sql, args = r.q.adopt, append(args, append(leases, '}'), refIDs, refEpochs)
+	} else {
+		r.fastStatements.Add(1)
+	}
 	return statement{
-		sql: r.q.extend, args: [][]byte{append(ids, '}'), append(counts, '}'), leaseArg}, formats: []int16{0},
+		sql: sql, args: args, formats: []int16{0},
 		row: func(v [][]byte) error {
 			id, err := strconv.ParseInt(string(v[0]), 10, 64)
 			extended[id] = true
 			return err
 		},
-		done: func() { *again = append(*again, r.cache.extended(fast, extended, until, lease, listed)...) },
+	}
+}
+
+// locatedLease is a lease of another Registry that a heartbeat's refs
+// are in, as its locating statements found them: its members, and the
+// refs in it.
+type locatedLease struct {
+	members int
+	refs    []jobs.Ref
+}
+
+// locateStatement finds the leases of refs (those in one) and their
+// members, into located.
+func (r *Registry) locateStatement(refs []jobs.Ref, located map[int64]*locatedLease, unknown map[jobs.Ref]bool) statement {
+	r.locateStatements.Add(1)
+	ids, epochs := textArrays(refs)
+	return statement{
+		sql: r.q.locate, args: [][]byte{ids, epochs}, formats: []int16{0},
+		row: func(v [][]byte) error {
+			o, err1 := strconv.Atoi(string(v[0]))
+			id, err2 := strconv.ParseInt(string(v[1]), 10, 64)
+			n, err3 := strconv.Atoi(string(v[2]))
+			if err := cmp.Or(err1, err2, err3); err != nil {
+				return err
+			}
+			if o < 1 || o > len(refs) {
+				return fmt.Errorf("pgjobs: heartbeat: located place %d of %d", o, len(refs))
+			}
+			l := located[id]
+			if l == nil {
+				l = &locatedLease{members: n}
+				located[id] = l
+			}
+			l.refs = append(l.refs, refs[o-1])
+			return nil
+		},
+		done: func() {},
 		failed: func(error) {
-			r.cache.unextended(fast)
-			for _, l := range fast {
-				for _, ref := range l.refs {
-					if listed(ref) {
-						unknown[ref] = true
-					}
-				}
+			for _, ref := range refs {
+				unknown[ref] = true
 			}
 		},
 	}
+}
+
+// adoption splits the refs of no cached lease, once located, into the
+// leases to adopt (each listed whole, by ID) and the refs to move (in the
+// order of slow), leaving out those of unknown outcome (their locating
+// statement failed).
+func adoption(slow []jobs.Ref, located map[int64]*locatedLease, unknown map[jobs.Ref]bool) (adopt []fastLease, moves []jobs.Ref) {
+	whole := map[jobs.Ref]bool{}
+	for id, l := range located {
+		if len(l.refs) != l.members {
+			continue
+		}
+		adopt = append(adopt, fastLease{cachedLease: &cachedLease{id: id}, n: l.members, counted: l.refs})
+		for _, ref := range l.refs {
+			whole[ref] = true
+		}
+	}
+	slices.SortFunc(adopt, func(a, b fastLease) int { return cmp.Compare(a.id, b.id) })
+	for _, ref := range slow {
+		if !whole[ref] && !unknown[ref] {
+			moves = append(moves, ref)
+		}
+	}
+	return adopt, moves
+}
+
+// splitForeign splits fast into this Registry's leases and those it
+// adopted, in order.
+func splitForeign(fast []fastLease) (own, adopted []fastLease) {
+	for _, f := range fast {
+		if f.foreign {
+			adopted = append(adopted, f)
+		} else {
+			own = append(own, f)
+		}
+	}
+	return own, adopted
 }
 
 // moveStatement moves the live jobs of refs into a new lease and records
@@ -1184,7 +1438,7 @@ func (r *Registry) moveStatement(refs []jobs.Ref, leaseArg []byte, until time.Ti
 				}
 			}
 			if newLease != 0 && len(moved) > 0 {
-				r.cache.put(newLease, moved, until)
+				r.cache.put(newLease, moved, until, false)
 			}
 		},
 		failed: func(err error) {

@@ -47,7 +47,7 @@ var scaleRuns = []scaleRun{
 	{bin: "bench", dir: benchDir, pkg: ".", top: "BenchmarkJobsScale", pattern: "^BenchmarkJobsScale$", benchtime: "5x", timed: true,
 		title: "10,000,000 tracked jobs",
 		about: "A registry of 10,000,000 jobs, 100 of them expired, on a server of its own. `scan` is the recovery scan (Registry.Expired, which finds the 100), " +
-			"`heartbeat` one Registry.Heartbeat of 100,000 in-flight jobs (on PostgreSQL the steady one; `heartbeat-join` the first by a registry that did not track the jobs, which moves every job into a lease row; `heartbeat-after-track` the first heartbeat of 100,000 jobs a registry has just tracked, which Track put into lease rows; `scan-leased` the scan once they are in leases); `ms/op` is the time of one. `max-call-µs` is the longest single server call meanwhile " +
+			"`heartbeat` one Registry.Heartbeat of 100,000 in-flight jobs (on PostgreSQL the steady one; `heartbeat-solo` the first of jobs in no lease (tables of earlier versions), which moves every job into a lease row; `heartbeat-adopt` the first by a registry that did not track the jobs, which adopts the other registry's leases whole; `heartbeat-adopted` that registry's steady heartbeat; `heartbeat-after-track` the first heartbeat of 100,000 jobs a registry has just tracked, which Track put into lease rows; `scan-leased` the scan once they are in leases); `ms/op` is the time of one. `max-call-µs` is the longest single server call meanwhile " +
 			"(SLOWLOG on Redis, pg_stat_statements' max_exec_time on PostgreSQL), `typical-call-µs` a typical one, `probe-p99-µs` a PING or SELECT 1 from another client, `B/job` Redis memory per tracked job."},
 }
 
