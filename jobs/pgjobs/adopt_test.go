@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -195,6 +196,63 @@ WHEN (OLD.id = `+strconv.FormatInt(poisoned, 10)+`) EXECUTE FUNCTION `+table+`_p
 			t.Fatalf("%s ends at %v", j.ID, ds[j.ID])
 		}
 	}
-	heartbeat(t, b, refs, time.Hour) // the unknown ones are located again
+	heartbeat(t, b, refs, 2*time.Hour) // the unknown ones are located again, and adopted
+	ds = deadlineOf(t, a)
+	for _, j := range js {
+		if time.Until(ds[j.ID]) < 2*time.Hour-time.Minute {
+			t.Fatalf("%s ends at %v", j.ID, ds[j.ID])
+		}
+	}
+	if got := leasesOf(t, pool, table, js); got[0] != poisoned {
+		t.Fatalf("%s moved from lease %d to %d: want its lease adopted", js[0].ID, poisoned, got[0])
+	}
+	checkMembers(t, pool, table)
+}
+
+// Two heartbeats of one registry at once, whose replies are read in the
+// other order than their statements committed: the first adopts the
+// other registry's lease of A and Z; the second, before the first caches
+// that lease, moves A (listed with B1, of another lease) into a new
+// lease. Caching the adopted lease must not take A out of the new lease
+// in the cache: else the registry counts B1 alone there, and once B1 is
+// completed elsewhere (the server then counts A alone) its heartbeats of
+// B1 extend that lease, reporting B1 extended and keeping A alive.
+func TestAdoptionCachedAfterANewerMove(t *testing.T) {
+	pgjobs.SetTrackSlots(t, 1)
+	pool, m, b, table := twoRegistries(t, "newer")
+	ctx := t.Context()
+	fj := trackN(t, m, "f", 2, time.Minute)   // one lease: A, Z
+	gj := trackN(t, m, "g", 2, 2*time.Minute) // another (another lease duration): B1, B3
+	a, z, b1 := fj[0].Ref(), fj[1].Ref(), gj[0].Ref()
+	adopted, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	pgjobs.SetAfterAdopt(b, func() {
+		once.Do(func() {
+			close(adopted)
+			<-release
+		})
+	})
+	var wg sync.WaitGroup
+	wg.Go(func() { heartbeat(t, b, []jobs.Ref{a, z}, time.Hour) })
+	<-adopted
+	heartbeat(t, b, []jobs.Ref{a, b1}, time.Hour) // moves A and B1 into a new lease
+	if la, lb := leaseOf(t, pool, table, a.ID), leaseOf(t, pool, table, b1.ID); la != lb {
+		t.Fatalf("A in lease %d, B1 in %d: the test needs them moved together", la, lb)
+	}
+	close(release)
+	wg.Wait()
+	if err := m.Done(ctx, b1); err != nil {
+		t.Fatal(err)
+	}
+	heartbeat(t, b, []jobs.Ref{b1}, 2*time.Hour, b1.ID)
+	if d := time.Until(deadlineOf(t, m)[a.ID]); d > 90*time.Minute {
+		t.Fatalf("A, not listed, was extended: ends in %v", d)
+	}
+	heartbeat(t, b, []jobs.Ref{a, z}, 3*time.Hour)
+	for _, ref := range []jobs.Ref{a, z} {
+		if d := time.Until(deadlineOf(t, m)[ref.ID]); d < 3*time.Hour-time.Minute {
+			t.Fatalf("%s ends in %v", ref.ID, d)
+		}
+	}
 	checkMembers(t, pool, table)
 }

@@ -77,6 +77,11 @@ func AdoptionStatements(r *Registry) (locate, adopt int64) {
 	return r.locateStatements.Load(), r.adoptStatements.Load()
 }
 
+// SetAfterAdopt makes r's heartbeats call f once an adopting statement
+// has answered, before they cache its leases (set it before any heartbeat
+// runs).
+func SetAfterAdopt(r *Registry, f func()) { r.afterAdopt = f }
+
 // SetAdoptChunk makes statements that extend at most n leases of other
 // Registries for the rest of t (t must not be parallel).
 func SetAdoptChunk(t testing.TB, n int) {

@@ -257,11 +257,12 @@ func TestReclaimRacesHeartbeat(t *testing.T) {
 	ctx := t.Context()
 	pgjobs.SetHeartbeatChunk(t, 4)
 	const rounds, n = 60, 8
-	both := 0
+	both, adoptedJobs := 0, 0
 	for round := range rounds {
 		js := trackN(t, r, fmt.Sprint("r", round), n, time.Hour)
 		refs := refsOf(js)
 		heartbeat(t, r, refs, time.Hour)
+		before := leasesOf(t, pool, table, js)
 		hb := r // cached: the race is with the extending statement
 		switch round % 3 {
 		case 1:
@@ -294,9 +295,16 @@ func TestReclaimRacesHeartbeat(t *testing.T) {
 				both++
 			}
 		}
+		if hb == adopter {
+			for i, l := range leasesOf(t, pool, table, js) {
+				if l != 0 && l == before[i] {
+					adoptedJobs++ // extended, in the lease it was in
+				}
+			}
+		}
 		checkMembers(t, pool, table)
 	}
-	t.Logf("%d of %d jobs reclaimed first", both, rounds*n)
+	t.Logf("%d of %d jobs reclaimed first; %d of %d extended in their lease by the adopting registry", both, rounds*n, adoptedJobs, rounds/3*n)
 }
 
 // Tables of the layout before leases (an index on deadline, no lease

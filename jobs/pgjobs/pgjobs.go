@@ -228,8 +228,11 @@ type Registry struct {
 	// another Registry's leases and those that locate jobs (for the tests).
 	adoptStatements, locateStatements atomic.Int64
 	// movesOnly, when set (by the tests), makes heartbeats move the jobs
-	// of no cached lease at once, as before adoption.
-	movesOnly bool
+	// of no cached lease at once, as before adoption; afterAdopt, when set,
+	// runs once an adopting statement has answered, before its leases are
+	// cached.
+	movesOnly  bool
+	afterAdopt func()
 	// afterPlan, when set (by the tests), runs between a heartbeat's plan
 	// and its statements; beforeTrack between a Track's choice of lease
 	// and its statement, and afterTrack after it, with its error (which
@@ -495,9 +498,15 @@ UNION ALL SELECT (SELECT id FROM nl), NULL WHERE (SELECT count(x) FROM chk) = 0`
 		// microsecond per place in the list, so that no two leases of a
 		// statement share a deadline: a listing's page ends at a lease),
 		// and returns the leases it extended.
-		extend: r.Replace(`UPDATE T__lease l SET deadline = now() + $3::bigint * interval '1 millisecond' + c.o * interval '1 microsecond'
-FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS c(id, n, o)
-WHERE l.id = c.id AND l.members = c.n RETURNING l.id`),
+		// The rows are locked in order of ID first (lk), as every statement
+		// that locks several lease rows does (adopt, leave): a join the
+		// planner picks would lock them in the table's order, and two
+		// statements extending the same leases at once (the Registry that
+		// made them and one that adopted them) could deadlock.
+		extend: r.Replace(`WITH c AS (SELECT * FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS c(id, n, o)),
+	lk AS (SELECT l.id FROM T__lease l JOIN c ON l.id = c.id AND l.members = c.n ORDER BY l.id FOR UPDATE OF l)
+UPDATE T__lease l SET deadline = now() + $3::bigint * interval '1 millisecond' + c.o * interval '1 microsecond'
+FROM c, lk WHERE l.id = c.id AND l.id = lk.id AND l.members = c.n RETURNING l.id`),
 		// locate finds the lease of each job of a chunk ($1, $2) that is
 		// in one, with the lease's members: its place in the chunk (from
 		// 1), the lease, the members. It reads, and locks no row. Each job
@@ -1008,12 +1017,29 @@ func (c *leaseCache) drop(l *cachedLease) {
 
 // put records a new lease and the refs moved into it (out of the leases
 // they were cached in), or a lease of another Registry adopted whole
-// (foreign).
+// (foreign). A ref cached in a lease of a higher ID stays there: a job's
+// lease only changes by a move, into a lease made then (the highest ID
+// yet; a move of the job at once waits for its row and is sent again),
+// so that lease is the newer, and this put comes from a statement that
+// committed before it (two heartbeats at once, whose replies are read in
+// either order). Without that, a put would take the ref out of the lease
+// the server has it in, and the cached count would no longer prove the
+// members.
 func (c *leaseCache) put(id int64, refs []jobs.Ref, until time.Time, foreign bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	l := &cachedLease{id: id, refs: refs, n: len(refs), until: until, foreign: foreign, closed: foreign}
+	kept := make([]jobs.Ref, 0, len(refs))
 	for _, ref := range refs {
+		if e := c.of[ref]; e != nil && e.lease.id > id && c.leases[e.lease.id] == e.lease {
+			continue
+		}
+		kept = append(kept, ref)
+	}
+	if len(kept) == 0 {
+		return
+	}
+	l := &cachedLease{id: id, refs: kept, n: len(kept), until: until, foreign: foreign, closed: foreign}
+	for _, ref := range kept {
 		c.leave(ref)
 		c.of[ref] = &cachedRef{lease: l}
 	}
@@ -1263,6 +1289,9 @@ func (r *Registry) adoptStatement(adopt []fastLease, leaseArg []byte, until time
 	extended := make(map[int64]bool, len(adopt))
 	s := r.leaseStatement(adopt, true, leaseArg, extended)
 	s.done = func() {
+		if r.afterAdopt != nil {
+			r.afterAdopt()
+		}
 		for _, l := range adopt {
 			if extended[l.id] {
 				r.cache.put(l.id, l.counted, until, true)
@@ -1370,11 +1399,11 @@ func (r *Registry) locateStatement(refs []jobs.Ref, located map[int64]*locatedLe
 // adoption splits the refs of no cached lease, once located, into the
 // leases to adopt (each listed whole, by ID) and the refs to move (in the
 // order of slow), leaving out those of unknown outcome (their locating
-// statement failed).
+// statement failed; a lease with one of them is not adopted).
 func adoption(slow []jobs.Ref, located map[int64]*locatedLease, unknown map[jobs.Ref]bool) (adopt []fastLease, moves []jobs.Ref) {
 	whole := map[jobs.Ref]bool{}
 	for id, l := range located {
-		if len(l.refs) != l.members {
+		if len(l.refs) != l.members || slices.ContainsFunc(l.refs, func(ref jobs.Ref) bool { return unknown[ref] }) {
 			continue
 		}
 		adopt = append(adopt, fastLease{cachedLease: &cachedLease{id: id}, n: l.members, counted: l.refs})
