@@ -172,7 +172,7 @@
 // in two runs under load); the first heartbeat of 100,000 jobs by a
 // registry that did not track them takes, when another registry's leases
 // hold them (adopted whole), 0.76 to 0.84 s, its statements 1 to 1.5 ms
-// on average and 2.3 to 4.6 ms at the longest (2026-11-29, a quiet machine
+// on average and 1.6 to 4.6 ms at the longest (2026-11-29, a quiet machine
 // about twice as fast), and that registry's next heartbeats 0.25 s; when
 // they are in no lease (an earlier version's tables: every job moves into
 // a lease), 2.4 s on that machine (the longest statement 1.9 to 4.4 ms), 2.8 to
