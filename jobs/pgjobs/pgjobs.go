@@ -641,13 +641,17 @@ type history struct {
 	Attempt int       `json:"attempt"`
 }
 
-func encodeHistory(h []jobs.Recovery) []byte {
+// encodeHistory is the history column's JSON, a string, not bytes: a pool
+// that prepares no statement (pgx.QueryExecModeExec) sends an argument as
+// the type its Go type names, and []byte names bytea, which the jsonb
+// cast then reads as text ("\x5b…": invalid JSON).
+func encodeHistory(h []jobs.Recovery) string {
 	out := make([]history, len(h))
 	for i, r := range h {
 		out[i] = history(r)
 	}
 	b, _ := json.Marshal(out)
-	return b
+	return string(b)
 }
 
 // scanJob reads the columns of cols, or (whole false) of listed, a job

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
@@ -284,4 +285,27 @@ func TestSetupOfCurrentTablesWaitsForNoWriter(t *testing.T) {
 		}
 		return stmts
 	})
+}
+
+// The conformance suite passes on a pool that prepares no statement
+// (pgx.QueryExecModeExec and QueryExecModeSimpleProtocol, as for a
+// connection pooler in transaction mode): every argument's Go type must
+// name its PostgreSQL type. Track failed on every such pool (its history,
+// bytes, was sent as bytea).
+func TestConformanceWithoutPreparedStatements(t *testing.T) {
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
+		t.Run(mode.String(), func(t *testing.T) {
+			cfg := newPool(t).Config()
+			cfg.ConnConfig.DefaultQueryExecMode = mode
+			pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			registrytest.Run(t, func(t testing.TB) jobs.Registry {
+				r, _ := newRegistry(t, pool, "exec")
+				return r
+			})
+		})
+	}
 }
