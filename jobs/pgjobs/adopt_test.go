@@ -34,7 +34,8 @@ func leasesOf(t *testing.T, pool *pgxpool.Pool, table string, js []jobs.Job) []i
 }
 
 // A registry that did not track the jobs adopts the leases of another
-// whose every member it lists: one statement locates the 33 jobs, one
+// whose every member it lists: four statements locate the 33 jobs (10 a
+// statement), one
 // extends the three whole leases (their jobs' rows untouched: they stay
 // in their leases), one moves the 3 jobs of the fourth lease it lists
 // (its 2 others stay behind, not extended). Its next heartbeat extends
@@ -53,7 +54,7 @@ func TestHeartbeatAdoptsAnotherRegistrysLeases(t *testing.T) {
 	refs := refsOf(js)
 	before := leasesOf(t, pool, table, js)
 	heartbeat(t, b, refs[:33], time.Hour)
-	if got, want := statementsOf(b), (statements{slow: 1, locate: 1, adopt: 1}); got != want {
+	if got, want := statementsOf(b), (statements{slow: 1, locate: 4, adopt: 1}); got != want {
 		t.Fatalf("first heartbeat of 33 jobs of another registry's 4 leases: statements %+v, want %+v", got, want)
 	}
 	after := leasesOf(t, pool, table, js)
@@ -73,7 +74,7 @@ func TestHeartbeatAdoptsAnotherRegistrysLeases(t *testing.T) {
 		}
 	}
 	heartbeat(t, b, refs[:33], 2*time.Hour)
-	if got, want := statementsOf(b), (statements{fast: 1, slow: 1, locate: 1, adopt: 2}); got != want {
+	if got, want := statementsOf(b), (statements{fast: 1, slow: 1, locate: 4, adopt: 2}); got != want {
 		t.Fatalf("second heartbeat: statements in all %+v, want %+v", got, want)
 	}
 	heartbeat(t, a, refs[:30], 3*time.Hour)

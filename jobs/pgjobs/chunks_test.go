@@ -17,15 +17,15 @@ import (
 )
 
 // countUpdates makes the server record, in <table>_updates, how many rows
-// each heartbeat statement (an UPDATE of table FROM unnest) changed: a
-// statement-level trigger.
+// each heartbeat statement (an UPDATE of table FROM unnest) that changed
+// some changed: a statement-level trigger.
 func countUpdates(t *testing.T, pool *pgxpool.Pool, table string) func() []int {
 	t.Helper()
 	ctx := t.Context()
 	if _, err := pool.Exec(ctx, `CREATE TABLE `+table+`_updates (n int);
 CREATE FUNCTION `+table+`_count() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-	IF current_query() LIKE '%unnest%' THEN INSERT INTO `+table+`_updates SELECT count(*) FROM changed; END IF;
+	IF current_query() LIKE '%unnest%' AND EXISTS (SELECT FROM changed) THEN INSERT INTO `+table+`_updates SELECT count(*) FROM changed; END IF;
 	RETURN NULL;
 END $$;
 CREATE TRIGGER `+table+`_count AFTER UPDATE ON `+table+` REFERENCING NEW TABLE AS changed
@@ -65,6 +65,32 @@ func elsewhere(t *testing.T, pool *pgxpool.Pool, r *pgjobs.Registry, table strin
 	return heartbeatsElsewhere{r, other}
 }
 
+// heartbeatsInNoLease is a registry whose heartbeats first take every job
+// of its table out of its lease (as the tables of an earlier version have
+// them, each job's deadline its lease's), then go through another Registry
+// of the table, which tracked none of them: the statements that locate the
+// jobs move them into leases of that one, HeartbeatChunk jobs a statement.
+type heartbeatsInNoLease struct {
+	*pgjobs.Registry
+	other *pgjobs.Registry
+	pool  *pgxpool.Pool
+	table string
+}
+
+func (h heartbeatsInNoLease) Heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Duration) ([]string, error) {
+	if _, err := h.pool.Exec(ctx, strings.NewReplacer("T_", h.table).Replace(`UPDATE T_ j SET lease = NULL, deadline = l.deadline
+FROM T__lease l WHERE l.id = j.lease; DELETE FROM T__lease`)); err != nil {
+		return nil, err
+	}
+	return h.other.Heartbeat(ctx, refs, lease)
+}
+
+// inNoLease returns a registry of table r whose heartbeats find the jobs
+// in no lease.
+func inNoLease(t *testing.T, pool *pgxpool.Pool, r *pgjobs.Registry, table string) heartbeatsInNoLease {
+	return heartbeatsInNoLease{r, registryOf(t, pool, table), pool, table}
+}
+
 // A heartbeat of 3½ chunks that moves its jobs (a registry that did not
 // track them) extends every job of its epoch and reports the stale ones at
 // the chunk boundaries, as one statement did; it is 4 UPDATEs of at most
@@ -78,7 +104,13 @@ func TestHeartbeatInChunks(t *testing.T) {
 	updates := countUpdates(t, pool, table)
 	chunk := pgjobs.HeartbeatChunk()
 	registrytest.ChunkedHeartbeat(t, elsewhere(t, pool, r, table), chunk, 3)
-	got := updates()
+	checkUpdates(t, updates(), chunk)
+}
+
+// checkUpdates fails the test unless got (countUpdates) is 4 statements
+// of at most chunk rows.
+func checkUpdates(t *testing.T, got []int, chunk int) {
+	t.Helper()
 	if len(got) != 4 {
 		t.Fatalf("%d heartbeat statements for 3½ chunks, want 4 (rows: %v)", len(got), got)
 	}
@@ -87,6 +119,25 @@ func TestHeartbeatInChunks(t *testing.T) {
 			t.Fatalf("a heartbeat statement updated %d rows: the chunk is %d", n, chunk)
 		}
 	}
+}
+
+// The same, the jobs in no lease: the statements that locate them move
+// them, 4 statements of at most HeartbeatChunk rows in one round trip.
+func TestLocatingHeartbeatInChunks(t *testing.T) {
+	pool := newPool(t)
+	r, table := newRegistry(t, pool, "locchunks")
+	if err := r.Setup(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	updates := countUpdates(t, pool, table)
+	chunk := pgjobs.HeartbeatChunk()
+	h := inNoLease(t, pool, r, table)
+	registrytest.ChunkedHeartbeat(t, h, chunk, 3)
+	checkUpdates(t, updates(), chunk)
+	if got, want := statementsOf(h.other), (statements{locate: 4}); got != want {
+		t.Fatalf("statements %+v, want %+v", got, want)
+	}
+	checkMembers(t, pool, table)
 }
 
 // A heartbeat whose second statement fails on the server (a trigger
@@ -100,11 +151,19 @@ func TestHeartbeatChunkFails(t *testing.T) {
 	if err := r.Setup(ctx); err != nil {
 		t.Fatal(err)
 	}
-	registrytest.FailedChunk(t, elsewhere(t, pool, r, table), pgjobs.HeartbeatChunk(), 3, 1, func(id string) func() {
+	registrytest.FailedChunk(t, elsewhere(t, pool, r, table), pgjobs.HeartbeatChunk(), 3, 1, poisonUpdates(t, pool, table, "true"))
+}
+
+// poisonUpdates returns the poison of registrytest.FailedChunk: a trigger
+// that fails every UPDATE of the job's row for which the SQL condition
+// when (on OLD and NEW) holds, and its restore, which drops it.
+func poisonUpdates(t *testing.T, pool *pgxpool.Pool, table, when string) func(id string) func() {
+	ctx := t.Context()
+	return func(id string) func() {
 		if _, err := pool.Exec(ctx, `CREATE FUNCTION `+table+`_poison() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN RAISE EXCEPTION 'poisoned'; END $$;
 CREATE TRIGGER `+table+`_poison BEFORE UPDATE ON `+table+` FOR EACH ROW
-WHEN (OLD.id = '\x`+hexOf(id)+`'::bytea) EXECUTE FUNCTION `+table+`_poison()`); err != nil {
+WHEN (OLD.id = '\x`+hexOf(id)+`'::bytea AND `+when+`) EXECUTE FUNCTION `+table+`_poison()`); err != nil {
 			t.Fatal(err)
 		}
 		return func() {
@@ -112,7 +171,25 @@ WHEN (OLD.id = '\x`+hexOf(id)+`'::bytea) EXECUTE FUNCTION `+table+`_poison()`); 
 				t.Fatal(err)
 			}
 		}
-	})
+	}
+}
+
+// The same, the jobs in no lease: the statement that fails is one that
+// locates and moves them.
+func TestLocatingHeartbeatChunkFails(t *testing.T) {
+	pool := newPool(t)
+	r, table := newRegistry(t, pool, "locpoison")
+	ctx := t.Context()
+	if err := r.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h := inNoLease(t, pool, r, table)
+	// Not the wrapper's own UPDATE, which takes the jobs out of their leases.
+	registrytest.FailedChunk(t, h, pgjobs.HeartbeatChunk(), 3, 1, poisonUpdates(t, pool, table, "NEW.lease IS NOT NULL"))
+	if got, want := statementsOf(h.other), (statements{locate: 3}); got != want {
+		t.Fatalf("statements %+v, want %+v", got, want)
+	}
+	checkMembers(t, pool, table)
 }
 
 func hexOf(s string) string {

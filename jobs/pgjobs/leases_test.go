@@ -359,8 +359,10 @@ INSERT INTO T_ (id, payload, owner, attempt, epoch, deadline)
 	}
 	heartbeat(t, r, refs, 2*time.Hour)
 	heartbeat(t, r, refs, 3*time.Hour)
-	if fast, slow := pgjobs.HeartbeatStatements(r); fast != 1 || slow != 1 {
-		t.Fatalf("heartbeats of migrated jobs: %d extending and %d moving statements, want 1 and 1", fast, slow)
+	// The first moves them into a lease with the statement that locates
+	// them (in no lease), the second extends that lease whole.
+	if got, want := statementsOf(r), (statements{fast: 1, locate: 1}); got != want {
+		t.Fatalf("heartbeats of migrated jobs: statements %+v, want %+v", got, want)
 	}
 	if _, err := r.Reclaim(ctx, expired[0].Ref(), "recoverer", time.Minute); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,206 @@
+package pgjobs_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leasehold-go/leasehold/jobs"
+	"github.com/leasehold-go/leasehold/jobs/pgjobs"
+)
+
+// takeOut takes the jobs of ids out of their leases (as an earlier
+// version's tables have them), their deadlines their leases', and counts
+// them out of their leases' members (deleting the leases left empty).
+func takeOut(t *testing.T, pool *pgxpool.Pool, table string, ids ...string) {
+	t.Helper()
+	raw := make([][]byte, len(ids))
+	for i, id := range ids {
+		raw[i] = []byte(id)
+	}
+	if _, err := pool.Exec(t.Context(), strings.NewReplacer("T_", table).Replace(`
+WITH o AS (SELECT j.id, j.lease, l.deadline FROM T_ j JOIN T__lease l ON l.id = j.lease WHERE j.id = ANY($1) FOR UPDATE),
+	u AS (UPDATE T_ j SET lease = NULL, deadline = o.deadline FROM o WHERE j.id = o.id),
+	g AS (SELECT lease, count(*) AS n FROM o GROUP BY lease)
+UPDATE T__lease l SET members = l.members - g.n FROM g WHERE l.id = g.lease`), raw); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(t.Context(), "DELETE FROM "+table+"_lease WHERE members = 0"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A heartbeat of jobs its registry did not track moves those in no lease
+// into a new lease with the statement that locates them, in one round
+// trip with the rest of that chunk (writing only their rows), adopts the
+// lease whose every member it lists, moves the jobs of the lease it lists
+// in part, and reports the job in no lease that is gone lost.
+func TestLocatingStatementMovesJobsInNoLease(t *testing.T) {
+	pgjobs.SetTrackSlots(t, 1) // leases of 10 jobs in order
+	pool, a, b, table := twoRegistries(t, "locmove")
+	pgjobs.SetHeartbeatChunk(t, 10)
+	if err := a.Setup(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	js := trackN(t, a, "a", 20, time.Minute) // a-0…9 in one lease, a-10…19 in another
+	ids := make([]string, 5)
+	for i := range ids {
+		ids[i] = js[i].ID
+	}
+	takeOut(t, pool, table, ids...) // a-0…4 in no lease, a-5…9 the whole of their lease
+	if err := a.Done(t.Context(), js[4].Ref()); err != nil {
+		t.Fatal(err)
+	}
+	checkMembers(t, pool, table)
+	updates := countUpdates(t, pool, table)
+	before := leasesOf(t, pool, table, js[5:])
+	heartbeat(t, b, refsOf(js[:15]), time.Hour, js[4].ID)
+	if got, want := statementsOf(b), (statements{locate: 2, adopt: 1, slow: 1}); got != want {
+		t.Fatalf("statements %+v, want %+v", got, want)
+	}
+	if n := updates(); !slices.Equal(n, []int{4, 5}) {
+		t.Fatalf("rows of jobs written by each statement: %v, want [4 5] (those in no lease, then those of the lease listed in part)", n)
+	}
+	after := leasesOf(t, pool, table, js[:4])
+	if after[0] == 0 || slices.ContainsFunc(after, func(l int64) bool { return l != after[0] }) || slices.Contains(before, after[0]) {
+		t.Fatalf("the jobs in no lease are in leases %v, want one new lease", after)
+	}
+	ds := deadlineOf(t, a)
+	for i, j := range js {
+		if i == 4 {
+			continue
+		}
+		if extended := time.Until(ds[j.ID]) > 50*time.Minute; extended != (i < 15) {
+			t.Fatalf("%s ends at %v (listed: %v)", j.ID, ds[j.ID], i < 15)
+		}
+	}
+	checkMembers(t, pool, table)
+	// The next heartbeat extends them all whole: its own two leases, the
+	// adopted one.
+	heartbeat(t, b, append(refsOf(js[:4]), refsOf(js[5:15])...), 2*time.Hour)
+	if got, want := statementsOf(b), (statements{fast: 1, locate: 2, adopt: 2, slow: 1}); got != want {
+		t.Fatalf("statements in all %+v, want %+v", got, want)
+	}
+	if n := updates(); len(n) != 0 {
+		t.Fatalf("rows of jobs written since: %v, want none", n)
+	}
+}
+
+// A job the locating statement reads in no lease, but that another moves
+// into a lease before the statement has its lock, is not moved by it (its
+// UPDATE looks at the row again once it has the lock): it moves with the
+// moving statement of the next round trip, out of the other's lease, and
+// every count stays exact.
+func TestLocatingStatementSkipsAJobMovedMeanwhile(t *testing.T) {
+	pool, a, b, table := twoRegistries(t, "locrace")
+	ctx := t.Context()
+	js := trackN(t, a, "a", 3, time.Minute)
+	takeOut(t, pool, table, js[0].ID, js[1].ID, js[2].ID)
+	r := strings.NewReplacer("T_", table)
+	// Another moves a-1 into a lease of its own, in a transaction that
+	// holds a-1's row lock until it commits.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	var other int64
+	if err := tx.QueryRow(ctx, r.Replace(`WITH l AS (INSERT INTO T__lease (id, deadline, members)
+	VALUES (nextval('T__lease_id'), now() + interval '1 minute', 1) RETURNING id)
+UPDATE T_ SET lease = (SELECT id FROM l) WHERE id = $1 RETURNING lease`), []byte(js[1].ID)).Scan(&other); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		heartbeat(t, b, refsOf(js), time.Hour)
+	}()
+	waitForLock(t, pool, table)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if got, want := statementsOf(b), (statements{locate: 1, slow: 1}); got != want {
+		t.Fatalf("statements %+v, want %+v (a-1 moved by the moving statement)", got, want)
+	}
+	ls := leasesOf(t, pool, table, js)
+	if ls[0] != ls[2] || ls[1] == ls[0] || ls[1] == other || ls[1] == 0 {
+		t.Fatalf("leases %v: want a-0 and a-2 in one, a-1 in a new one (not %d)", ls, other)
+	}
+	checkEndsAfter(t, a, js, 50*time.Minute)
+	checkMembers(t, pool, table)
+}
+
+// checkEndsAfter fails the test unless every job of js ends in more than
+// d.
+func checkEndsAfter(t *testing.T, r *pgjobs.Registry, js []jobs.Job, d time.Duration) {
+	t.Helper()
+	ds := deadlineOf(t, r)
+	for _, j := range js {
+		if time.Until(ds[j.ID]) < d {
+			t.Fatalf("%s ends at %v, want after %v from now", j.ID, ds[j.ID], d)
+		}
+	}
+}
+
+// waitForLock waits until a statement that names table waits for a lock.
+func waitForLock(t *testing.T, pool *pgxpool.Pool, table string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	for {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%'`, table).Scan(&n); err != nil {
+			t.Fatalf("waiting for a statement to wait for a lock: %v", err)
+		}
+		if n > 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("no statement waits for the lock")
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// A heartbeat's statements are prepared on their connection when its
+// configuration caches statements (pgx's default), and sent unnamed
+// otherwise; either way they extend every job.
+func TestHeartbeatStatementsArePrepared(t *testing.T) {
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec} {
+		t.Run(mode.String(), func(t *testing.T) {
+			cfg := newPool(t).Config()
+			cfg.MaxConns = 1 // the heartbeat's connection is the one asked after
+			cfg.ConnConfig.DefaultQueryExecMode = mode
+			pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pool.Close()
+			a, table := newRegistry(t, pool, "prepared")
+			b := registryOf(t, pool, table)
+			js := trackN(t, a, "a", 12, time.Minute)
+			takeOut(t, pool, table, js[0].ID)
+			for range 7 { // more than the 5 custom plans before a generic one
+				heartbeat(t, b, refsOf(js), time.Hour)
+				pgjobs.ForgetLeases(b)
+			}
+			var n int
+			if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'leasehold_pgjobs_%'`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if prepared := mode == pgx.QueryExecModeCacheStatement; (n > 0) != prepared {
+				t.Fatalf("%d heartbeat statements prepared (want some: %v)", n, prepared)
+			}
+			checkEndsAfter(t, a, js, 50*time.Minute)
+			checkMembers(t, pool, table)
+		})
+	}
+}
