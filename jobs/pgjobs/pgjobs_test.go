@@ -288,15 +288,34 @@ func TestSetupOfCurrentTablesWaitsForNoWriter(t *testing.T) {
 }
 
 // The conformance suite passes on a pool that prepares no statement
-// (pgx.QueryExecModeExec and QueryExecModeSimpleProtocol, as for a
-// connection pooler in transaction mode): every argument's Go type must
-// name its PostgreSQL type. Track failed on every such pool (its history,
-// bytes, was sent as bytea).
+// (pgx.QueryExecModeExec and QueryExecModeSimpleProtocol, the modes for a
+// connection pooler in transaction mode), and through such a pooler
+// (PgBouncer, pool_mode=transaction): every argument's Go type must name
+// its PostgreSQL type, and each statement must be a transaction of its
+// own. Track failed on every such pool (its history, bytes, was sent as
+// bytea).
 func TestConformanceWithoutPreparedStatements(t *testing.T) {
-	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
-		t.Run(mode.String(), func(t *testing.T) {
-			cfg := newPool(t).Config()
-			cfg.ConnConfig.DefaultQueryExecMode = mode
+	for _, c := range []struct {
+		name string
+		mode pgx.QueryExecMode
+		dsn  func(t *testing.T) string
+	}{
+		{"exec", pgx.QueryExecModeExec, nil},
+		{"simple_protocol", pgx.QueryExecModeSimpleProtocol, nil},
+		{"pgbouncer_transaction_mode", pgx.QueryExecModeExec, func(t *testing.T) string {
+			return testenv.NewPgBouncer(t, testenv.Postgres(t), "transaction").DSN()
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dsn := testenv.Postgres(t).DSN()
+			if c.dsn != nil {
+				dsn = c.dsn(t)
+			}
+			cfg, err := pgxpool.ParseConfig(dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.ConnConfig.DefaultQueryExecMode = c.mode
 			pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
 			if err != nil {
 				t.Fatal(err)
