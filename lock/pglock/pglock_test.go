@@ -363,3 +363,16 @@ func TestOverdueHolderHintsASoonRetry(t *testing.T) {
 		t.Fatalf("refused by an overdue holder with hint %v: want a retry within 50 ms", hint)
 	}
 }
+
+// The conformance suite passes on pools that prepare no statement
+// (default_query_exec_mode exec and simple_protocol: pgx then sends each
+// argument as the type its Go type names, or writes it into the SQL),
+// connected to the server itself. pgjobs' Track failed on such pools.
+func TestConformanceExecModes(t *testing.T) {
+	srv := testenv.Postgres(t)
+	for _, mode := range []string{"exec", "simple_protocol"} {
+		t.Run(mode, func(t *testing.T) {
+			locktest.Run(t, func(t testing.TB) lock.Lock { return newLock(t, srv.DSN()+"&default_query_exec_mode="+mode) })
+		})
+	}
+}
