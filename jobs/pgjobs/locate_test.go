@@ -2,12 +2,16 @@ package pgjobs_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold-go/leasehold/jobs"
@@ -171,8 +175,11 @@ func waitForLock(t *testing.T, pool *pgxpool.Pool, table string) {
 }
 
 // A heartbeat's statements are prepared on their connection when its
-// configuration caches statements (pgx's default), and sent unnamed
-// otherwise; either way they extend every job.
+// configuration caches statements (pgx's default), and executed as such
+// (pg_prepared_statements counts their plans), and sent unnamed otherwise;
+// either way they extend every job, past the five executions after which
+// PostgreSQL keeps a generic plan, each heartbeat moving a job in no lease
+// with the locating statement.
 func TestHeartbeatStatementsArePrepared(t *testing.T) {
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec} {
 		t.Run(mode.String(), func(t *testing.T) {
@@ -187,20 +194,99 @@ func TestHeartbeatStatementsArePrepared(t *testing.T) {
 			a, table := newRegistry(t, pool, "prepared")
 			b := registryOf(t, pool, table)
 			js := trackN(t, a, "a", 12, time.Minute)
-			takeOut(t, pool, table, js[0].ID)
-			for range 7 { // more than the 5 custom plans before a generic one
+			for i := range 8 {
+				takeOut(t, pool, table, js[i].ID)
 				heartbeat(t, b, refsOf(js), time.Hour)
 				pgjobs.ForgetLeases(b)
 			}
-			var n int
-			if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'leasehold_pgjobs_%'`).Scan(&n); err != nil {
+			var plans int
+			if err := pool.QueryRow(t.Context(), `SELECT coalesce(sum(generic_plans + custom_plans), 0) FROM pg_prepared_statements
+				WHERE name LIKE 'leasehold_pgjobs_%'`).Scan(&plans); err != nil {
 				t.Fatal(err)
 			}
-			if prepared := mode == pgx.QueryExecModeCacheStatement; (n > 0) != prepared {
-				t.Fatalf("%d heartbeat statements prepared (want some: %v)", n, prepared)
+			if prepared := mode == pgx.QueryExecModeCacheStatement; prepared != (plans >= 16) || !prepared && plans != 0 {
+				t.Fatalf("heartbeat statements executed prepared: %d (want at least 16: %v)", plans, prepared)
 			}
 			checkEndsAfter(t, a, js, 50*time.Minute)
 			checkMembers(t, pool, table)
 		})
 	}
+}
+
+// A locating heartbeat and a moving one (another Registry's, SetMovesOnly)
+// of the same jobs in no lease at once never deadlock: both lock the job
+// rows in ID order. The locating statement's UPDATE locked them in the
+// order of its plan, which on a small analyzed table is a sequential
+// scan's, the table's order (here the reverse of the IDs'): a deadlock in
+// about two rounds of five.
+func TestLocateAndMoveOfTheSameJobsAtOnce(t *testing.T) {
+	pool, a, b, table := twoRegistries(t, "lockorder")
+	ctx := t.Context()
+	if err := a.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pgjobs.SetMovesOnly(b)
+	r := strings.NewReplacer("T_", table)
+	for round := range 25 {
+		if _, err := pool.Exec(ctx, r.Replace("TRUNCATE T_, T__lease")); err != nil {
+			t.Fatal(err)
+		}
+		pgjobs.ForgetLeases(a)
+		pgjobs.ForgetLeases(b)
+		refs := make([]jobs.Ref, 40)
+		for i := len(refs) - 1; i >= 0; i-- { // the table's order the reverse of the IDs'
+			id := fmt.Sprintf("r%d-%02d", round, i)
+			var epoch int64
+			if err := pool.QueryRow(ctx, r.Replace(`INSERT INTO T_ (id, payload, owner, attempt, epoch, deadline)
+VALUES ($1, '', 'w', 0, nextval('T__epoch'), now() + interval '1 minute') RETURNING epoch`), []byte(id)).Scan(&epoch); err != nil {
+				t.Fatal(err)
+			}
+			refs[i] = jobs.Ref{ID: id, Epoch: uint64(epoch)}
+		}
+		if _, err := pool.Exec(ctx, "ANALYZE "+table); err != nil { // as autovacuum would
+			t.Fatal(err)
+		}
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for i, reg := range []*pgjobs.Registry{a, b} {
+			wg.Go(func() { _, errs[i] = reg.Heartbeat(ctx, refs, time.Hour) })
+		}
+		wg.Wait()
+		for _, err := range errs {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "40P01" {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		checkMembers(t, pool, table)
+	}
+}
+
+// A heartbeat after the server forgot the connection's prepared statements
+// (DEALLOCATE ALL, as a session reset does) fails those statements' jobs
+// as unknown, and makes pgx forget them too: the next heartbeat prepares
+// them again. Every heartbeat after the first failed, for the life of the
+// connection.
+func TestHeartbeatAfterTheServerForgetsItsStatements(t *testing.T) {
+	cfg := newPool(t).Config()
+	cfg.MaxConns = 1 // DEALLOCATE ALL on the heartbeats' connection
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	a, table := newRegistry(t, pool, "forgotten")
+	b := registryOf(t, pool, table)
+	js := trackN(t, a, "a", 12, time.Minute)
+	refs := refsOf(js)
+	heartbeat(t, b, refs, time.Hour)
+	if _, err := pool.Exec(t.Context(), "DEALLOCATE ALL"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Heartbeat(t.Context(), refs, 2*time.Hour); err == nil {
+		t.Fatal("Heartbeat with its statements forgotten by the server: no error")
+	}
+	heartbeat(t, b, refs, 3*time.Hour)
+	checkEndsAfter(t, a, js, 3*time.Hour-time.Minute)
+	checkMembers(t, pool, table)
 }

@@ -121,9 +121,10 @@
 //
 // Every operation is statements on the server's clock (now()), in one
 // round trip but for listings longer than a page, a heartbeat of jobs in
-// the leases of another Registry (two: locate, then adopt and move) or in
-// leases that lost members (one more), and a statement sent again
-// (above). Expired
+// the leases of another Registry or moved by another at once (two:
+// locate, then adopt and move) or in leases that lost members (one more),
+// a heartbeat's first use of a connection (one more per kind of statement,
+// to prepare it), and a statement sent again (above). Expired
 // merges two index range scans, the jobs in no lease by deadline and the
 // expired leases by deadline with their members, ORDER BY deadline, id
 // LIMIT n: its cost grows with the
@@ -150,8 +151,10 @@
 //     adopts or extends; and one statement per 50 jobs it moves (a new
 //     lease of those, the jobs' rows, their old leases' rows): leases have
 //     at most 50 members. Each statement is prepared on its connection
-//     (once; when the pool caches statements, pgx's default) and is its
-//     own transaction (a pipeline with a Sync after each) on one
+//     (once; when the pool caches statements, pgx's default; after a
+//     DISCARD ALL or DEALLOCATE ALL on the connection, the statements of
+//     one heartbeat fail, unknown, and the next prepares them again) and
+//     is its own transaction (a pipeline with a Sync after each) on one
 //     connection: one round trip of wall time plus the server's work, and
 //     a second round trip when a lease could not be extended (its jobs
 //     move). A failed statement fails
@@ -174,20 +177,20 @@
 // Measured at 10,000,000 jobs, 100 expired (bench BenchmarkJobsScale;
 // docs/benchmarks.md "Scale" has the command; 2 cores shared by the
 // server and the client, 2026-11-29, three runs of each version
-// alternated): a steady heartbeat of 100,000 jobs (leases extended whole)
-// takes 27 to 37 ms, and the first after their Track 40 to 57 ms, their
-// statements 0.1 to 0.2 ms, the longest 0.5 ms; the first heartbeat of
-// 100,000 jobs by a registry that did not track them takes, when another
-// registry's leases hold them (adopted whole), 0.78 to 0.83 s, and its
-// next ones 0.18 to 0.21 s; when they are in no lease (an earlier
-// version's tables: every job's row is written), 1.25 to 1.30 s (2.6 to
-// 2.8 s before its statements were prepared and the locating statement
-// moved them); the longest statement of these 1.7 to 5.2 ms, a typical
-// one 0.3 to 0.6 ms; the recovery scan takes about 0.5 ms, with the jobs
-// in leases or not, expired in leases or not. Track writes the lease row
-// too: about 16 µs more of the server's time than a Track alone (some 20
-// against 35 µs), and a third fewer Tracks a second when they keep the
-// server's CPU busy.
+// alternated, load average 1.5 to 3.3): a steady heartbeat of 100,000
+// jobs (leases extended whole) takes 33 to 39 ms, and the first after
+// their Track 69 to 71 ms, their statements 0.15 to 0.2 ms, the longest
+// 0.5 ms; the first heartbeat of 100,000 jobs by a registry that did not
+// track them takes, when another registry's leases hold them (adopted
+// whole), 0.86 to 0.87 s, and its next ones 0.20 to 0.23 s; when they are
+// in no lease (an earlier version's tables: every job's row is written),
+// 1.53 to 1.61 s (2.8 to 2.9 s in the same runs before its statements
+// were prepared and the locating statement moved them); the longest
+// statement of these 1.2 to 5.5 ms, a typical one 0.3 to 0.7 ms; the
+// recovery scan takes about 0.5 ms, with the jobs in leases or not,
+// expired in leases or not. Track writes the lease row too: about 16 µs
+// more of the server's time than a Track alone (some 20 against 35 µs),
+// and a third fewer Tracks a second when they keep the server's CPU busy.
 //
 // The registry is as durable as the database: use a primary with
 // synchronous_commit on (the default) for it.
@@ -521,32 +524,30 @@ FROM c, lk WHERE l.id = c.id AND l.id = lk.id AND l.members = c.n RETURNING l.id
 		// and that lease's members — 0 for a job it moved (into the new
 		// lease), NULL for one whose lease is gone or that it found in no
 		// lease but did not move (a heartbeat or a Track moved it into a
-		// lease meanwhile, which the UPDATE's second look at the row, once
-		// it has its lock, sees: it moves next, with the moving statement).
-		// A job not listed is lost (its row of that epoch is gone). The
-		// new lease's row is written after its members' (its count is
-		// theirs), in the same transaction: no other sees one without the
-		// other. Each job is looked up by its ID alone (LATERAL, OFFSET 0;
-		// the UPDATE by the ID of a row of x), and the UPDATE tests its
-		// lease with coalesce (lease IDs start at 1), which no partial
-		// index's predicate matches, so that the planner has no other index
-		// to choose: a statement that says the job is in a lease (as a join
+		// lease meanwhile, which the lock's second look at the row sees:
+		// it moves next, with the moving statement). A job not listed is
+		// lost (its row of that epoch is gone). Each job is looked up by
+		// its ID alone (LATERAL, OFFSET 0), and the lock tests its lease
+		// with coalesce (lease IDs start at 1), which no partial index's
+		// predicate matches, so that the planner has no other index to
+		// choose: a statement that says the job is in a lease (as a join
 		// with the leases does) lets it use the index of leased jobs,
 		// (lease, id), and read the whole index for each job (0.14 ms a
 		// statement became 300 to 700 ms at 10,000,000 jobs once that
-		// index's statistics changed). The UPDATE locks the rows in ID
-		// order: its nested loop over x, in the order of r, sorted. Moving
-		// the jobs with the UPDATE alone, without locking them first (FOR
-		// UPDATE, as the moving statement does to read their old leases),
-		// costs the server 15 to 20% less.
+		// index's statistics changed). The rows to move are locked in ID
+		// order (lk: FOR UPDATE after ORDER BY), as every statement that
+		// locks several job rows does: an UPDATE alone locks them in the
+		// order of its plan, which on a small table is the table's
+		// (a sequential scan), and deadlocked with a moving statement of
+		// the same jobs (TestLocateAndMoveOfTheSameJobsAtOnce).
 		locate: r.Replace(`WITH r AS MATERIALIZED (SELECT * FROM unnest($1::bytea[], $2::bigint[]) WITH ORDINALITY AS r(id, epoch, o) ORDER BY id),
 	x AS MATERIALIZED (SELECT r.o, r.id, r.epoch, s.lease FROM r, LATERAL (SELECT j.lease FROM T_ j WHERE j.id = r.id AND j.epoch = r.epoch OFFSET 0) AS s),
-	nid AS MATERIALIZED (SELECT nextval('T__lease_id') AS id WHERE EXISTS (SELECT FROM x WHERE lease IS NULL)),
-	u AS (UPDATE T_ j SET lease = nid.id FROM x, nid
-		WHERE j.id = x.id AND j.epoch = x.epoch AND x.lease IS NULL AND coalesce(j.lease, 0) = 0 RETURNING j.id),
+	lk AS MATERIALIZED (SELECT j.id FROM T_ j JOIN x ON j.id = x.id
+		WHERE x.lease IS NULL AND j.epoch = x.epoch AND coalesce(j.lease, 0) = 0 ORDER BY j.id FOR UPDATE OF j),
 	nl AS (INSERT INTO T__lease (id, deadline, members)
-		SELECT (SELECT id FROM nid), now() + $3::bigint * interval '1 millisecond', count(*) FROM u HAVING count(*) > 0
-		RETURNING id)
+		SELECT nextval('T__lease_id'), now() + $3::bigint * interval '1 millisecond', count(*) FROM lk HAVING count(*) > 0
+		RETURNING id),
+	u AS (UPDATE T_ j SET lease = nl.id FROM lk, nl WHERE j.id = lk.id RETURNING j.id)
 SELECT x.o, CASE WHEN u.id IS NULL THEN x.lease ELSE (SELECT id FROM nl) END,
 	CASE WHEN u.id IS NULL THEN (SELECT l.members FROM T__lease l WHERE l.id = x.lease) ELSE 0 END
 FROM x LEFT JOIN u ON u.id = x.id`),
@@ -1140,14 +1141,16 @@ func (c *leaseCache) forget(ref jobs.Ref) {
 // Registry moved in (its count proves it: see the package doc), or, for a
 // lease of another Registry that it adopted, when the server counts in it
 // every job the Registry knows in it. The refs of no lease it knows are
-// located first (one statement per 250): a lease of another Registry whose
-// every member they include is adopted (extended whole); the other refs
-// (new ones, those of a lease that lost a member or whose other
-// members the heartbeat leaves out) move into new leases, one statement of
-// up to heartbeatChunk (50) jobs each. Every statement is its own
-// transaction, each round in one pipeline on one connection: one round
-// trip of wall time, two when some refs are in no lease it knows, one more
-// when a lease could not be extended; deadline on server time. It returns
+// located first (one statement per heartbeatChunk, 50), which moves those
+// in no lease into a new lease: a lease of another Registry whose every
+// member they include is then adopted (extended whole); the other refs
+// (those of a lease that lost a member or whose other members the
+// heartbeat leaves out) move into new leases, one statement of up to
+// heartbeatChunk jobs each. Every statement is its own transaction, each
+// round in one pipeline on one connection: one round trip of wall time,
+// two when some refs are in leases it does not know (or were moved by
+// another at once), one more when a lease could not be extended;
+// deadline on server time. It returns
 // the IDs whose row of that epoch is gone. When some statements fail, the
 // jobs of the others are extended and the error is a *jobs.HeartbeatError
 // naming the failed statements' IDs.
@@ -1563,6 +1566,7 @@ func pipeline(ctx context.Context, pc *pgx.Conn, stmts []statement) (err error) 
 	if e != nil {
 		return fail(0, e)
 	}
+	forgotten := false // a statement named but not prepared on the server
 	pipe := conn.StartPipeline(ctx)
 	for _, s := range stmts {
 		if name, ok := names[s.sql]; ok {
@@ -1589,6 +1593,7 @@ func pipeline(ctx context.Context, pc *pgx.Conn, stmts []statement) (err error) 
 			if !retry(e) {
 				err = cmp.Or(err, e)
 			}
+			forgotten = forgotten || pgErr.Code == "26000" // invalid_sql_statement_name
 		} else {
 			s.done()
 		}
@@ -1599,6 +1604,14 @@ func pipeline(ctx context.Context, pc *pgx.Conn, stmts []statement) (err error) 
 	}
 	if e := pipe.Close(); e != nil {
 		err = cmp.Or(err, e)
+	}
+	if forgotten {
+		// The server forgot a prepared statement (a DISCARD ALL or
+		// DEALLOCATE ALL on the connection), which pgx still names: forget
+		// them all, so that the next heartbeat prepares them again.
+		for _, name := range names {
+			_ = pc.Deallocate(ctx, name)
+		}
 	}
 	return err
 }
@@ -1612,8 +1625,9 @@ func pipeline(ctx context.Context, pc *pgx.Conn, stmts []statement) (err error) 
 // plan_cache_mode auto) a generic plan is kept when it costs no more:
 // planning and parsing were over a third of a heartbeat's server time (a
 // heartbeat of 100,000 jobs in no lease took 2.5 s unprepared, 1.5 s
-// prepared, BenchmarkJobsScale). Every access path of these statements
-// is by primary key, which the generic plan keeps.
+// prepared, BenchmarkJobsScale). On a large table every access path of
+// these statements is by primary key, which the generic plan keeps; no
+// statement relies on its plan for the order of its locks.
 func prepare(ctx context.Context, pc *pgx.Conn, stmts []statement) (map[string]string, error) {
 	if pc.Config().DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
 		return nil, nil
