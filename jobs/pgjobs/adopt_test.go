@@ -2,9 +2,12 @@ package pgjobs_test
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -256,4 +259,72 @@ func TestAdoptionCachedAfterANewerMove(t *testing.T) {
 		}
 	}
 	checkMembers(t, pool, table)
+}
+
+// The registry that made leases and one that adopted them, heartbeating
+// the same jobs at once, never deadlock: both lock the lease rows in ID
+// order. Each job is alone in its lease (a chunk of 1), and the lease
+// rows' order in the table is the reverse of their IDs' (each updated
+// once, from the last); the extending statement's UPDATE locked them in
+// the order of its plan, a sequential scan's on the small analyzed table,
+// while the adopting ones lock them in ID order: a deadlock in each of 6
+// runs, in rounds 5 to 45.
+func TestExtendAndAdoptOfTheSameLeasesAtOnce(t *testing.T) {
+	pgjobs.SetHeartbeatChunk(t, 1)
+	pool, a, b, table := twoRegistries(t, "extorder")
+	ctx := t.Context()
+	if err := a.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Both heartbeats send their statements once both have planned them.
+	var both atomic.Pointer[sync.WaitGroup]
+	for _, reg := range []*pgjobs.Registry{a, b} {
+		pgjobs.SetAfterPlan(reg, func() {
+			if w := both.Load(); w != nil {
+				w.Done()
+				w.Wait()
+			}
+		})
+	}
+	r := strings.NewReplacer("T_", table)
+	const n = 25 // one extending statement
+	for round := range 100 {
+		if _, err := pool.Exec(ctx, r.Replace("TRUNCATE T_, T__lease")); err != nil {
+			t.Fatal(err)
+		}
+		pgjobs.ForgetLeases(a)
+		pgjobs.ForgetLeases(b)
+		ids := make([]string, n)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("r%d-%02d", round, i)
+		}
+		refs := insertInNoLease(t, pool, table, ids)
+		heartbeat(t, a, refs, time.Hour) // a lease each, in the order of their IDs
+		heartbeat(t, b, refs, time.Hour) // adopts them
+		if got := statementsOf(b); got.adopt == 0 || got.slow != 0 {
+			t.Fatalf("round %d: statements %+v, want adopting ones and no moving one", round, got)
+		}
+		if _, err := pool.Exec(ctx, r.Replace(`DO $$DECLARE l bigint;
+BEGIN
+	FOR l IN SELECT id FROM T__lease ORDER BY id DESC LOOP
+		UPDATE T__lease SET deadline = deadline WHERE id = l;
+	END LOOP;
+END$$`)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, r.Replace("ANALYZE T__lease")); err != nil { // as autovacuum would
+			t.Fatal(err)
+		}
+		w := new(sync.WaitGroup)
+		w.Add(2)
+		both.Store(w)
+		errs := heartbeatsAtOnce(ctx, refs, a, b)
+		both.Store(nil)
+		for _, err := range errs {
+			if err != nil { // a deadlock: SQLSTATE 40P01
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		checkMembers(t, pool, table)
+	}
 }

@@ -39,6 +39,34 @@ UPDATE T__lease l SET members = l.members - g.n FROM g WHERE l.id = g.lease`), r
 	}
 }
 
+// insertInNoLease inserts jobs of ids in no lease, in that order (an
+// earlier version's Track), and returns their refs in that order.
+func insertInNoLease(t *testing.T, pool *pgxpool.Pool, table string, ids []string) []jobs.Ref {
+	t.Helper()
+	refs := make([]jobs.Ref, len(ids))
+	for i, id := range ids {
+		var epoch int64
+		if err := pool.QueryRow(t.Context(), strings.NewReplacer("T_", table).Replace(`INSERT INTO T_ (id, payload, owner, attempt, epoch, deadline)
+VALUES ($1, '', 'w', 0, nextval('T__epoch'), now() + interval '1 minute') RETURNING epoch`), []byte(id)).Scan(&epoch); err != nil {
+			t.Fatal(err)
+		}
+		refs[i] = jobs.Ref{ID: id, Epoch: uint64(epoch)}
+	}
+	return refs
+}
+
+// heartbeatsAtOnce heartbeats refs for an hour through each of regs at
+// once, and returns their errors.
+func heartbeatsAtOnce(ctx context.Context, refs []jobs.Ref, regs ...*pgjobs.Registry) []error {
+	errs := make([]error, len(regs))
+	var wg sync.WaitGroup
+	for i, reg := range regs {
+		wg.Go(func() { _, errs[i] = reg.Heartbeat(ctx, refs, time.Hour) })
+	}
+	wg.Wait()
+	return errs
+}
+
 // A heartbeat of jobs its registry did not track moves those in no lease
 // into a new lease with the statement that locates them, in one round
 // trip with the rest of that chunk (writing only their rows), adopts the
@@ -233,26 +261,16 @@ func TestLocateAndMoveOfTheSameJobsAtOnce(t *testing.T) {
 		}
 		pgjobs.ForgetLeases(a)
 		pgjobs.ForgetLeases(b)
-		refs := make([]jobs.Ref, 40)
-		for i := len(refs) - 1; i >= 0; i-- { // the table's order the reverse of the IDs'
-			id := fmt.Sprintf("r%d-%02d", round, i)
-			var epoch int64
-			if err := pool.QueryRow(ctx, r.Replace(`INSERT INTO T_ (id, payload, owner, attempt, epoch, deadline)
-VALUES ($1, '', 'w', 0, nextval('T__epoch'), now() + interval '1 minute') RETURNING epoch`), []byte(id)).Scan(&epoch); err != nil {
-				t.Fatal(err)
-			}
-			refs[i] = jobs.Ref{ID: id, Epoch: uint64(epoch)}
+		ids := make([]string, 40)
+		for i := range ids {
+			ids[len(ids)-1-i] = fmt.Sprintf("r%d-%02d", round, i)
 		}
+		refs := insertInNoLease(t, pool, table, ids) // the table's order the reverse of the IDs'
+		slices.Reverse(refs)
 		if _, err := pool.Exec(ctx, "ANALYZE "+table); err != nil { // as autovacuum would
 			t.Fatal(err)
 		}
-		errs := make([]error, 2)
-		var wg sync.WaitGroup
-		for i, reg := range []*pgjobs.Registry{a, b} {
-			wg.Go(func() { _, errs[i] = reg.Heartbeat(ctx, refs, time.Hour) })
-		}
-		wg.Wait()
-		for _, err := range errs {
+		for _, err := range heartbeatsAtOnce(ctx, refs, a, b) {
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) && pgErr.Code == "40P01" {
 				t.Fatalf("round %d: %v", round, err)

@@ -512,7 +512,8 @@ UNION ALL SELECT (SELECT id FROM nl), NULL WHERE (SELECT count(x) FROM chk) = 0`
 		// that locks several lease rows does (adopt, leave): a join the
 		// planner picks would lock them in the table's order, and two
 		// statements extending the same leases at once (the Registry that
-		// made them and one that adopted them) could deadlock.
+		// made them and one that adopted them) deadlocked
+		// (TestExtendAndAdoptOfTheSameLeasesAtOnce).
 		extend: r.Replace(`WITH c AS (SELECT * FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS c(id, n, o)),
 	lk AS (SELECT l.id FROM T__lease l JOIN c ON l.id = c.id AND l.members = c.n ORDER BY l.id FOR UPDATE OF l)
 UPDATE T__lease l SET deadline = now() + $3::bigint * interval '1 millisecond' + c.o * interval '1 microsecond'
