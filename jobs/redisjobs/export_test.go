@@ -19,3 +19,6 @@ func SetListChunk(t testing.TB, n int) {
 // listing scripts, as EVALSHA names them.
 func HeartbeatScript() string { return heartbeatScript.Hash() }
 func ListScript() string      { return expiredScript.Hash() }
+
+// DeadScript is the hash of the dead set's listing script.
+func DeadScript() string { return deadScript.Hash() }

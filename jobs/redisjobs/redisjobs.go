@@ -46,12 +46,14 @@
 //     blocks and runs dozens of its scripts back to back: the other
 //     clients then wait for all of them.
 //   - Expired, InFlight, Dead: one script per page of 1,000 index entries,
-//     each page from the cursor the one before returned (a score, and how
-//     many members of that score were listed), one round trip per page: a
-//     scan of 100 expired jobs is one, a listing of 10,000 is ten. Entries
-//     that move between two pages (a heartbeat, a completion) may be
-//     listed twice — the registry drops the second — or not at all: the
-//     next scan sees them.
+//     each page from the cursor the one before returned (a score, and the
+//     last member read: the page goes on from that member's rank, or,
+//     when it moved, from the first member of that score, listing again
+//     those the registry then drops), one round trip per page: a scan of
+//     100 expired jobs is one, a listing of 10,000 is ten. Entries that
+//     move between two pages (a heartbeat, a completion) may be listed
+//     twice — the registry drops the second — or not at all: the next
+//     scan sees them. An entry that does not change is listed.
 //
 // Durability is Redis's: without AOF (appendfsync everysec or always) a
 // restart loses the registry, and with it the knowledge of what was in
@@ -382,29 +384,31 @@ var listChunk = 1000
 
 // pages reads up to limit (0 or less: all) entries of an index through
 // page, one script per listChunk entries, each from the cursor the one
-// before returned (a score and how many members of it were listed), and
-// decodes their flat fields, stride per entry. A page that read fewer
-// members than it asked for is the last. Entries that change between two
-// pages (a heartbeat, a completion) may be listed twice or not at all, as
-// by any listing that is not one snapshot: the next scan sees them.
-func pages[T any](limit int, cursor string, stride int, page func(n int, cursor string, skip int) ([]string, error), decode func(id string, f []string) T) ([]T, error) {
+// before returned (a score and the last member it read), and decodes
+// their flat fields, stride per entry, each ID once. A page that read
+// fewer members than it asked for is the last. Entries that change
+// between two pages (a heartbeat, a completion) may be listed twice (the
+// second is dropped) or not at all, as by any listing that is not one
+// snapshot: the next scan sees them; an entry that did not change is
+// listed (a page goes on from the last member's rank, or lists that
+// score's members again when it moved: see expired.lua).
+func pages[T any](limit int, cursor string, stride int, page func(n int, cursor, last string) ([]string, error), decode func(id string, f []string) T) ([]T, error) {
 	var out []T
 	seen := map[string]bool{}
-	skip := 0
+	last := ""
 	for limit <= 0 || len(out) < limit {
 		n := listChunk
 		if limit > 0 {
 			n = min(n, limit-len(out))
 		}
-		flat, err := page(n, cursor, skip)
+		flat, err := page(n, cursor, last)
 		if err != nil {
 			return nil, err
 		}
 		if len(flat) < 3 {
 			return nil, fmt.Errorf("page of %d fields", len(flat))
 		}
-		cursor = flat[0]
-		skip, _ = strconv.Atoi(flat[1])
+		cursor, last = flat[0], flat[1]
 		read, _ := strconv.Atoi(flat[2])
 		for i := 3; i+stride <= len(flat); i += stride {
 			if id := flat[i]; !seen[id] {
@@ -429,8 +433,8 @@ func (r *Registry) list(ctx context.Context, limit int, inFlight bool) ([]jobs.J
 	if inFlight {
 		op, all, stride, decode = "in flight", "1", 7, decodeListed
 	}
-	out, err := pages(limit, "-inf", stride, func(n int, cursor string, skip int) ([]string, error) {
-		return r.bounds.Run(ctx, r.c, expiredScript, []string{r.deadlines()}, n, r.ns+"job:", all, cursor, skip).StringSlice()
+	out, err := pages(limit, "-inf", stride, func(n int, cursor, last string) ([]string, error) {
+		return r.bounds.Run(ctx, r.c, expiredScript, []string{r.deadlines()}, n, r.ns+"job:", all, cursor, last).StringSlice()
 	}, decode)
 	if err != nil {
 		return nil, unavailable(op, err)
@@ -503,8 +507,8 @@ func (r *Registry) Dead(ctx context.Context, limit int) ([]jobs.DeadJob, error) 
 		return nil, err
 	}
 	const stride = 9 // id, the fields of decodeListed, died, reason
-	out, err := pages(limit, "+inf", stride, func(n int, cursor string, skip int) ([]string, error) {
-		return r.bounds.Run(ctx, r.c, deadScript, []string{r.deadset()}, n, r.ns+"dead:", cursor, skip).StringSlice()
+	out, err := pages(limit, "+inf", stride, func(n int, cursor, last string) ([]string, error) {
+		return r.bounds.Run(ctx, r.c, deadScript, []string{r.deadset()}, n, r.ns+"dead:", cursor, last).StringSlice()
 	}, func(id string, f []string) jobs.DeadJob {
 		died, _ := strconv.ParseInt(f[6], 10, 64)
 		return jobs.DeadJob{Job: decodeListed(id, f[:6]), DiedAt: time.UnixMilli(died), Reason: f[7]}
@@ -515,13 +519,17 @@ func (r *Registry) Dead(ctx context.Context, limit int) ([]jobs.DeadJob, error) 
 	return out, nil
 }
 
-// DeadJob implements jobs.Registry: one HMGET of the dead job's hash, or
-// jobs.ErrNotFound.
+// DeadJob implements jobs.Registry: one HMGET of the dead job's hash,
+// within ctx as every call is, or jobs.ErrNotFound.
 func (r *Registry) DeadJob(ctx context.Context, id string) (jobs.DeadJob, error) {
 	if err := jobs.CheckID(ctx, id); err != nil {
 		return jobs.DeadJob{}, err
 	}
-	f, err := r.c.HMGet(ctx, r.deadKey(id), "payload", "owner", "attempt", "epoch", "deadline", "history", "maxretries", "died", "reason").Result()
+	var f []any // written by the call; read only after it returned
+	err := r.bounds.Within(ctx, func() (err error) {
+		f, err = r.c.HMGet(ctx, r.deadKey(id), "payload", "owner", "attempt", "epoch", "deadline", "history", "maxretries", "died", "reason").Result()
+		return err
+	})
 	if err != nil {
 		return jobs.DeadJob{}, unavailable("dead job", err)
 	}

@@ -15,7 +15,8 @@ import (
 )
 
 // A server that stops answering must not hold a registry call past its
-// context, with the default client (no ContextTimeoutEnabled: go-redis
+// context, any of them (DeadJob, a plain HMGET, did: it waited go-redis's
+// 5 s), with the default client (no ContextTimeoutEnabled: go-redis
 // then waits its 5 s timeouts): the Runner's heartbeat and scan rely on it.
 func TestStalledServerAnswersWithinTheDeadline(t *testing.T) {
 	p := faultproxy.Start(t, testenv.Redis(t).Addr())
@@ -40,5 +41,13 @@ func TestStalledServerAnswersWithinTheDeadline(t *testing.T) {
 		}},
 		faultproxy.Op{Name: "Expired", Call: func(ctx context.Context) error { _, err := r.Expired(ctx, 10); return err }},
 		faultproxy.Op{Name: "Done", Call: func(ctx context.Context) error { return r.Done(ctx, ref) }},
+		faultproxy.Op{Name: "Reclaim", Call: func(ctx context.Context) error { _, err := r.Reclaim(ctx, ref, "w", time.Minute); return err }},
+		faultproxy.Op{Name: "Remove", Call: func(ctx context.Context) error { return r.Remove(ctx, ref) }},
+		faultproxy.Op{Name: "Bury", Call: func(ctx context.Context) error { return r.Bury(ctx, ref, "x") }},
+		faultproxy.Op{Name: "DeadJob", Call: func(ctx context.Context) error { _, err := r.DeadJob(ctx, "j"); return err }},
+		faultproxy.Op{Name: "Purge", Call: func(ctx context.Context) error { return r.Purge(ctx, "j") }},
+		faultproxy.Op{Name: "InFlight", Call: func(ctx context.Context) error { _, err := r.InFlight(ctx, 10); return err }},
+		faultproxy.Op{Name: "Dead", Call: func(ctx context.Context) error { _, err := r.Dead(ctx, 10); return err }},
+		faultproxy.Op{Name: "Counts", Call: func(ctx context.Context) error { _, err := r.Counts(ctx); return err }},
 	)
 }
