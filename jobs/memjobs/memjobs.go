@@ -6,6 +6,7 @@
 package memjobs
 
 import (
+	"bytes"
 	"container/heap"
 	"context"
 	"fmt"
@@ -90,7 +91,7 @@ func (r *Registry) Track(ctx context.Context, job jobs.Job, lease time.Duration)
 		r.byID[job.ID] = e
 		heap.Push(&r.heap, e)
 	}
-	return job, nil
+	return whole(job), nil
 }
 
 // takeOver gives job the count of prior, a retry record or the entry it
@@ -199,11 +200,16 @@ func (r *Registry) Expired(ctx context.Context, limit int) ([]jobs.Job, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := time.Now()
-	return r.first(limit, func(deadline time.Time) bool { return !deadline.After(now) }), nil
+	out := r.first(limit, func(deadline time.Time) bool { return !deadline.After(now) })
+	for i := range out {
+		out[i] = whole(out[i])
+	}
+	return out, nil
 }
 
 // first lists up to limit (0: all) entries whose deadline is in (a prefix
-// of the deadline order), earliest first: a best-first walk of the deadline
+// of the deadline order), earliest first, sharing their slices (the caller
+// copies them): a best-first walk of the deadline
 // heap from its root, whose frontier holds the children of the entries
 // taken. It visits O(k) entries for k returned, whatever the number
 // tracked.
@@ -265,7 +271,7 @@ func (r *Registry) Reclaim(ctx context.Context, ref jobs.Ref, by string, lease t
 	j.History = append(append([]jobs.Recovery(nil), j.History...), jobs.Recovery{At: now, From: j.Owner, By: by, Attempt: j.Attempt})
 	j.Owner, j.Epoch, j.Deadline = by, r.epoch, now.Add(lease)
 	heap.Fix(&r.heap, e.index)
-	return *j, nil
+	return whole(*j), nil
 }
 
 // Bury implements jobs.Registry: it moves the entry of ref's epoch to the
@@ -323,6 +329,7 @@ func (r *Registry) DeadJob(ctx context.Context, id string) (jobs.DeadJob, error)
 	if !ok {
 		return jobs.DeadJob{}, fmt.Errorf("%w: dead job %q", jobs.ErrNotFound, id)
 	}
+	d.Job = whole(d.Job)
 	return d, nil
 }
 
@@ -374,6 +381,15 @@ func (r *Registry) InFlight(ctx context.Context, limit int) ([]jobs.Job, error) 
 // with a history of its own.
 func listed(j jobs.Job) jobs.Job {
 	j.Payload = nil
+	j.History = slices.Clone(j.History)
+	return j
+}
+
+// whole is j with a payload and a history of its own: what the registry
+// returns is the caller's, to write into (registrytest's
+// ResultsAreTheCallers), as a server's registry decodes a copy.
+func whole(j jobs.Job) jobs.Job {
+	j.Payload = bytes.Clone(j.Payload)
 	j.History = slices.Clone(j.History)
 	return j
 }

@@ -53,6 +53,7 @@ func Run(t *testing.T, newRegistry func(t testing.TB) jobs.Registry) {
 		{"RetrackKeepsTheCount", retrackKeepsTheCount},
 		{"RetryRecordEndsWithTheJob", retryRecordEnds},
 		{"MaxRetriesIsKept", maxRetriesKept},
+		{"ResultsAreTheCallers", resultsAreTheCallers},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -1015,4 +1016,51 @@ func DoneAndBuryDropRetryRecords(t testing.TB, r jobs.Registry, put func(id stri
 		}
 		checkCount(t, "tracked after the Done or Bury of "+id, j, 0, 0, 0)
 	}
+}
+
+// resultsAreTheCallers: the jobs a registry returns are the caller's.
+// Writing into the Payload or History of what Track, Expired, Reclaim and
+// DeadJob returned (a handler that decodes in place, a buffer reused)
+// changes nothing the registry recorded. memjobs handed out its own
+// slices.
+func resultsAreTheCallers(t *testing.T, r jobs.Registry) {
+	ctx := ctxFor(t)
+	scribble := func(j jobs.Job) {
+		for i := range j.Payload {
+			j.Payload[i] = 'X'
+		}
+		for i := range j.History {
+			j.History[i].By = "scribbled"
+		}
+	}
+	check := func(what string, j jobs.Job, history int) {
+		t.Helper()
+		if string(j.Payload) != "payload of j" || len(j.History) != history || history > 0 && j.History[history-1].By != "recoverer" {
+			t.Fatalf("%s after a caller wrote into the jobs returned: payload %q, history %+v", what, j.Payload, j.History)
+		}
+	}
+	j := track(t, r, "j", 100*time.Millisecond)
+	scribble(j)
+	expired := waitExpired(t, r, 1)
+	check("Expired", expired[0], 0)
+	scribble(expired[0])
+	c, err := r.Reclaim(ctx, j.Ref(), "recoverer", time.Minute)
+	if err != nil {
+		t.Fatalf("Reclaim: %v", err)
+	}
+	check("Reclaim", c, 1)
+	scribble(c)
+	if err := r.Bury(ctx, c.Ref(), "test"); err != nil {
+		t.Fatalf("Bury: %v", err)
+	}
+	d, err := r.DeadJob(ctx, "j")
+	if err != nil {
+		t.Fatalf("DeadJob: %v", err)
+	}
+	check("DeadJob", d.Job, 1)
+	scribble(d.Job)
+	if d, err = r.DeadJob(ctx, "j"); err != nil {
+		t.Fatalf("DeadJob: %v", err)
+	}
+	check("DeadJob again", d.Job, 1)
 }
