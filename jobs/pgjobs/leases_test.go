@@ -504,3 +504,37 @@ func TestHeartbeatAfterAnotherMovedPartOfItsLease(t *testing.T) {
 	}
 	checkMembers(t, pool, table)
 }
+
+// A heartbeat that lists a replaced epoch of a job beside its live one,
+// in one moving statement, reports the replaced one lost. The moving
+// statement found the lost refs by ID alone: the live epoch, moved, hid
+// the replaced one, which was reported extended.
+func TestReplacedEpochBesideItsLiveEpochIsLost(t *testing.T) {
+	pgjobs.SetTrackSlots(t, 1)
+	pool, r, other, table := twoRegistries(t, "staleepoch")
+	ctx := t.Context()
+	track := func(id string) jobs.Ref {
+		t.Helper()
+		j, err := r.Track(ctx, jobs.Job{ID: id, Owner: "w"}, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j.Ref()
+	}
+	a, x1, y1 := track("a"), track("x"), track("y") // one lease L
+	x2, y2 := track("x"), track("y")                // x1, y1 replaced: x2, y2 in no lease
+	heartbeat(t, r, []jobs.Ref{x2, y2}, time.Hour)  // located and moved into a new lease NL
+	if err := other.Done(ctx, y2); err != nil {     // NL loses a member
+		t.Fatal(err)
+	}
+	// Neither L nor NL can be extended whole: their five refs move, in one
+	// statement.
+	lost, err := r.Heartbeat(ctx, []jobs.Ref{a, x1, y1, x2, y2}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Sort(lost); !slices.Equal(lost, []string{"x", "y", "y"}) {
+		t.Fatalf("lost %q, want x (epoch %d, replaced by %d) and y twice (two epochs, one replaced, one done)", lost, x1.Epoch, x2.Epoch)
+	}
+	checkMembers(t, pool, table)
+}

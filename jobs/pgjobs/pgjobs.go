@@ -158,7 +158,8 @@
 //     connection: one round trip of wall time plus the server's work, and
 //     a second round trip when a lease could not be extended (its jobs
 //     move). A failed statement fails
-//     its jobs alone (jobs.HeartbeatError). The leases extended by one
+//     its jobs alone (jobs.HeartbeatError), one that fails at its commit
+//     (a deferred constraint, a serialization failure) too. The leases extended by one
 //     statement get deadlines a microsecond apart (at most 25 µs past
 //     the lease asked for), so that listing pages end at a lease.
 //   - Expired, InFlight, Dead: one SELECT per page of 1,000 rows, each
@@ -493,16 +494,17 @@ SELECT epoch, coalesce((SELECT deadline FROM jl), deadline), attempt, max_retrie
 WHERE (SELECT count(x) FROM jchk) = 0`),
 		// heartbeat moves the live jobs of a chunk ($1, $2) into a new lease
 		// of deadline now() + $3 ms, taking them out of their old leases;
-		// it returns the new lease (NULL: none live) with each ID it did
-		// not find (lost), then a row with a NULL ID.
+		// it returns the new lease (NULL: none live) with each ref (ID and
+		// epoch) it did not find (lost: another epoch of the ID in the
+		// chunk, moved, does not hide it), then a row with a NULL ID.
 		heartbeat: r.Replace(`WITH r AS (SELECT DISTINCT * FROM unnest($1::bytea[], $2::bigint[]) AS r(id, epoch)),
 	mv AS (SELECT j.id, j.lease FROM T_ j JOIN r ON j.id = r.id AND j.epoch = r.epoch ORDER BY j.id FOR UPDATE OF j),
 	nl AS (INSERT INTO T__lease (id, deadline, members)
 		SELECT nextval('T__lease_id'), now() + $3::bigint * interval '1 millisecond', count(*) FROM mv HAVING count(*) > 0
 		RETURNING id),
-	` + leave("mv") + `u AS (UPDATE T_ j SET lease = nl.id FROM mv, nl WHERE j.id = mv.id RETURNING j.id)
-SELECT (SELECT id FROM nl), r.id FROM r WHERE NOT EXISTS (SELECT FROM u WHERE u.id = r.id)
-UNION ALL SELECT (SELECT id FROM nl), NULL WHERE (SELECT count(x) FROM chk) = 0`),
+	` + leave("mv") + `u AS (UPDATE T_ j SET lease = nl.id FROM mv, nl WHERE j.id = mv.id RETURNING j.id, j.epoch)
+SELECT (SELECT id FROM nl), r.id, r.epoch FROM r WHERE NOT EXISTS (SELECT FROM u WHERE u.id = r.id AND u.epoch = r.epoch)
+UNION ALL SELECT (SELECT id FROM nl), NULL, NULL WHERE (SELECT count(x) FROM chk) = 0`),
 		// extend moves the deadline of each lease ($1) that still has the
 		// members the registry counts ($2) to now() + $3 ms (plus a
 		// microsecond per place in the list, so that no two leases of a
@@ -1505,9 +1507,9 @@ func (r *Registry) moveStatement(refs []jobs.Ref, leaseArg []byte, until time.Ti
 	r.slowStatements.Add(1)
 	ids, epochs := textArrays(refs)
 	var newLease int64
-	gone := map[string]bool{}
+	gone := map[jobs.Ref]bool{}
 	return statement{
-		sql: r.q.heartbeat, args: [][]byte{ids, epochs, leaseArg}, formats: []int16{0, 1},
+		sql: r.q.heartbeat, args: [][]byte{ids, epochs, leaseArg}, formats: []int16{0, 1, 0},
 		row: func(v [][]byte) error {
 			if v[0] != nil {
 				n, err := strconv.ParseInt(string(v[0]), 10, 64)
@@ -1517,14 +1519,18 @@ func (r *Registry) moveStatement(refs []jobs.Ref, leaseArg []byte, until time.Ti
 				newLease = n
 			}
 			if v[1] != nil {
-				gone[string(v[1])] = true // bytea, binary format: the ID's bytes
+				epoch, err := strconv.ParseUint(string(v[2]), 10, 64)
+				if err != nil {
+					return err
+				}
+				gone[jobs.Ref{ID: string(v[1]), Epoch: epoch}] = true // bytea, binary format: the ID's bytes
 			}
 			return nil
 		},
 		done: func() {
 			var moved []jobs.Ref
 			for _, ref := range refs {
-				if gone[ref.ID] {
+				if gone[ref] {
 					lost[ref] = true
 					r.cache.forget(ref)
 				} else {
@@ -1549,9 +1555,11 @@ func (r *Registry) moveStatement(refs []jobs.Ref, leaseArg []byte, until time.Ti
 
 // pipeline sends stmts on conn in one pipeline, a Sync after each (so each
 // is a transaction of its own and a failed one leaves the others done),
-// and reads their results. A statement that fails on the server fails
-// alone; a failure of the connection fails the statement being read and
-// those after it. It returns the first error.
+// and reads their results. A statement is done once its Sync answered
+// (its transaction committed: a commit can fail after the statement's
+// rows came). A statement that fails on the server fails alone; a failure
+// of the connection fails the statement being read and those after it.
+// It returns the first error.
 func pipeline(ctx context.Context, pc *pgx.Conn, stmts []statement) (err error) {
 	if len(stmts) == 0 {
 		return nil
@@ -1581,38 +1589,55 @@ func pipeline(ctx context.Context, pc *pgx.Conn, stmts []statement) (err error) 
 		_ = pipe.Close()
 		return fail(0, e)
 	}
+	serverError := func(e error) bool {
+		var pgErr *pgconn.PgError
+		return errors.As(e, &pgErr)
+	}
 	for i, s := range stmts {
-		if e := readStatement(pipe, s); e != nil {
-			var pgErr *pgconn.PgError
-			if !errors.As(e, &pgErr) {
-				_ = pipe.Close()
-				return fail(i, e) // the connection: this statement and the rest are unknown
-			}
-			// The statement failed on the server: it is unknown (or to
-			// be sent again), the next ones (after the Sync) ran.
-			s.failed(e)
-			if !retry(e) {
-				err = cmp.Or(err, e)
-			}
-			forgotten = forgotten || pgErr.Code == "26000" // invalid_sql_statement_name
-		} else {
-			s.done()
-		}
-		if _, e := pipe.GetResults(); e != nil { // the Sync's
+		e := readStatement(pipe, s)
+		if e != nil && !serverError(e) {
 			_ = pipe.Close()
-			return fail(i+1, e)
+			return fail(i, e) // the connection: this statement and the rest are unknown
 		}
+		// The Sync's answer: the statement's transaction commits there, or
+		// fails and is rolled back (a deferred constraint, a serialization
+		// failure at commit), after its rows came. pgx reads an error in
+		// the Sync's place and puts the Sync back: its ReadyForQuery
+		// follows.
+		if _, se := pipe.GetResults(); se != nil {
+			if !serverError(se) {
+				_ = pipe.Close()
+				return fail(i, se) // committed or not: unknown
+			}
+			e = cmp.Or(e, se)
+			if _, se := pipe.GetResults(); se != nil {
+				_ = pipe.Close()
+				return fail(i, se)
+			}
+		}
+		if e == nil {
+			s.done()
+			continue
+		}
+		// The statement failed on the server: it is unknown (or to be
+		// sent again); the next ones (after the Sync) ran.
+		s.failed(e)
+		if !retry(e) {
+			err = cmp.Or(err, e)
+		}
+		var pgErr *pgconn.PgError
+		forgotten = forgotten || errors.As(e, &pgErr) && pgErr.Code == "26000" // invalid_sql_statement_name
 	}
 	if e := pipe.Close(); e != nil {
 		err = cmp.Or(err, e)
 	}
 	if forgotten {
 		// The server forgot a prepared statement (a DISCARD ALL or
-		// DEALLOCATE ALL on the connection), which pgx still names: forget
-		// them all, so that the next heartbeat prepares them again.
-		for _, name := range names {
-			_ = pc.Deallocate(ctx, name)
-		}
+		// DEALLOCATE ALL on the connection), which pgx still names: it
+		// forgot them all, those of this pipeline and the heartbeat's
+		// others. pgx forgets them all too, so that the next statements
+		// are prepared again.
+		_ = pc.DeallocateAll(ctx)
 	}
 	return err
 }
