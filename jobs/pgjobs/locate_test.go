@@ -286,13 +286,7 @@ func TestLocateAndMoveOfTheSameJobsAtOnce(t *testing.T) {
 // them again. Every heartbeat after the first failed, for the life of the
 // connection.
 func TestHeartbeatAfterTheServerForgetsItsStatements(t *testing.T) {
-	cfg := newPool(t).Config()
-	cfg.MaxConns = 1 // DEALLOCATE ALL on the heartbeats' connection
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := oneConnectionPool(t) // DEALLOCATE ALL on the heartbeats' connection
 	a, table := newRegistry(t, pool, "forgotten")
 	b := registryOf(t, pool, table)
 	js := trackN(t, a, "a", 12, time.Minute)

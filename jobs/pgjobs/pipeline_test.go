@@ -68,13 +68,7 @@ DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION `+table+`_veto()`); 
 // server had forgotten, and the second heartbeat failed too.
 func TestHeartbeatAfterTheServerForgetsItsStatementsOfEveryKind(t *testing.T) {
 	pgjobs.SetTrackSlots(t, 1)
-	cfg := newPool(t).Config()
-	cfg.MaxConns = 1 // DEALLOCATE ALL on the heartbeats' connection
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := oneConnectionPool(t) // DEALLOCATE ALL on the heartbeats' connection
 	a, table := newRegistry(t, pool, "forgetkinds")
 	other := registryOf(t, newPool(t), table) // completes a job on another connection
 	js := trackN(t, a, "a", 10, time.Minute)  // one lease
@@ -94,4 +88,17 @@ func TestHeartbeatAfterTheServerForgetsItsStatementsOfEveryKind(t *testing.T) {
 	heartbeat(t, a, refs[:5], 3*time.Hour, js[0].ID)
 	checkEndsAfter(t, a, js[1:5], 3*time.Hour-time.Minute)
 	checkMembers(t, pool, table)
+}
+
+// oneConnectionPool returns a pool of one connection to the test server.
+func oneConnectionPool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	cfg := newPool(t).Config()
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }
