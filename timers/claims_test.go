@@ -64,7 +64,8 @@ func TestTickClaimsHoldNoConnection(t *testing.T) {
 // A stops when its run has run (its function ends A's Run), not at a
 // deadline: a deadline 100 ms after A reached the tick cut A's slot call
 // short on a loaded machine once its claim had landed, and then neither
-// host ran the tick.
+// host ran the tick (since fixed: a claimed tick runs through the
+// shutdown, TestShutdownAfterAClaimRunsItsTick).
 func TestClaimOutlivesItsClaimersShutdown(t *testing.T) {
 	backends.Each(t, backends.Networked(t), func(t *testing.T, b backends.Backend) {
 		la, lb := b.New(t), b.New(t)

@@ -320,17 +320,32 @@ func (s *Scheduler) sleepUntil(ctx context.Context, t *time.Timer, at time.Time)
 // The attempts (the claims and the slots) end by the earliest next tick
 // among them, so that a backend that stalls (a pool with no free
 // connection, a hung request) costs this instant only, not the timers'
-// later ones. (A claim that comes back after the misfire threshold is
+// later ones; a tick reached after its next one (within a misfire
+// threshold longer than its interval) bounds them by its threshold
+// instead. (A claim that comes back after the misfire threshold is
 // skipped; a slow attempt is not cut short at the threshold, since a
-// connection being opened is worth keeping.)
+// connection being opened is worth keeping.) An instant that starts
+// after ctx ended claims nothing; once it claimed, the end of ctx does
+// not cut its attempts short (they live in runCtx, which Run keeps until
+// the runs end or the shutdown timeout): a claim that landed as the host
+// shut down would otherwise leave the tick claimed and run nowhere.
 func (s *Scheduler) runInstant(ctx, runCtx context.Context, runs *sync.WaitGroup, ticks []due) {
-	until := ticks[0].next()
-	for i := range ticks[1:] {
-		if n := ticks[1+i].next(); n.Before(until) {
-			until = n
+	if ctx.Err() != nil {
+		return // shut down: another host takes these ticks
+	}
+	start := s.set.clock()
+	var until time.Time
+	for i := range ticks {
+		d := &ticks[i]
+		u := d.next()
+		if !u.After(start) {
+			u = d.tick.At.Add(d.e.t.misfireFor(d.interval()))
+		}
+		if i == 0 || u.Before(until) {
+			until = u
 		}
 	}
-	attempt, cancel := context.WithTimeout(ctx, until.Sub(s.set.clock()))
+	attempt, cancel := context.WithTimeout(runCtx, until.Sub(start))
 	defer cancel()
 	s.claim(attempt, ticks)
 	now := s.set.clock() // the claims came back

@@ -46,9 +46,10 @@
 //	connection, a hung request)      only (the earliest next tick of the timers due at that
 //	                                 instant); then the tick is skipped (unavailable, or error)
 //	                                 and the next one is on time
-//	process shuts down (ctx ends)    no new ticks; Run waits for running fns up to the shutdown
-//	                                 timeout, then cancels their contexts, and returns when
-//	                                 every slot is released
+//	process shuts down (ctx ends)    no new ticks (a tick whose claim was in flight still runs:
+//	                                 its claim keeps it from the other hosts); Run waits for
+//	                                 running fns up to the shutdown timeout, then cancels their
+//	                                 contexts, and returns when every slot is released
 //	fn returns an error              retried within the tick (WithRetries), else counted
 //	backend loses its grants         the tick's claim is lost too: a host that claims the tick
 //	(Redis restart without           again within the misfire threshold runs it a second time;
@@ -89,7 +90,7 @@
 //	WithRetries(n, backoff)                n in [0, MaxRetries], backoff in [0, lock.MaxTTL]; the wait
 //	                                       doubles up to lock.MaxTTL
 //	WithMisfireThreshold                   positive, at most half the backend's maximum ttl
-//	WithTTL                                at least MinInterval, within the backend's limits
+//	WithTTL                                at least 3 ms (renewed every third), within the backend's limits
 //	                                       (lock.LimitsOf): lock.ErrInvalidTTL
 //
 // A schedule that runs out of ticks while it runs (none after the last that a time.Time holds)

@@ -260,6 +260,12 @@ func TestDurationOptionsWithinLimits(t *testing.T) {
 			t.Errorf("an option at its limit: %v", err)
 		}
 	}
+	// A lease renewed every third of its ttl needs 3 ms at least, whatever
+	// the backend allows (memlock: 1 ms); WithTTL(2ms) was taken, and then
+	// every run failed before its function, its lease refused.
+	if err := testkit.Must(timers.New(testkit.Must(memlock.New()))).Add(timers.Every("opts", time.Second, nop, timers.WithTTL(2*time.Millisecond))); !errors.Is(err, lock.ErrInvalidTTL) {
+		t.Errorf("WithTTL(2ms): %v, want ErrInvalidTTL", err)
+	}
 	if s, err := timers.New(l, timers.WithShutdownTimeout(math.MaxInt64)); !errors.Is(err, lock.ErrInvalidArgument) || s != nil {
 		t.Errorf("WithShutdownTimeout(MaxInt64): %v, %v, want ErrInvalidArgument from New", s, err)
 	}

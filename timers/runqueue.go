@@ -46,6 +46,7 @@ type runQueues struct {
 
 	mu     sync.Mutex
 	queues []*runQueue
+	closed bool // the dispatcher has returned: no sweep will come (fanOutAll)
 }
 
 func newRunQueues(p *pool) *runQueues { return &runQueues{pool: p, poke: make(chan struct{}, 1)} }
@@ -61,6 +62,16 @@ func (rq *runQueues) run(runs *sync.WaitGroup, ds []*due, now time.Time) {
 	q := &runQueue{ds: ds, deadline: now.Add(rq.inline)}
 	if len(ds) > 1 {
 		rq.mu.Lock()
+		if rq.closed {
+			// No dispatcher will start the runs a blocked one holds
+			// back (at shutdown, an instant whose slots came back after
+			// ctx ended): each starts at once.
+			rq.mu.Unlock()
+			for _, d := range ds {
+				rq.pool.Go(runs, d)
+			}
+			return
+		}
 		rq.queues = append(rq.queues, q)
 		rq.mu.Unlock()
 		// The dispatcher stored its wake-up time before it last swept
@@ -119,11 +130,13 @@ func (rq *runQueues) sweep(runs *sync.WaitGroup, now time.Time) (next time.Time)
 	return next
 }
 
-// fanOutAll starts every run not started yet, each on a goroutine of the pool:
-// the dispatcher's last act.
+// fanOutAll starts every run not started yet, each on a goroutine of the
+// pool, and those of the instants queued later at once (run): the
+// dispatcher's last act.
 func (rq *runQueues) fanOutAll(runs *sync.WaitGroup) {
 	rq.mu.Lock()
 	defer rq.mu.Unlock()
+	rq.closed = true
 	for _, q := range rq.queues {
 		for d := q.take(); d != nil; d = q.take() {
 			rq.pool.Go(runs, d)

@@ -345,14 +345,20 @@ func WithLocation(loc *time.Location) Option {
 	}
 }
 
+// minTTL is WithTTL's least ttl: a lease renewed every third of it must
+// renew no more often than lock.MinRenewInterval (a shorter ttl was taken,
+// and every run then failed before fn, its lease refused by the Keeper).
+const minTTL = 3 * lock.MinRenewInterval
+
 // WithTTL sets the ttl of a run's slot lease, renewed every third of it
 // while fn runs: how long the slot of a crashed runner stays blocked
-// (default: the interval, between 2 s and 30 s). d is at least MinInterval
+// (default: the interval, between 2 s and 30 s). d is at least minTTL
+// (3 ms: its third, the renewal period, at least lock.MinRenewInterval)
 // and within the backend's limits (lock.LimitsOf; Add checks them).
 func WithTTL(d time.Duration) Option {
 	return func(t *Timer) error {
-		if d < MinInterval || d > lock.MaxTTL {
-			return fmt.Errorf("%w: WithTTL(%v) must be in [%v, %v]", lock.ErrInvalidTTL, d, MinInterval, lock.MaxTTL)
+		if d < minTTL || d > lock.MaxTTL {
+			return fmt.Errorf("%w: WithTTL(%v) must be in [%v, %v]", lock.ErrInvalidTTL, d, minTTL, lock.MaxTTL)
 		}
 		t.leaseTTL = d
 		return nil

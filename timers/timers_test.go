@@ -180,6 +180,56 @@ func TestMisfireSkip(t *testing.T) {
 	})
 }
 
+// A host that reaches ticks later than their next one, but within a
+// misfire threshold longer than the interval, runs them: the claims and
+// slots of an instant were bounded by its ticks' next ones, already past,
+// and every tick of it was skipped (reason error), the hardly late ones
+// too.
+func TestLateTicksWithinTheThresholdRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		time.Sleep(time.Until(epoch))
+		var skew atomic.Int64
+		s := testkit.Must(timers.New(testkit.Must(memlock.New()),
+			timers.WithClock(func() time.Time { return time.Now().Add(time.Duration(skew.Load())) })))
+		var r record
+		if err := s.Add(timers.Every("late", time.Second, r.fn, timers.WithMisfireThreshold(5*time.Second), timers.WithMaxConcurrency(2))); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			time.Sleep(2200 * time.Millisecond)
+			skew.Store(int64(1500 * time.Millisecond)) // a pause: ticks 3 (1.5 s late) and 4 (0.5 s) reached together
+		}()
+		runFor(t, s, 5200*time.Millisecond)
+		if st := s.Status()[0]; st.Skips != 0 {
+			t.Fatalf("%d ticks skipped (last: %+v), each reached within the 5 s misfire threshold", st.Skips, st.LastSkip)
+		}
+		if len(r.ticks) != 6 {
+			t.Fatalf("ran ticks %v, want the six of 1 s to 6 s", r.ticks)
+		}
+	})
+}
+
+// The shortest ttl WithTTL takes, 3 ms (renewed every millisecond, the
+// least lock.MinRenewInterval allows), holds a run's slot. WithTTL took
+// 1 ms, and each run then failed before its function.
+func TestShortestTTLRuns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		time.Sleep(time.Until(epoch))
+		s := testkit.Must(timers.New(testkit.Must(memlock.New())))
+		var r record
+		if err := s.Add(timers.Every("short-ttl", time.Second, func(ctx context.Context) error {
+			time.Sleep(10 * time.Millisecond) // renewed meanwhile
+			return r.fn(ctx)
+		}, timers.WithTTL(3*time.Millisecond))); err != nil {
+			t.Fatal(err)
+		}
+		runFor(t, s, 3500*time.Millisecond)
+		if st := s.Status()[0]; len(r.ticks) != 3 || st.Failures != 0 {
+			t.Fatalf("ran %d of 3 ticks; status %+v", len(r.ticks), st)
+		}
+	})
+}
+
 func TestRetryWithinATick(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		time.Sleep(time.Until(epoch))
