@@ -28,6 +28,7 @@ type Lease struct {
 	validUntil time.Time
 	renewing   bool // an Extend is in flight
 	lost       bool // the loss was reported
+	releasing  bool // a Keeper's lease that Release or Close took: no round renews it
 
 	// A lease of a Keeper has no goroutine, timer or channels of its
 	// own (no loop): k renews it and ends it.
@@ -163,6 +164,9 @@ func (l *Lease) Err() error {
 func (l *Lease) Release(ctx context.Context) error {
 	if l.k != nil {
 		return l.k.release(ctx, l)
+	}
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
 	}
 	first := false
 	l.stopOnce.Do(func() { close(l.stop); first = true })

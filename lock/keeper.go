@@ -51,12 +51,14 @@ type Keeper struct {
 	open  sync.Mutex
 	batch Batch // made on first use; nil when l is not a Batcher
 
-	mu      sync.Mutex
-	leases  leaseSet
-	closed  bool
-	round   chan struct{} // closed when the running renewal round ends; nil between rounds
-	expiry  *time.Timer   // fires at the earliest deadline of the leases
-	expires time.Time     // when expiry fires (zero: stopped)
+	mu       sync.Mutex
+	leases   leaseSet
+	closed   bool
+	round    chan struct{} // closed when the running renewal round ends; nil between rounds
+	inflight int           // Releases under way (Keeper.release), which Close waits for
+	drained  chan struct{} // closed when inflight falls to 0, for Close; nil when none waits
+	expiry   *time.Timer   // fires at the earliest deadline of the leases
+	expires  time.Time     // when expiry fires (zero: stopped)
 
 	stop chan struct{}
 	done chan struct{}
@@ -185,21 +187,28 @@ func (k *Keeper) Hold(ctx context.Context, h Handle, fn func(ctx context.Context
 
 // Close stops renewing, releases every lease the Keeper holds (through
 // ReleaseEach, 1,000 at a time: a round trip per backend chunk on an
-// EachReleaser), and closes the Keeper's Batch. It returns the first error
-// of a release other than ErrLost. Later calls to TryAcquire, Acquire and
-// Keep fail; Close may be called again.
+// EachReleaser), waits for the Releases already under way (within ctx),
+// and closes the Keeper's Batch. It returns the first error of a release
+// other than ErrLost. Later calls to TryAcquire, Acquire and Keep fail;
+// Close may be called again. The leases stay under the Keeper's watch
+// until the renewal round in flight has ended: one whose ValidUntil
+// passes meanwhile ends with ErrLost, as it would without Close.
 func (k *Keeper) Close(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
+	}
 	k.mu.Lock()
 	first := !k.closed
 	k.closed = true
 	ls := make([]*Lease, 0, len(k.leases))
-	for i := len(k.leases) - 1; i >= 0; i-- { // downwards: remove swaps in a visited one
-		l := k.leases[i]
+	for _, l := range k.leases {
 		// A lease whose Release has begun is that Release's to finish.
 		mine := false
 		l.stopOnce.Do(func() { mine = true })
 		if mine {
-			k.leases.remove(l)
+			l.mu.Lock()
+			l.releasing = true
+			l.mu.Unlock()
 			ls = append(ls, l)
 		}
 	}
@@ -208,6 +217,11 @@ func (k *Keeper) Close(ctx context.Context) error {
 		close(k.stop)
 	}
 	<-k.done
+	k.mu.Lock()
+	for _, l := range ls {
+		k.leases.remove(l)
+	}
+	k.mu.Unlock()
 	var firstErr error
 	for len(ls) > 0 {
 		part := ls[:min(len(ls), keeperReleaseChunk)]
@@ -220,6 +234,26 @@ func (k *Keeper) Close(ctx context.Context) error {
 			k.released(part[i])
 			if err != nil && !errors.Is(err, ErrLost) && firstErr == nil {
 				firstErr = err
+			}
+		}
+	}
+	// The Releases under way use the Batch (its sessions, its leases) and
+	// the release context: they end first.
+	k.mu.Lock()
+	var drained chan struct{}
+	if k.inflight > 0 {
+		if k.drained == nil {
+			k.drained = make(chan struct{})
+		}
+		drained = k.drained
+	}
+	k.mu.Unlock()
+	if drained != nil {
+		select {
+		case <-drained:
+		case <-ctx.Done():
+			if firstErr == nil {
+				firstErr = context.Cause(ctx)
 			}
 		}
 	}
@@ -352,17 +386,35 @@ func (k *Keeper) armLocked(at time.Time) {
 	}
 }
 
-// release is Lease.Release for a lease of the Keeper: the lease leaves the
-// Keeper, any renewal round in flight ends, and only then is the grant
-// released, with the releases of other leases that arrive meanwhile
-// (releaser). A ctx that ends first ends the wait with its cause.
+// release is Lease.Release for a lease of the Keeper: no renewal round
+// takes the lease any more, any round in flight ends (meanwhile the lease
+// is watched as before: its ValidUntil passing ends it with ErrLost), the
+// lease leaves the Keeper, and only then is the grant released, with the
+// releases of other leases that arrive meanwhile (releaser). A ctx that
+// ends first ends the wait with its cause.
 func (k *Keeper) release(ctx context.Context, l *Lease) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
+	}
 	first := false
 	l.stopOnce.Do(func() { first = true })
 	k.mu.Lock()
-	k.leases.remove(l)
+	if first {
+		l.mu.Lock()
+		l.releasing = true
+		l.mu.Unlock()
+	}
 	round := k.round
+	k.inflight++
 	k.mu.Unlock()
+	defer func() {
+		k.mu.Lock()
+		if k.inflight--; k.inflight == 0 && k.drained != nil {
+			close(k.drained)
+			k.drained = nil
+		}
+		k.mu.Unlock()
+	}()
 	var err error
 	if round != nil {
 		select {
@@ -371,6 +423,9 @@ func (k *Keeper) release(ctx context.Context, l *Lease) error {
 			err = context.Cause(ctx)
 		}
 	}
+	k.mu.Lock()
+	k.leases.remove(l)
+	k.mu.Unlock()
 	if err == nil {
 		err = k.rel.release(ctx, l.h)
 	}
@@ -417,12 +472,12 @@ func (k *Keeper) renewRound() (unknown bool) {
 	var deadline time.Time
 	for _, l := range k.leases {
 		l.mu.Lock()
-		lost, until := l.lost, l.validUntil
-		if !lost {
+		skip, until := l.lost || l.releasing, l.validUntil
+		if !skip {
 			l.renewing = true
 		}
 		l.mu.Unlock()
-		if lost {
+		if skip {
 			continue
 		}
 		if l.solo {

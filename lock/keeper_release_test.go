@@ -228,3 +228,82 @@ func TestKeeperReleasesThroughAnAfterReleaser(t *testing.T) {
 		t.Fatalf("%d handles to ReleaseEach, told %v", c.handles.Load(), told)
 	}
 }
+
+// A Release under way (a Hold's, waiting for its turn behind another in
+// flight) when Close runs ends before Close closes the Batch and the
+// release context: Close waits for it. Close cancelled the context that
+// release ran under, which then was never sent: the grant stayed held
+// after Close returned, and Hold returned the context's error.
+func TestKeeperCloseWaitsForTheReleasesUnderWay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &countingReleaser{Lock: testkit.Must(memlock.New()), gate: make(chan struct{})}
+		k := testkit.Must(lock.NewKeeper(c, 3*time.Second))
+		first := testkit.Must(k.TryAcquire(t.Context(), "first"))
+		var wg sync.WaitGroup
+		var firstErr, holdErr, closeErr error
+		wg.Go(func() { firstErr = first.Release(t.Context()) })
+		synctest.Wait() // first's release is in flight, held at the gate
+		h := testkit.Must(c.TryAcquire(t.Context(), "held", 3*time.Second))
+		wg.Go(func() { holdErr = k.Hold(t.Context(), h, func(context.Context) error { return nil }) })
+		synctest.Wait() // Hold's release waits for its turn
+		wg.Go(func() { closeErr = k.Close(t.Context()) })
+		synctest.Wait() // Close waits for the two
+		close(c.gate)
+		wg.Wait()
+		if firstErr != nil || holdErr != nil || closeErr != nil {
+			t.Fatalf("Release %v, Hold %v, Close %v; want nil, nil, nil", firstErr, holdErr, closeErr)
+		}
+		for _, key := range []string{"first", "held"} {
+			h, err := c.TryAcquire(t.Context(), key, time.Second)
+			if err != nil {
+				t.Fatalf("%q after Close returned: %v; want it released", key, err)
+			}
+			_ = h.Release(t.Context())
+		}
+	})
+}
+
+// Close's wait for the Releases under way is bounded by its ctx.
+func TestKeeperCloseWaitsWithinItsContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &countingReleaser{Lock: testkit.Must(memlock.New()), gate: make(chan struct{})}
+		defer close(c.gate)
+		k := testkit.Must(lock.NewKeeper(c, 3*time.Second))
+		l := testkit.Must(k.TryAcquire(t.Context(), "a"))
+		go func() { _ = l.Release(context.Background()) }()
+		synctest.Wait() // in flight, held at the gate
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		start := time.Now()
+		if err := k.Close(ctx); !errors.Is(err, context.DeadlineExceeded) || time.Since(start) != time.Second {
+			t.Fatalf("Close with a Release stuck: %v after %v; want its ctx's deadline after 1s", err, time.Since(start))
+		}
+	})
+}
+
+// While Close waits for a renewal round that does not answer (a driver
+// stuck whatever its context), the leases it is closing are still
+// watched: one whose ValidUntil passes ends with ErrLost, as it would
+// without Close. Close took them out of the Keeper first, and their
+// contexts stayed alive past ValidUntil, while another owner could take
+// their keys.
+func TestKeeperCloseKeepsWatchingItsLeases(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &countingBatcher{Lock: testkit.Must(memlock.New()), hung: make(chan struct{})}
+		k := testkit.Must(lock.NewKeeper(c, 3*time.Second))
+		a := testkit.Must(k.TryAcquire(t.Context(), "a"))
+		time.Sleep(time.Second + time.Millisecond) // the first round is in flight, hung
+		closed := make(chan error, 1)
+		go func() { closed <- k.Close(context.Background()) }()
+		synctest.Wait() // Close waits for the round
+		time.Sleep(time.Until(a.ValidUntil()) + time.Millisecond)
+		synctest.Wait()
+		if !errors.Is(a.Err(), lock.ErrLost) || a.Context().Err() == nil {
+			t.Errorf("%v past its ValidUntil without a renewal: Err %v, context %v; want ErrLost", time.Since(a.ValidUntil()), a.Err(), a.Context().Err())
+		}
+		close(c.hung)
+		if err := <-closed; err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	})
+}

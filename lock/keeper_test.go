@@ -23,6 +23,7 @@ type countingBatcher struct {
 	handles atomic.Int32 // offered to Renew
 	renewed atomic.Int32 // renewed by Renew
 	stalled atomic.Bool
+	hung    chan struct{} // when set, Renew waits for it whatever its context (a driver stuck on a dead connection)
 }
 
 func (c *countingBatcher) NewBatch(ctx context.Context, ttl time.Duration) (lock.Batch, error) {
@@ -41,6 +42,9 @@ type countingBatch struct {
 func (b *countingBatch) Renew(ctx context.Context, hs []lock.Handle) []error {
 	b.c.renews.Add(1)
 	b.c.handles.Add(int32(len(hs)))
+	if b.c.hung != nil {
+		<-b.c.hung
+	}
 	if b.c.stalled.Load() {
 		<-ctx.Done()
 		errs := make([]error, len(hs))

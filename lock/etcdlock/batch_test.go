@@ -475,3 +475,52 @@ func TestBatchAgingLease(t *testing.T) {
 		t.Fatalf("a grant on an aging lease is valid for %v, want the batch's ttl %v less the drift", vu.Sub(before), ttl)
 	}
 }
+
+// gatedReleases is an etcd Lock whose ReleaseEach waits for gate once it
+// has said so on in.
+type gatedReleases struct {
+	*etcdlock.Lock
+	gate chan struct{}
+	in   chan struct{}
+}
+
+func (g *gatedReleases) ReleaseEach(ctx context.Context, hs []lock.Handle) []error {
+	g.in <- struct{}{}
+	<-g.gate
+	return g.Lock.ReleaseEach(ctx, hs)
+}
+
+// A Keeper's Close waits for a Release of its leases already under way
+// before it closes the Batch, whose close revokes the etcd leases the
+// grants live on: the Release then found its grant gone and reported
+// ErrLost (work may have overlapped), though no one had taken it.
+func TestKeeperCloseLetsTheReleasesUnderWayFinish(t *testing.T) {
+	l := newLock(t, testenv.Etcd(t).Endpoints())
+	g := &gatedReleases{Lock: l, gate: make(chan struct{}), in: make(chan struct{}, 4)}
+	ctx := ctxFor(t, time.Minute)
+	k, err := lock.NewKeeper(g, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := k.TryAcquire(ctx, runID(t)+"a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	released := make(chan error, 1)
+	go func() { released <- a.Release(ctx) }()
+	<-g.in // a's release is under way
+	closed := make(chan error, 1)
+	go func() { closed <- k.Close(ctx) }()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) before the Release under way", err)
+	case <-time.After(100 * time.Millisecond): // Close would have revoked the leases by now: a bound on a wrong outcome, not a synchronisation
+	}
+	close(g.gate)
+	if err := <-released; err != nil {
+		t.Fatalf("Release of a lease no one took: %v; want nil", err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+}

@@ -176,12 +176,42 @@ func (s *suite) badInput(t *testing.T) {
 			call{"Inspect nil context", lock.ErrInvalidArgument, func() error { _, _, err := in.Inspect(nilCtx, key); return err }},
 		)
 	}
+	// A Keeper's and a kept lease's calls with a nil context are refused
+	// and leave them as they were: Keeper.Close(nil) panicked on pglock
+	// (and leaked the Batch's session), a Keeper lease's Release(nil)
+	// during a renewal round panicked, and between rounds it gave the
+	// lease up without releasing it.
+	k, err := lock.NewKeeper(l, ttl)
+	if err != nil {
+		t.Fatalf("NewKeeper: %v", err)
+	}
+	kl, err := k.TryAcquire(ctx, s.key(t, "kept-by-keeper"))
+	if err != nil {
+		t.Fatalf("Keeper.TryAcquire: %v", err)
+	}
+	sl, err := lock.Keep(ctx, s.mustAcquire(t, l, s.key(t, "kept"), ttl), ttl)
+	if err != nil {
+		t.Fatalf("Keep: %v", err)
+	}
+	calls = append(calls,
+		call{"Keeper.Close nil context", lock.ErrInvalidArgument, func() error { return k.Close(nilCtx) }},
+		call{"a Keeper's Lease.Release nil context", lock.ErrInvalidArgument, func() error { return kl.Release(nilCtx) }},
+		call{"Lease.Release nil context", lock.ErrInvalidArgument, func() error { return sl.Release(nilCtx) }},
+	)
 	for _, c := range calls {
 		err := guarded(t, c.name, s.cfg.waitBound, c.fn)
 		if !errors.Is(err, c.want) {
 			t.Errorf("%s: want an error matching %v, got %v", c.name, c.want, err)
 		} else if !errors.Is(err, lock.ErrInvalidArgument) {
 			t.Errorf("%s: %v does not match ErrInvalidArgument", c.name, err)
+		}
+	}
+	if kl.Context().Err() != nil || sl.Context().Err() != nil {
+		t.Errorf("leases after a Release(nil): contexts %v, %v; want them alive", kl.Context().Err(), sl.Context().Err())
+	}
+	for what, err := range map[string]error{"a Keeper's lease": kl.Release(ctx), "a kept lease": sl.Release(ctx), "the Keeper": k.Close(ctx)} {
+		if err != nil {
+			t.Errorf("Release of %s after the nil calls: %v", what, err)
 		}
 	}
 	// Use after Release.
