@@ -34,7 +34,7 @@ type entry struct {
 func (n *Notifier) Subscribe(keys ...string) lock.Subscription {
 	s := &subscription{n: n, ch: make(chan struct{}, 1)}
 	s.entries = s.one[:0]
-	if len(keys) > 1 {
+	if len(keys) > len(s.one) {
 		s.entries = make([]entry, 0, len(keys))
 	}
 	n.mu.Lock()
@@ -86,7 +86,7 @@ type subscription struct {
 	n       *Notifier
 	ch      chan struct{} // one pending notification
 	entries []entry       // one per key; closed when nil (under n.mu)
-	one     [1]entry      // entries' array for one key
+	one     [2]entry      // entries' array for up to two keys (a queued waiter's: its handoff and the key's release)
 	// timer is Wait's, kept for the next Wait (taken while one runs). Not
 	// shared between subscriptions: a timer made in a synctest bubble
 	// may not be used outside it.

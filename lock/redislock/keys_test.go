@@ -38,7 +38,13 @@ func TestParseHanded(t *testing.T) {
 	if !ok || to != "k\x00w" || waiter != "w" || g.token != 12 || g.since != "345" || g.waited != 6*time.Millisecond {
 		t.Errorf("parseHanded = %q, %q, %+v, %v", to, waiter, g, ok)
 	}
-	for _, bad := range []string{"k\x00w\x0012\x00345", "k\x00w\x0012\x00345\x006\x007", "k\x00w\x00x\x00345\x006", ""} {
+	// A key may hold NUL bytes: the fields are read from the right. Read
+	// from the left, such a message had six parts and was dropped.
+	to, waiter, g, ok = parseHanded("k\x00\x00x\x00w\x0012\x00345\x006")
+	if !ok || to != "k\x00\x00x\x00w" || waiter != "w" || g.token != 12 || g.since != "345" || g.waited != 6*time.Millisecond {
+		t.Errorf("parseHanded of a key with NULs = %q, %q, %+v, %v", to, waiter, g, ok)
+	}
+	for _, bad := range []string{"k\x00w\x0012\x00345", "w\x0012\x00345\x006", "k\x00\x0012\x00345\x006", "k\x00w\x00x\x00345\x006", ""} {
 		if _, _, _, ok := parseHanded(bad); ok {
 			t.Errorf("parseHanded(%q) accepted", bad)
 		}

@@ -3,6 +3,7 @@ package redislock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -182,6 +183,55 @@ func TestAcquireQueuedSkipsGoneWaiters(t *testing.T) {
 	}
 	if q, d := queueLen(t, c, l, key); q != 0 || d != 0 {
 		t.Fatalf("after the release: %d queued, %d deadlines; want the gone waiters dropped", q, d)
+	}
+}
+
+// A release looks at ten queued entries at most. With the first ten
+// lapsed (waiters that crashed, or could not leave), it drops them, hands
+// the key to no one and announces the release: the live waiter behind
+// them hears it and takes the key at once. It listened to its handoff
+// alone, and slept until its periodic attempt, a second later (its
+// context, 900 ms, ended first).
+func TestAcquireQueuedBehindTenLapsedWaiters(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: testenv.Redis(t).Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	l, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	key := "queued/" + t.Name()
+	h, err := l.TryAcquire(ctx, key, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		ghost := fmt.Sprint("ghost-", i)
+		c.ZAdd(ctx, l.queueKey(key), redis.Z{Score: float64(i), Member: ghost})
+		c.HSet(ctx, l.deadlinesKey(key), ghost, "1|60000|1|"+l.prefix+"inbox:none|someone")
+	}
+	got := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 900*time.Millisecond) // its next attempt: in a second
+		defer cancel()
+		h, err := l.AcquireQueued(wctx, key, time.Minute)
+		if err == nil {
+			err = h.Release(ctx)
+		}
+		got <- err
+	}()
+	for q, _ := queueLen(t, c, l, key); q < 11; q, _ = queueLen(t, c, l, key) {
+		if err := backendkit.Sleep(ctx, time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("the live waiter behind ten lapsed ones: %v", err)
 	}
 }
 

@@ -123,12 +123,13 @@ type Lock struct {
 	// handed: the grants handed to this Lock's queued waiters (waiter id →
 	// handedGrant), until AcquireQueued takes them; handedMu also orders a
 	// waiter's leaving after the listener's check that it still listens.
-	handedMu sync.Mutex
-	handed   map[string]handedGrant
-	subMu    sync.Mutex
-	pubsub   *redis.PubSub
-	closed   bool
-	loopDone chan struct{}
+	handedMu    sync.Mutex
+	handed      map[string]handedGrant
+	subMu       sync.Mutex
+	pubsub      *redis.PubSub
+	subscribing chan struct{} // closed when the subscription under way (ensureSubscribed) ends; nil when none is
+	closed      bool
+	loopDone    chan struct{}
 }
 
 var (
@@ -151,11 +152,14 @@ type config struct {
 
 // WithPrefix sets the prefix of every Redis key and of the release channel
 // (default DefaultPrefix). Instances that should see each other's locks use
-// the same prefix. It may not contain braces: hash tags are the keys' own.
+// the same prefix. It may not contain braces (hash tags are the keys' own)
+// nor "|", which separates the fields of a queued waiter's entry (its
+// inbox channel, named after the prefix, is one of them: a "|" in it sent
+// every handoff to an owner no one is).
 func WithPrefix(prefix string) Option {
 	return func(c *config) error {
-		if strings.ContainsAny(prefix, "{}") {
-			return fmt.Errorf("prefix %q contains a brace", prefix)
+		if strings.ContainsAny(prefix, "{}|") {
+			return fmt.Errorf("prefix %q contains a brace or a \"|\"", prefix)
 		}
 		c.prefix = prefix
 		return nil
@@ -256,7 +260,12 @@ func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration)
 	b.Write(strconv.AppendUint(id[:0], rand.Uint64(), 36))
 	to := b.String()
 	waiter := to[len(key)+1:]
-	sub := l.notifier.Subscribe(to)
+	// The handoff's message, and a plain release of the key: a release
+	// looks at ten entries of the queue at most, and when those are all
+	// lapsed (waiters that crashed or could not leave) it hands the key to
+	// no one and announces it to every subscriber; the live waiters behind
+	// them try at once rather than at their next periodic attempt.
+	sub := l.notifier.Subscribe(to, key)
 	defer func() {
 		l.handedMu.Lock()
 		sub.Close()
@@ -327,25 +336,27 @@ type handedGrant struct {
 }
 
 // parseHanded reads a handoff message's "<key>\x00<waiter>\x00<token>\x00<since
-// µs>\x00<waited ms>" (after its "\x02").
+// µs>\x00<waited ms>" (after its "\x02"), from the right: a key may hold
+// NUL bytes (lock.CheckKey takes any), the other fields never do. Read
+// from the left, a key with a NUL made a message of six parts, which was
+// dropped: its waiter slept until its next attempt.
 func parseHanded(payload string) (to string, waiter string, g handedGrant, ok bool) {
-	var parts [5]string // parts of payload: no copies
-	rest := payload
-	for i := range parts {
-		if parts[i], rest, ok = strings.Cut(rest, "\x00"); !ok && i < len(parts)-1 {
+	var parts [4]string // waiter, token, since, waited: parts of payload, no copies
+	key := payload
+	for i := len(parts) - 1; i >= 0; i-- {
+		j := strings.LastIndexByte(key, 0)
+		if j < 0 {
 			return "", "", g, false
 		}
+		parts[i], key = key[j+1:], key[:j]
 	}
-	if ok { // a sixth part
+	tok, err1 := strconv.ParseUint(parts[1], 10, 64)
+	waited, err2 := strconv.ParseInt(parts[3], 10, 64)
+	if err1 != nil || err2 != nil || parts[0] == "" {
 		return "", "", g, false
 	}
-	tok, err1 := strconv.ParseUint(parts[2], 10, 64)
-	waited, err2 := strconv.ParseInt(parts[4], 10, 64)
-	if err1 != nil || err2 != nil {
-		return "", "", g, false
-	}
-	to = payload[:len(parts[0])+1+len(parts[1])]
-	return to, parts[1], handedGrant{tok, parts[3], backendkit.RemainingMillis(waited)}, true
+	to = payload[:len(key)+1+len(parts[0])]
+	return to, parts[0], handedGrant{tok, parts[2], backendkit.RemainingMillis(waited)}, true
 }
 
 // Waiting implements lock.Queue: the waiters in key's queue whose place

@@ -208,6 +208,12 @@ func TestBadInput(t *testing.T) {
 	if _, err := redislock.New(c, redislock.WithPrefix("a{b}")); !errors.Is(err, lock.ErrInvalidArgument) {
 		t.Errorf("prefix with braces: %v", err)
 	}
+	// "|" separates a queued waiter's fields, its inbox (named after the
+	// prefix) among them: with "app|locks:", every handoff made the key
+	// over to an owner no one is, for the waiter's ttl.
+	if _, err := redislock.New(c, redislock.WithPrefix("app|locks:")); !errors.Is(err, lock.ErrInvalidArgument) {
+		t.Errorf("prefix with a \"|\": %v", err)
+	}
 	if _, err := redislock.New(c, nil); !errors.Is(err, lock.ErrInvalidArgument) || !strings.HasPrefix(err.Error(), "redislock: invalid argument: ") {
 		t.Errorf("nil option: %v", err)
 	}

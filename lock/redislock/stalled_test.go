@@ -13,6 +13,7 @@ import (
 	"github.com/leasehold-go/leasehold/internal/testkit/faultproxy"
 	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
 	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/backendkit"
 )
 
 // A server that stops answering (stopped, partitioned, a blackholed
@@ -114,5 +115,42 @@ func TestStalledServerAnswersWithinTheDeadline(t *testing.T) {
 				t.Errorf("Keep's context still open 2 s after ValidUntil")
 			}
 		})
+	}
+}
+
+// On a server that stops answering, a caller that opens a Lock's
+// subscription holds it up for its own context only: another caller
+// waiting for the same subscription (a Subscribe, an AcquireQueued) ends
+// within its own. The first held the Lock's mutex through its round trip,
+// and the others waited for it past their deadlines (2 s here, for 200 ms).
+func TestStalledSubscribeHoldsNoOtherCallerPastItsContext(t *testing.T) {
+	p := faultproxy.Start(t, testenv.Redis(t).Addr())
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	l := newLock(t, c)
+	p.SetMode(faultproxy.Blackhole)
+	defer p.SetMode(faultproxy.Pass)
+	before := p.Conns()
+	first := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, err := l.Subscribe(ctx, "stalled/subscribe")
+		first <- err
+	}()
+	for p.Conns() == before { // the first caller is subscribing: its connection is open
+		if err := backendkit.Sleep(t.Context(), time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	faultproxy.ExpectWithinDeadline(t, 200*time.Millisecond, 300*time.Millisecond,
+		faultproxy.Op{Name: "Subscribe", Call: func(ctx context.Context) error { _, err := l.Subscribe(ctx, "stalled/subscribe"); return err }},
+		faultproxy.Op{Name: "AcquireQueued", Call: func(ctx context.Context) error {
+			_, err := l.AcquireQueued(ctx, "stalled/subscribe", time.Second)
+			return err
+		}},
+	)
+	if err := <-first; !errors.Is(err, lock.ErrUnavailable) {
+		t.Fatalf("the first Subscribe: %v, want ErrUnavailable at its deadline", err)
 	}
 }

@@ -32,23 +32,53 @@ func (l *Lock) Subscribe(ctx context.Context, keys ...string) (lock.Subscription
 
 var errClosed = errors.New("redislock: Lock is closed")
 
+// ensureSubscribed opens the Lock's subscription if it is not open: one
+// caller subscribes, within its ctx, while the others wait for it within
+// theirs (and try themselves if it failed). The subscribing caller held
+// the mutex through the round trip, and every other caller (Close too)
+// waited for it past its own context.
 func (l *Lock) ensureSubscribed(ctx context.Context) error {
-	l.subMu.Lock()
-	defer l.subMu.Unlock()
-	if l.closed {
-		return fmt.Errorf("%w: %w", lock.ErrInvalidArgument, errClosed)
-	}
-	if l.pubsub != nil {
+	for {
+		l.subMu.Lock()
+		if l.closed {
+			l.subMu.Unlock()
+			return fmt.Errorf("%w: %w", lock.ErrInvalidArgument, errClosed)
+		}
+		if l.pubsub != nil {
+			l.subMu.Unlock()
+			return nil
+		}
+		if other := l.subscribing; other != nil {
+			l.subMu.Unlock()
+			select {
+			case <-other:
+				continue
+			case <-ctx.Done():
+				return backendkit.Unavailable("redislock: subscribe", ctx.Err())
+			}
+		}
+		mine := make(chan struct{})
+		l.subscribing = mine
+		l.subMu.Unlock()
+		ps, err := l.subscribe(ctx)
+		l.subMu.Lock()
+		l.subscribing = nil
+		close(mine)
+		switch {
+		case err != nil:
+			l.subMu.Unlock()
+			return backendkit.Unavailable("redislock: subscribe", err)
+		case l.closed: // closed meanwhile
+			l.subMu.Unlock()
+			_ = ps.Close()
+			return fmt.Errorf("%w: %w", lock.ErrInvalidArgument, errClosed)
+		}
+		l.pubsub = ps
+		l.loopDone = make(chan struct{})
+		go l.listen(ps, l.loopDone)
+		l.subMu.Unlock()
 		return nil
 	}
-	ps, err := l.subscribe(ctx)
-	if err != nil {
-		return backendkit.Unavailable("redislock: subscribe", err)
-	}
-	l.pubsub = ps
-	l.loopDone = make(chan struct{})
-	go l.listen(ps, l.loopDone)
-	return nil
 }
 
 // subscribe opens the release subscription and waits for the server's
