@@ -121,9 +121,10 @@ func TestAcquireQueuedWakesTheHeadOfTheQueue(t *testing.T) {
 	}
 }
 
-// A release skips (and drops) waiters that stopped trying, and hands the
-// key to the live one behind them; a cancelled waiter leaves the queue.
-func TestAcquireQueuedSkipsGoneWaiters(t *testing.T) {
+// heldKey returns a client, a Lock on it, a context of 20 s, and a key of
+// the test that the Lock holds for ttl.
+func heldKey(t *testing.T, ttl time.Duration) (*redis.Client, *Lock, context.Context, string, lock.Handle) {
+	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: testenv.Redis(t).Addr()})
 	t.Cleanup(func() { _ = c.Close() })
 	l, err := New(c)
@@ -132,12 +133,19 @@ func TestAcquireQueuedSkipsGoneWaiters(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = l.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	key := "queued/" + t.Name()
-	h, err := l.TryAcquire(ctx, key, 30*time.Second)
+	h, err := l.TryAcquire(ctx, key, ttl)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c, l, ctx, key, h
+}
+
+// A release skips (and drops) waiters that stopped trying, and hands the
+// key to the live one behind them; a cancelled waiter leaves the queue.
+func TestAcquireQueuedSkipsGoneWaiters(t *testing.T) {
+	c, l, ctx, key, h := heldKey(t, 30*time.Second)
 	// Two waiters that crashed: first in the queue, deadlines passed.
 	for i, ghost := range []string{"ghost-1", "ghost-2"} {
 		c.ZAdd(ctx, l.queueKey(key), redis.Z{Score: float64(i), Member: ghost})
@@ -193,20 +201,7 @@ func TestAcquireQueuedSkipsGoneWaiters(t *testing.T) {
 // alone, and slept until its periodic attempt, a second later (its
 // context, 900 ms, ended first).
 func TestAcquireQueuedBehindTenLapsedWaiters(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: testenv.Redis(t).Addr()})
-	t.Cleanup(func() { _ = c.Close() })
-	l, err := New(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	key := "queued/" + t.Name()
-	h, err := l.TryAcquire(ctx, key, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, l, ctx, key, h := heldKey(t, time.Minute)
 	for i := range 10 {
 		ghost := fmt.Sprint("ghost-", i)
 		c.ZAdd(ctx, l.queueKey(key), redis.Z{Score: float64(i), Member: ghost})
