@@ -20,12 +20,16 @@
 //	    backend is unavailable it retries with jittered exponential backoff
 //	    that starts at a quarter of the retry interval (100 ms at most) and
 //	    grows to the retry interval.
-//	  - Leader: renew once per renew interval (WithRenewInterval). An
-//	    unknown renewal outcome is retried; if no renewal has succeeded when
-//	    less than a renew interval of the lease is left, the leader steps
-//	    down: fn's context is cancelled (cause lock.ErrLost) while the lease
-//	    is still valid, so fn has that margin to stop before anyone else can
-//	    be elected. A renewal that reports the lease gone cancels fn at once.
+//	  - Leader: the lease is kept from the win on: OnElected runs under it,
+//	    then fn, unless the term already ended during OnElected (then fn is
+//	    not called, and OnDemoted follows as for any term). Renew once per
+//	    renew interval (WithRenewInterval). An unknown renewal outcome is
+//	    retried; if no renewal has succeeded when less than a renew interval
+//	    of the lease is left, the leader steps down: fn's context is
+//	    cancelled (cause lock.ErrLost) while the lease is still valid, so fn
+//	    has that margin to stop before anyone else can be elected. A renewal
+//	    that reports the lease gone cancels fn at once. If fn panics, the
+//	    lease is released before the panic leaves Run.
 //	  - Shutdown: when Run's context ends, fn's context is cancelled; when fn
 //	    returns the lease is released, which wakes the followers: a peer
 //	    leads within a round trip (graceful resign).
@@ -63,7 +67,9 @@
 // backend's limits (lock.LimitsOf; lock.ErrInvalidTTL); a renew or retry
 // interval below MinInterval (1 ms: a busy loop) or above lock.MaxTTL; a
 // renew interval above a third of the ttl; a nil option; an owner that is
-// not the Lock's.
+// not the Lock's. A grant won that lock.Keep refuses to keep (the
+// WithKeeper Keeper is closed) is released, and Run returns Keep's error,
+// which matches lock.ErrInvalidArgument, without announcing a term.
 //
 // Observe reports the current leader (owner, term, since) without
 // campaigning; it needs a backend with lock.Inspector.

@@ -85,3 +85,51 @@ func TestWithKeeperRefusesConflictingOptions(t *testing.T) {
 		}
 	}
 }
+
+// With a closed Keeper, Run returns the Keeper's refusal: at once when
+// the Keeper was closed before Run, and after the term when it closes
+// during one. No term is announced for a grant the Keeper refused, and
+// the grant is released. Each campaign won the key, announced a term
+// (log, metrics, OnElected), failed to keep it and campaigned again a
+// retry interval later, for ever: fn never ran and Run never returned.
+func TestWithAClosedKeeperRunReturnsItsRefusal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := testkit.Must(memlock.New())
+		k := testkit.Must(lock.NewKeeper(m, 3*time.Second))
+		if err := k.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		var elections, runs int
+		start := time.Now()
+		err := leader.Run(ctx, m, "closed", func(ctx context.Context) error {
+			runs++
+			<-ctx.Done()
+			return nil
+		}, leader.WithKeeper(k), leader.WithRetryInterval(2*time.Second), leader.OnElected(func(leader.Term) { elections++ }))
+		if !errors.Is(err, lock.ErrInvalidArgument) || time.Since(start) != 0 || elections+runs != 0 {
+			t.Fatalf("Run with a closed Keeper: %v after %v, %d elections, %d runs; want ErrInvalidArgument at once, no term",
+				err, time.Since(start), elections, runs)
+		}
+		if h, err := m.TryAcquire(t.Context(), leader.Key("closed"), time.Second); err != nil {
+			t.Fatalf("the refused grant was not released: %v", err)
+		} else {
+			_ = h.Release(t.Context())
+		}
+
+		k = testkit.Must(lock.NewKeeper(m, 3*time.Second))
+		runs = 0
+		err = leader.Run(ctx, m, "closing", func(ctx context.Context) error {
+			if runs++; runs == 1 {
+				go k.Close(context.Background())
+			}
+			<-ctx.Done()
+			return nil
+		}, leader.WithKeeper(k), leader.WithRetryInterval(2*time.Second))
+		if !errors.Is(err, lock.ErrInvalidArgument) || runs != 1 || ctx.Err() != nil {
+			t.Fatalf("Run with a Keeper closed during a term: %v after %d terms (ctx %v); want ErrInvalidArgument after one",
+				err, runs, ctx.Err())
+		}
+	})
+}

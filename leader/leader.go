@@ -93,7 +93,8 @@ func WithRetryInterval(d time.Duration) Option {
 // finds the grant gone, or at its ValidUntil (less k's margin): k does not
 // watch a backend's own loss report, so on PostgreSQL and etcd a dropped
 // session or revoked lease ends the term up to one renewal period later
-// than without it (the fencing token still orders the writes).
+// than without it (the fencing token still orders the writes). Once k is
+// closed, Run returns the error of the next term's Keep (see Run).
 func WithKeeper(k *lock.Keeper) Option {
 	return func(c *config) error {
 		if k == nil {
@@ -104,8 +105,11 @@ func WithKeeper(k *lock.Keeper) Option {
 	}
 }
 
-// OnElected runs f (synchronously, before fn) each time this process is
-// elected.
+// OnElected runs f each time this process is elected: synchronously,
+// before fn, once the term's lease is kept (renewed, as it is while fn
+// runs), so that f may take longer than the ttl. If the term ends while f
+// runs (the grant is lost, or Run's context ends), fn is not called for
+// it; OnDemoted follows as for any term.
 func OnElected(f func(Term)) Option {
 	return func(c *config) error { c.onElected = f; return nil }
 }
@@ -129,9 +133,12 @@ func Key(name string) string { return "leader/" + name }
 
 // Run campaigns for leadership of name on l until ctx ends, and calls fn
 // for each term won (see the package documentation). It returns nil when ctx
-// ends, and an error only for invalid arguments or options. fn's errors end
-// the term (they are logged and passed to OnDemoted); Run then campaigns
-// again after the retry interval.
+// ends, and an error only for invalid arguments or options: before it
+// campaigns, or once it has won the key when lock.Keep refuses to keep the
+// grant (an error matching lock.ErrInvalidArgument: the WithKeeper Keeper
+// is closed, or closed while Run campaigns; the grant is released and no
+// term is announced). fn's errors end the term (they are logged and passed
+// to OnDemoted); Run then campaigns again after the retry interval.
 func Run(ctx context.Context, l lock.Lock, name string, fn func(ctx context.Context) error, opts ...Option) error {
 	s := &config{ttl: DefaultTTL, renew: DefaultRenewInterval, retry: DefaultRetryInterval}
 	if err := backendkit.Apply("leader", s, opts); err != nil {
@@ -210,9 +217,17 @@ func (e *election) run(ctx context.Context) error {
 			}
 			continue
 		}
-		cause := e.lead(ctx, h)
+		cause, elected := e.lead(ctx, h)
 		if ctx.Err() != nil {
 			return nil
+		}
+		if !elected {
+			// The grant could not be kept (lock.Keep refused it, and
+			// released it): no term began.
+			if errors.Is(cause, lock.ErrInvalidArgument) {
+				return cause // refused again on every campaign (a closed Keeper)
+			}
+			e.log.Warn("leasehold: leader campaign failed, retrying", "election", e.key, "err", cause)
 		}
 		if !errors.Is(cause, lock.ErrLost) && backendkit.Sleep(ctx, e.s.retry) != nil {
 			return nil // fn ended its term: let a peer have a go first
@@ -232,17 +247,31 @@ func (e *election) capHint(err error) error {
 	return err
 }
 
-// lead runs one term and returns why it ended.
-func (e *election) lead(ctx context.Context, h lock.Handle) error {
+// lead runs one term on h and returns why it ended. elected is false when
+// the grant could not be kept (cause is then lock.Hold's error, and h was
+// released): no term began, and none was announced. The term is announced
+// (log, metrics, OnElected) under the lease, once it is renewed: a slow
+// OnElected does not outlive the grant, and fn does not start when the
+// term ended meanwhile.
+func (e *election) lead(ctx context.Context, h lock.Handle) (cause error, elected bool) {
 	term := Term{Owner: e.owner, Term: h.Token(), Since: time.Now()}
-	e.log.Info("leasehold: elected leader", "election", e.key, "term", term.Term, "owner", term.Owner)
-	e.m.transitions.Add(context.WithoutCancel(ctx), 1, e.m.elected)
-	e.m.leading.Add(context.WithoutCancel(ctx), 1, e.m.attrs)
-	if e.s.onElected != nil {
-		e.s.onElected(term)
+	err := lock.Hold(ctx, h, e.s.ttl, func(ctx context.Context) error {
+		elected = true
+		e.log.Info("leasehold: elected leader", "election", e.key, "term", term.Term, "owner", term.Owner)
+		e.m.transitions.Add(context.WithoutCancel(ctx), 1, e.m.elected)
+		e.m.leading.Add(context.WithoutCancel(ctx), 1, e.m.attrs)
+		if e.s.onElected != nil {
+			e.s.onElected(term)
+		}
+		if ctx.Err() != nil {
+			return nil // lost, or Run's context ended, during OnElected
+		}
+		return e.fn(ctx)
+	}, e.holdOpts...)
+	if !elected {
+		return err, false
 	}
-	err := lock.Hold(ctx, h, e.s.ttl, e.fn, e.holdOpts...)
-	cause := err
+	cause = err
 	if ctx.Err() != nil && !errors.Is(err, lock.ErrLost) {
 		cause = context.Cause(ctx)
 	}
@@ -257,7 +286,7 @@ func (e *election) lead(ctx context.Context, h lock.Handle) error {
 	if e.s.onDemoted != nil {
 		e.s.onDemoted(term, cause)
 	}
-	return cause
+	return cause, true
 }
 
 // Observe reports the current leader of name without campaigning; ok is

@@ -307,3 +307,169 @@ func testFnError(t *testing.T, b backends.Backend) {
 		t.Fatalf("OnDemoted cause %v, want fn's error", c)
 	}
 }
+
+// A candidate whose OnElected is slow (registering in service discovery:
+// 4 s against a 3 s ttl) keeps its peers out while it runs, and its fn
+// then starts on a live term. OnElected ran before the lease was kept: the
+// grant ran out under it, a peer was elected while the first candidate
+// still announced its term, and then the first candidate's fn started all
+// the same, with a live context: two leaders at once.
+func TestSlowOnElectedKeepsPeersOut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		table := testkit.Must(memlock.New())
+		opts := []leader.Option{leader.WithTTL(3 * time.Second), leader.WithRenewInterval(time.Second), leader.WithRetryInterval(2 * time.Second)}
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		var slowLive, peerRuns atomic.Int32
+		// lead counts the terms that start live, and leads until shutdown.
+		lead := func(live *atomic.Int32) func(context.Context) error {
+			return func(ctx context.Context) error {
+				if ctx.Err() == nil {
+					live.Add(1)
+				}
+				<-ctx.Done()
+				return nil
+			}
+		}
+		slowElected := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			_ = leader.Run(ctx, testkit.Must(table.Share()), "slow-elected", lead(&slowLive), append(opts, leader.OnElected(func(leader.Term) {
+				close(slowElected)
+				time.Sleep(4 * time.Second)
+			}))...)
+		})
+		<-slowElected
+		wg.Go(func() { _ = leader.Run(ctx, testkit.Must(table.Share()), "slow-elected", lead(&peerRuns), opts...) })
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		peer, slow := peerRuns.Load(), slowLive.Load()
+		cancel()
+		wg.Wait()
+		if peer != 0 || slow != 1 {
+			t.Fatalf("in 10 s the peer led %d time(s), the slow candidate's fn started live %d time(s); want 0 and 1", peer, slow)
+		}
+	})
+}
+
+// An OnElected that takes 2.5 s of a 3 s ttl leaves a healthy leader in
+// place: its lease is renewed while OnElected runs. It was not: the term
+// ended (lock.ErrLost) as soon as fn started, though nothing had failed.
+func TestSlowOnElectedDoesNotDemoteAHealthyLeader(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := testkit.Must(memlock.New())
+		ctx, cancel := context.WithCancel(t.Context())
+		causes := make(chan error, 10)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = leader.Run(ctx, l, "slow-elected", func(ctx context.Context) error {
+				<-ctx.Done()
+				return nil
+			}, leader.WithTTL(3*time.Second), leader.WithRenewInterval(time.Second), leader.WithRetryInterval(2*time.Second),
+				leader.OnElected(func(leader.Term) { time.Sleep(2500 * time.Millisecond) }),
+				leader.OnDemoted(func(_ leader.Term, cause error) { causes <- cause }))
+		}()
+		time.Sleep(10 * time.Second)
+		cancel()
+		<-done
+		if c := <-causes; !errors.Is(c, context.Canceled) || len(causes) > 0 {
+			t.Fatalf("the term ended with %v (and %d more terms), want one term that ends at shutdown", c, len(causes))
+		}
+	})
+}
+
+// A term whose grant is lost while OnElected runs ends without fn: fn
+// must not start on a grant that is gone. fn started (and with a live
+// context, the loss not yet seen).
+func TestTermLostDuringOnElectedSkipsFn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := testkit.Must(memlock.New())
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		var runs atomic.Int32
+		type ended struct {
+			cause error
+			runs  int32 // fn's runs when the first term ended
+		}
+		first := make(chan ended, 1)
+		var once sync.Once
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = leader.Run(ctx, l, "lost-elected", func(ctx context.Context) error {
+				runs.Add(1)
+				<-ctx.Done()
+				return nil
+			}, leader.WithTTL(3*time.Second), leader.WithRenewInterval(time.Second), leader.WithRetryInterval(2*time.Second),
+				leader.OnElected(func(leader.Term) {
+					once.Do(func() {
+						// The grant is taken away (an operator, a backend
+						// that lost it) while OnElected works.
+						if ok, err := l.ForceRelease(context.Background(), leader.Key("lost-elected")); !ok || err != nil {
+							t.Errorf("ForceRelease: %v, %v", ok, err)
+						}
+						time.Sleep(500 * time.Millisecond)
+					})
+				}),
+				leader.OnDemoted(func(_ leader.Term, cause error) {
+					select {
+					case first <- ended{cause, runs.Load()}:
+					default:
+					}
+				}))
+		}()
+		e := <-first
+		cancel()
+		<-done
+		if e.runs != 0 || !errors.Is(e.cause, lock.ErrLost) {
+			t.Fatalf("fn ran %d time(s) in a term lost during OnElected, which ended with %v; want no run and lock.ErrLost", e.runs, e.cause)
+		}
+	})
+}
+
+// A leader whose fn panics, and whose caller recovers (a supervisor that
+// restarts work), hands leadership over: the panic releases the grant on
+// its way out of Run. It did not: the renewal went on for ever, and no
+// one else was ever elected, though the leader's Run had ended.
+func TestRunThatPanicsHandsLeadershipOver(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		table := testkit.Must(memlock.New())
+		opts := []leader.Option{leader.WithTTL(3 * time.Second), leader.WithRenewInterval(time.Second), leader.WithRetryInterval(2 * time.Second)}
+		var panicked any
+		aDone := make(chan struct{})
+		go func() {
+			defer close(aDone)
+			defer func() { panicked = recover() }()
+			_ = leader.Run(t.Context(), testkit.Must(table.Share()), "panic", func(ctx context.Context) error {
+				panic("bug in the work")
+			}, opts...)
+		}()
+		<-aDone
+		if panicked != "bug in the work" {
+			t.Errorf("Run's panic: %v, want fn's", panicked)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		elected := make(chan struct{}, 1)
+		bDone := make(chan struct{})
+		go func() {
+			defer close(bDone)
+			_ = leader.Run(ctx, testkit.Must(table.Share()), "panic", func(ctx context.Context) error {
+				elected <- struct{}{}
+				<-ctx.Done()
+				return nil
+			}, opts...)
+		}()
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		select {
+		case <-elected:
+		default:
+			t.Errorf("no one was elected in a minute (ttl 3 s) after the leader's Run ended with a panic")
+			// End the leaked renewal, so that the bubble can end.
+			_, _ = table.ForceRelease(context.Background(), leader.Key("panic"))
+		}
+		cancel()
+		<-bDone
+	})
+}

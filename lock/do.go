@@ -14,7 +14,9 @@ import (
 // trusted; fn should stop then. Do returns fn's error; if the grant was lost
 // while fn ran, the returned error also matches ErrLost, even if fn returned
 // nil, because fn's work may have overlapped another holder's (that is what
-// fencing tokens are for). The lease ttl is WithTTL (default 30 s).
+// fencing tokens are for). If fn panics (or calls runtime.Goexit), the
+// grant is released before the panic goes on up the stack. The lease ttl
+// is WithTTL (default 30 s).
 func Do(ctx context.Context, l Lock, key string, fn func(ctx context.Context) error, opts ...Option) error {
 	cfg, err := newOptions(opts)
 	if err != nil {
@@ -52,20 +54,19 @@ func hold(ctx context.Context, cfg *options, h Handle, ttl time.Duration, fn fun
 		}
 		return err
 	}
+	returned := false
+	defer func() {
+		if !returned {
+			// fn panicked (or called runtime.Goexit): release all the
+			// same, or the renewal would keep the grant for ever, then let
+			// the panic go on.
+			_ = releaseAfter(ctx, lease)
+		}
+	}()
 	fnErr := fn(lease.Context())
+	returned = true
 	lostErr := lease.Err()
-
-	// Release even when ctx has ended: the grant should not linger for a
-	// whole ttl. Bound it by the time the grant is valid anyway (a
-	// Keeper's leases by a deadline they share, made about once a ttl).
-	var relErr error
-	if rctx := lease.releaseContext(); rctx != nil {
-		relErr = lease.Release(rctx)
-	} else {
-		rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), lease.ValidUntil().Add(time.Second))
-		relErr = lease.Release(rctx)
-		cancel()
-	}
+	relErr := releaseAfter(ctx, lease)
 	switch {
 	case lostErr != nil:
 		return errors.Join(fnErr, lostErr)
@@ -73,6 +74,19 @@ func hold(ctx context.Context, cfg *options, h Handle, ttl time.Duration, fn fun
 		return fmt.Errorf("lock: releasing %q: %w", h.Key(), relErr)
 	}
 	return fnErr
+}
+
+// releaseAfter releases lease once Hold's fn has ended, even when ctx has
+// ended: the grant should not linger for a whole ttl. The release is
+// bounded by the time the grant is valid anyway (a Keeper's leases by a
+// deadline they share, made about once a ttl).
+func releaseAfter(ctx context.Context, lease *Lease) error {
+	if rctx := lease.releaseContext(); rctx != nil {
+		return lease.Release(rctx)
+	}
+	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), lease.ValidUntil().Add(time.Second))
+	defer cancel()
+	return lease.Release(rctx)
 }
 
 // healthTTL is the ttl of HealthCheck's probe grant, on a backend that is

@@ -34,9 +34,10 @@
 // announces releases (Waiter) or queues waiters (Queue), and never sleeping
 // past the remaining ttl a refused attempt reported. Keep renews a handle
 // and cancels its context, with a cause matching ErrLost, the moment the
-// grant can no longer be trusted. Do is Acquire, Keep, fn, Release; Hold is
-// the same for a grant already held. fn's context carries the token
-// (TokenFrom).
+// grant can no longer be trusted (at once for a handle already past its
+// ValidUntil). Do is Acquire, Keep, fn, Release, and releases when fn
+// panics too; Hold is the same for a grant already held. fn's context
+// carries the token (TokenFrom).
 //
 // # Many grants at once
 //

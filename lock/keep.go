@@ -53,7 +53,9 @@ func (l *Lease) withToken(ctx context.Context) context.Context {
 //
 //   - an Extend returns ErrLost (renewed / lost / unknown: an unknown
 //     outcome is retried until ValidUntil);
-//   - ValidUntil passes without a successful renewal;
+//   - ValidUntil (less WithMargin) passes without a successful renewal:
+//     for a handle already past it, before Keep returns (so Hold's fn
+//     never starts on a live context);
 //   - the handle's backend reports the loss by itself (LossNotifier).
 //
 // Renewal goes on after ctx ends, until Release: work that is told to stop
@@ -96,7 +98,17 @@ func keep(ctx context.Context, cfg *options, h Handle, ttl time.Duration) (*Leas
 	l.ctx, l.cancel = context.WithCancelCause(l.withToken(ctx))
 	l.tel.Active(1)
 	l.expired = make(chan struct{})
-	l.expiry = time.AfterFunc(time.Until(l.validUntil.Add(-cfg.margin)), l.expire)
+	if d := time.Until(l.validUntil.Add(-cfg.margin)); d > 0 {
+		l.expiry = time.AfterFunc(d, l.expire)
+	} else {
+		// Already past its deadline: the lease is lost before Keep returns
+		// (a timer's function would run later, on another goroutine, and
+		// fn would start with a live context). The timer, stopped, is
+		// there for stopExpiry.
+		l.expiry = time.AfterFunc(time.Hour, l.expire)
+		l.expiry.Stop()
+		l.expire()
+	}
 	go l.renew()
 	return l, nil
 }
@@ -281,11 +293,20 @@ func (l *Lease) extend(ctx context.Context, gone <-chan struct{}) (err error, ok
 
 // expire ends the lease when its validity (less the margin) has passed
 // without a successful renewal: the function of the lease's expiry timer,
-// which each renewal moves. It closes expired, the loop's signal, last.
+// which each renewal moves, or called by keep for a handle already past
+// it. It closes expired, the loop's signal, last.
 func (l *Lease) expire() {
 	l.mu.Lock()
 	renewing := l.renewing
 	l.mu.Unlock()
+	l.loseAtDeadline(renewing)
+	close(l.expired)
+}
+
+// loseAtDeadline reports the loss of a lease whose validity (less the
+// margin) has passed without a successful renewal; renewing says that a
+// renewal was in flight.
+func (l *Lease) loseAtDeadline(renewing bool) {
 	switch {
 	case renewing:
 		l.lose("deadline", lost("validity ended during a renewal that did not answer"))
@@ -294,7 +315,6 @@ func (l *Lease) expire() {
 	default:
 		l.lose("deadline", lost("validity ended without a successful renewal"))
 	}
-	close(l.expired)
 }
 
 // stopExpiry stops the expiry timer as the loop ends; when expire has

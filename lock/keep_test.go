@@ -353,3 +353,99 @@ func TestKeepRenewalAllocations(t *testing.T) {
 		}
 	})
 }
+
+// Keep of a handle already past its ValidUntil less the margin (2.5 s into
+// a 3 s grant with a margin of 1 s, or a grant expired and taken by
+// another holder) returns a lease already lost, and Hold never gives fn a
+// live context on it. The expiry timer's function ran a moment later on
+// another goroutine: the lease came back live, and fn started on a grant
+// another holder had.
+func TestKeepOfAHandlePastItsDeadlineIsLostAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := testkit.Must(memlock.New())
+		opts := []lock.Option{lock.WithRenewInterval(time.Second), lock.WithMargin(time.Second)}
+		lease := keepWithinTheMargin(t, l, func(h lock.Handle) (*lock.Lease, error) {
+			return lock.Keep(t.Context(), h, 3*time.Second, opts...)
+		})
+		_ = lease.Release(t.Context())
+		live, err := holdATakenGrant(t, l, func(h lock.Handle, fn func(context.Context) error) error {
+			return lock.Hold(t.Context(), h, 3*time.Second, fn, opts...)
+		})
+		if live || !errors.Is(err, lock.ErrLost) {
+			t.Fatalf("Hold of a grant another holder took: fn's context live %v, Hold returned %v; want a cancelled context and ErrLost", live, err)
+		}
+	})
+}
+
+// keepWithinTheMargin keeps, through keep, a 3 s grant of l 2.5 s after it
+// was made (with a margin of 1 s, it is past its deadline), and checks that
+// the lease comes back lost.
+func keepWithinTheMargin(t *testing.T, l *memlock.Lock, keep func(lock.Handle) (*lock.Lease, error)) *lock.Lease {
+	t.Helper()
+	h := testkit.Must(l.TryAcquire(t.Context(), "margin", 3*time.Second))
+	time.Sleep(2500 * time.Millisecond)
+	lease, err := keep(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(context.Cause(lease.Context()), lock.ErrLost) || !errors.Is(lease.Err(), lock.ErrLost) {
+		t.Fatalf("Keep within the margin: the lease's context ends with %v, Err %v; want ErrLost at once",
+			context.Cause(lease.Context()), lease.Err())
+	}
+	return lease
+}
+
+// holdATakenGrant holds, through hold, a 3 s grant of l that expired and
+// that another holder then took, and reports whether fn's context was live
+// when fn started, and hold's error.
+func holdATakenGrant(t *testing.T, l *memlock.Lock, hold func(lock.Handle, func(context.Context) error) error) (live bool, err error) {
+	h := testkit.Must(l.TryAcquire(t.Context(), "taken", 3*time.Second))
+	time.Sleep(4 * time.Second)
+	other := testkit.Must(testkit.Must(l.Share()).TryAcquire(t.Context(), "taken", 3*time.Second))
+	defer other.Release(context.Background())
+	err = hold(h, func(ctx context.Context) error {
+		live = ctx.Err() == nil
+		return nil
+	})
+	return live, err
+}
+
+// Do, Hold and Keeper.Hold release the grant when fn panics, and the panic
+// goes on to the caller. The release was skipped: a caller that recovered
+// (a supervisor, net/http) left the renewal keeping the grant for ever.
+func TestHoldReleasesWhenFnPanics(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := testkit.Must(memlock.New())
+		k := testkit.Must(lock.NewKeeper(l, 3*time.Second))
+		defer k.Close(context.Background())
+		bug := func(context.Context) error { panic("bug in fn") }
+		for name, call := range map[string]func(){
+			"Do": func() { _ = lock.Do(t.Context(), l, "Do", bug, lock.WithTTL(3*time.Second)) },
+			"Hold": func() {
+				_ = lock.Hold(t.Context(), testkit.Must(l.TryAcquire(t.Context(), "Hold", 3*time.Second)), 3*time.Second, bug)
+			},
+			"Keeper.Hold": func() {
+				_ = k.Hold(t.Context(), testkit.Must(l.TryAcquire(t.Context(), "Keeper.Hold", 3*time.Second)), bug)
+			},
+		} {
+			var panicked any
+			func() {
+				defer func() { panicked = recover() }()
+				call()
+			}()
+			if panicked != "bug in fn" {
+				t.Errorf("%s: panic %v, want fn's", name, panicked)
+			}
+			if h, err := testkit.Must(l.Share()).TryAcquire(t.Context(), name, time.Second); err != nil {
+				t.Errorf("%s: the key is still held after fn panicked: %v", name, err)
+				// End the renewal, so that the bubble can end.
+				_, _ = l.ForceRelease(context.Background(), name)
+			} else {
+				_ = h.Release(t.Context())
+			}
+		}
+		if n := k.Len(); n != 0 {
+			t.Errorf("the Keeper holds %d leases after Keeper.Hold's fn panicked, want 0", n)
+		}
+	})
+}

@@ -160,7 +160,9 @@ func (k *Keeper) Acquire(ctx context.Context, key string, opts ...Option) (*Leas
 // Keeper's ttl as lock.Keep would, without a goroutine of its own. Where
 // the backend's Batch can renew h (Redis, memory) it is renewed with the
 // others; otherwise with its own Extend, from a small pool. A Wrapper is
-// renewed as the handle it wraps.
+// renewed as the handle it wraps. A handle already past its ValidUntil
+// (less WithMargin) gives a Lease whose Context is cancelled (ErrLost)
+// before Keep returns; Release it all the same.
 func (k *Keeper) Keep(ctx context.Context, h Handle) (*Lease, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", ErrInvalidArgument)
@@ -339,7 +341,14 @@ func (k *Keeper) add(ctx context.Context, h Handle, made bool) (*Lease, error) {
 		return nil, errKeeperClosed
 	}
 	k.leases.add(l)
-	k.armLocked(l.validUntil.Add(-k.cfg.margin))
+	if at := l.validUntil.Add(-k.cfg.margin); at.After(time.Now()) {
+		k.armLocked(at)
+	} else {
+		// Already past its deadline: lost before add returns, not when
+		// the expiry timer's function gets to it on another goroutine.
+		// It stays a lease of the Keeper until its Release.
+		l.loseAtDeadline(false)
+	}
 	k.mu.Unlock()
 	l.tel.Active(1)
 	return l, nil
@@ -600,14 +609,7 @@ func (k *Keeper) expire() {
 			}
 			continue
 		}
-		switch {
-		case renewing:
-			l.lose("deadline", lost("validity ended during a renewal that did not answer"))
-		case k.cfg.margin > 0:
-			l.lose("deadline", lost(fmt.Sprintf("no successful renewal with %v of validity left", k.cfg.margin)))
-		default:
-			l.lose("deadline", lost("validity ended without a successful renewal"))
-		}
+		l.loseAtDeadline(renewing)
 	}
 	if !next.IsZero() {
 		k.armLocked(next)

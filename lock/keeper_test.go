@@ -418,3 +418,28 @@ func TestKeeperHoldOfALongerGrant(t *testing.T) {
 		}
 	})
 }
+
+// A Keeper's Keep, and Hold, of a handle already past its ValidUntil less
+// the Keeper's margin returns a lease already lost (it stays the Keeper's
+// until its Release), and fn never sees a live context on it. The
+// Keeper's expiry timer ended it a moment later, on another goroutine:
+// the lease came back live, and fn started on a grant another holder had.
+func TestKeeperKeepOfAHandlePastItsDeadlineIsLostAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := testkit.Must(memlock.New())
+		k := testkit.Must(lock.NewKeeper(l, 3*time.Second, lock.WithMargin(time.Second)))
+		defer k.Close(context.Background())
+		lease := keepWithinTheMargin(t, l, func(h lock.Handle) (*lock.Lease, error) { return k.Keep(t.Context(), h) })
+		if n := k.Len(); n != 1 {
+			t.Fatalf("the Keeper holds %d leases, want the lost one until its Release", n)
+		}
+		_ = lease.Release(t.Context())
+		live, err := holdATakenGrant(t, l, func(h lock.Handle, fn func(context.Context) error) error {
+			return k.Hold(t.Context(), h, fn)
+		})
+		if live || !errors.Is(err, lock.ErrLost) || k.Len() != 0 {
+			t.Fatalf("Hold of a grant another holder took: fn's context live %v, Hold returned %v, %d leases after; want a cancelled context, ErrLost, 0 leases",
+				live, err, k.Len())
+		}
+	})
+}
