@@ -129,7 +129,8 @@ type LossNotifier interface {
 	// grant is gone (which events it notices is the backend's to say). An
 	// open channel is no promise that the grant is still valid: a grant
 	// that merely expires may not close it, and ValidUntil stays the
-	// deadline to trust.
+	// deadline to trust. A wrapper of a handle that has no loss report
+	// (semaphore.Permit) returns nil, a channel never closed.
 	Lost() <-chan struct{}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"time"
 
 	"github.com/leasehold-go/leasehold/lock"
@@ -25,7 +24,10 @@ type SlotResult struct {
 }
 
 // TryAcquireEach is TryAcquire for many semaphores of one Lock (an error
-// that matches lock.ErrInvalidArgument in every result otherwise), in one
+// that matches lock.ErrInvalidArgument in every result otherwise; Locks
+// are one when ==, and a Lock whose value is not comparable, as one that
+// holds a map, a slice or a func, even in an interface field, is never
+// one with another: pass it by pointer), in one
 // lock.TryAcquireAnyEach: on a backend with lock.AnyEachAcquirer (memlock,
 // redislock) that is one round trip per chunk of requests, on the others
 // one TryAcquireAny per request, 16 at once. It returns one result per
@@ -44,7 +46,7 @@ func TryAcquireEach(ctx context.Context, reqs []SlotRequest) []SlotResult {
 		}
 		if l == nil {
 			l = r.Sem.l
-		} else if !sameLock(l, r.Sem.l) {
+		} else if !same(l, r.Sem.l) {
 			for i := range res {
 				res[i].Err = backendkit.Invalid("semaphore", "TryAcquireEach: the semaphores are not all of one Lock")
 			}
@@ -120,13 +122,4 @@ func (s *Semaphore) permit(ctx context.Context, h lock.Handle) (*Permit, error) 
 	}
 	s.metric.addHeld(ctx, 1)
 	return &Permit{Handle: h, slot: slot, sem: s}, nil
-}
-
-// sameLock reports whether a and b are the same Lock, without the panic
-// of == on a Lock whose type is not comparable.
-func sameLock(a, b lock.Lock) bool {
-	if reflect.TypeOf(a) != reflect.TypeOf(b) || !reflect.TypeOf(a).Comparable() {
-		return false
-	}
-	return a == b
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -103,6 +104,31 @@ func TestTryAcquireEachOneLock(t *testing.T) {
 		t.Fatalf("no semaphore: %v", res[0].Err)
 	}
 }
+
+// Semaphores over a Lock of a comparable type that holds a value that is
+// not (a struct whose interface field holds a map) are not known to be of
+// one Lock: TryAcquireEach says so in every result, as for two Locks.
+// It checked only that the type was comparable, and == on the two Locks
+// panicked.
+func TestTryAcquireEachOverALockOfAnUncomparableValue(t *testing.T) {
+	l := wrappedLock{taggedLock{testkit.Must(memlock.New()), map[string]string{}}}
+	a, b := newSem(t, l, "a", 1), newSem(t, l, "b", 1)
+	res := semaphore.TryAcquireEach(t.Context(), []semaphore.SlotRequest{{Sem: a, TTL: time.Minute}, {Sem: b, TTL: time.Minute}})
+	for i, r := range res {
+		if !errors.Is(r.Err, lock.ErrInvalidArgument) || !strings.Contains(r.Err.Error(), "not all of one Lock") {
+			t.Errorf("result %d: %v, want ErrInvalidArgument: not all of one Lock", i, r.Err)
+		}
+	}
+}
+
+// taggedLock is a Lock of a type that is not comparable (it holds a map).
+type taggedLock struct {
+	*memlock.Lock
+	tags map[string]string
+}
+
+// wrappedLock is a Lock of a comparable type, which may hold one.
+type wrappedLock struct{ lock.Lock }
 
 // A semaphore larger than the backend's MaxKeys takes TryAcquire's path
 // beside the others.

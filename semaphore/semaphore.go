@@ -27,7 +27,8 @@
 //
 // A permit is a lock.Handle: it knows its slot number and its fencing token
 // (per slot: a resource that checks tokens must keep the highest token per
-// slot), and lock.Keep, lock.Hold and the rest work on it as on any grant.
+// slot), it passes its grant's loss report on (lock.LossNotifier), and
+// lock.Keep, lock.Hold and the rest work on it as on any grant.
 //
 // # Participants that disagree on the size
 //
@@ -116,12 +117,16 @@ type Semaphore struct {
 	noCheck  bool      // WithoutSizeCheck: the caller checks (CheckSizes)
 }
 
-// Permit is a grant on one slot of a semaphore.
+// Permit is a grant on one slot of a semaphore. It passes its grant's
+// loss report on (Lost): lock.Keep and lock.Hold of a permit, and the
+// leases of Acquire and Do, end as soon as the backend reports the slot
+// gone, as they do on the grant itself.
 type Permit struct {
 	lock.Handle
 	slot     int
 	sem      *Semaphore
-	released atomic.Bool
+	released atomic.Bool // the slot stopped counting as held
+	expiring atomic.Bool // a timer stops counting it at its ValidUntil
 }
 
 // Slot is the permit's slot number, in [0, Size).
@@ -135,6 +140,17 @@ func (p *Permit) Unwrap() lock.Handle { return p.Handle }
 // that lock.Keep and lock.Hold check a ttl against the backend's.
 func (p *Permit) Limits() lock.Limits { return lock.LimitsOf(p.Handle) }
 
+// Lost implements lock.LossNotifier with the loss report of the slot's
+// grant (memlock, pglock and etcdlock handles have one). For a grant
+// without one it returns nil, a channel never closed: the loss is then
+// found by renewal, as for that grant itself.
+func (p *Permit) Lost() <-chan struct{} {
+	if n, ok := p.Handle.(lock.LossNotifier); ok {
+		return n.Lost()
+	}
+	return nil
+}
+
 // Release gives the slot back (see lock.Handle).
 func (p *Permit) Release(ctx context.Context) error {
 	return p.AfterRelease(ctx, p.Handle.Release(ctx))
@@ -142,12 +158,43 @@ func (p *Permit) Release(ctx context.Context) error {
 
 // AfterRelease is what Release does once the slot's grant was released
 // with outcome err (lock.AfterReleaser: lock.ReleaseEach releases permits
-// together): the slot stops counting as held. It returns err.
+// together): the slot stops counting as held (the metric
+// leasehold.semaphore.permits.held) at once when err is nil or matches
+// lock.ErrLost. With any other outcome (unknown: the backend did not
+// answer) the grant may be held until its ValidUntil, and nothing may
+// release it again: the slot stops counting then, by a timer
+// (time.AfterFunc, one at a time per permit, none when the metric is not
+// recorded), unless a later Release that succeeds made it stop first. It
+// returns err.
 func (p *Permit) AfterRelease(ctx context.Context, err error) error {
-	if (err == nil || errors.Is(err, lock.ErrLost)) && p.released.CompareAndSwap(false, true) {
-		p.sem.metric.addHeld(ctx, -1)
+	switch {
+	case err == nil || errors.Is(err, lock.ErrLost):
+		p.unhold(ctx)
+	case p.sem.metric.held.Enabled(ctx) && p.expiring.CompareAndSwap(false, true):
+		p.unholdAtExpiry(context.WithoutCancel(ctx))
 	}
 	return err
+}
+
+// unhold stops counting the slot as held, once.
+func (p *Permit) unhold(ctx context.Context) {
+	if p.released.CompareAndSwap(false, true) {
+		p.sem.metric.addHeld(ctx, -1)
+	}
+}
+
+// unholdAtExpiry stops counting the slot as held once the grant's
+// ValidUntil has passed, read again when the timer fires: an Extend may
+// have moved it meanwhile.
+func (p *Permit) unholdAtExpiry(ctx context.Context) {
+	if p.released.Load() {
+		return
+	}
+	if d := time.Until(p.Handle.ValidUntil()); d > 0 {
+		time.AfterFunc(d, func() { p.unholdAtExpiry(ctx) })
+		return
+	}
+	p.unhold(ctx)
 }
 
 // Option configures New.
@@ -534,13 +581,18 @@ func (s *Semaphore) check(ctx context.Context) error {
 // prefix: what each semaphore does on its own at its first use, for a
 // caller of WithoutSizeCheck. It returns one error per semaphore, in
 // order: nil, or one that matches ErrSizeMismatch (logged at Warn), or
-// lock.ErrInvalidArgument for a name without the prefix. A declaration or
+// lock.ErrInvalidArgument for a nil Semaphore or a name without the
+// prefix (the others are checked all the same). A declaration or
 // a listing that fails is not reported: it must not block acquisition.
 func CheckSizes(ctx context.Context, l lock.Lock, prefix string, sems []*Semaphore) []error {
 	errs := make([]error, len(sems))
 	reqs := make([]lock.ClaimRequest, 0, len(sems))
 	now := time.Now()
 	for i, s := range sems {
+		if s == nil {
+			errs[i] = backendkit.Invalid("semaphore", "CheckSizes: nil Semaphore")
+			continue
+		}
 		if !strings.HasPrefix(s.name, prefix) {
 			errs[i] = backendkit.Invalid("semaphore", "CheckSizes: %q does not start with the prefix %q", s.name, prefix)
 			continue
@@ -647,10 +699,10 @@ type instruments struct {
 var lastInstruments atomic.Pointer[instruments]
 
 // instrumentsOf returns m's instruments: the last ones when m is their
-// Meter (a Meter of a comparable type), else new ones.
+// Meter (a comparable value), else new ones.
 func instrumentsOf(m metric.Meter) *instruments {
-	comparable := reflect.TypeOf(m) != nil && reflect.TypeOf(m).Comparable()
-	if last := lastInstruments.Load(); comparable && last != nil && last.meter == m {
+	comparable := reflect.ValueOf(m).Comparable()
+	if last := lastInstruments.Load(); comparable && last != nil && same(last.meter, m) {
 		return last
 	}
 	in := &instruments{meter: m}
@@ -686,4 +738,13 @@ func (m *metrics) reject(ctx context.Context) {
 func newMetrics(tel *backendkit.Telemetry, name string) *metrics {
 	set := metric.WithAttributeSet(attribute.NewSet(attribute.String("leasehold.semaphore", name)))
 	return &metrics{instruments: instrumentsOf(tel.Meter), attrs: set}
+}
+
+// same reports whether a == b, without the panic of == on values that are
+// not comparable: of a type that is not (a map, a slice, a func), or of a
+// comparable type that holds one (a struct whose interface field holds a
+// map). Such a value is the same as nothing.
+func same(a, b any) bool {
+	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	return va.IsValid() && vb.IsValid() && va.Type() == vb.Type() && va.Comparable() && vb.Comparable() && a == b
 }

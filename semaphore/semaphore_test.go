@@ -434,6 +434,35 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
+// CheckSizes fails a nil Semaphore alone, with ErrInvalidArgument, and
+// checks the others (TryAcquireEach takes a nil one too, and fails only
+// its request). It used to panic on it.
+func TestCheckSizesNilSemaphore(t *testing.T) {
+	l := testkit.Must(memlock.New())
+	ctx := t.Context()
+	three, err := semaphore.New(l, "x", 3) // declares size 3 at its first use
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := three.TryAcquire(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release(ctx)
+	two, err := semaphore.New(l, "x", 2, semaphore.WithoutSizeCheck())
+	if err != nil {
+		t.Fatal(err)
+	}
+	alone, err := semaphore.New(l, "y", 1, semaphore.WithoutSizeCheck())
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := semaphore.CheckSizes(ctx, l, "", []*semaphore.Semaphore{two, nil, alone})
+	if len(errs) != 3 || !errors.Is(errs[0], semaphore.ErrSizeMismatch) || !errors.Is(errs[1], lock.ErrInvalidArgument) || errs[2] != nil {
+		t.Fatalf("CheckSizes(size 2 beside size 3, nil, alone): %v, want [ErrSizeMismatch, ErrInvalidArgument, nil]", errs)
+	}
+}
+
 // A slot's owner is its grant's, the backend's: a configured Owner that
 // differs from the Lock's is refused, by the semaphore, rather than shown
 // nowhere.
