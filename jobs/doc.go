@@ -18,16 +18,18 @@
 // removes the entry only if its epoch still matches: the late completion of
 // a zombie (paused past its lease, its job since recovered) is rejected with
 // ErrStale. Done is idempotent per epoch: a Done retried after its first
-// attempt took effect (a lost reply) returns nil, for DoneWindow.
+// attempt took effect (a lost reply) returns nil, for DoneWindow; and done,
+// called again after an error of unknown outcome (an outage), calls it
+// again.
 //
 // # Input
 //
 // Job IDs are opaque keys (1 to lock.MaxKeyLen bytes, any bytes, NUL
 // included); owners, the runner's among them, are identities
 // (backendkit.CheckOwner); the election name (WithElection) follows
-// backendkit.CheckName; ttls are 1 ms to lock.MaxTTL (and WithTTL's within the
-// election lock's limits), and every interval of NewRunner at most
-// lock.MaxTTL. Bad input is refused where it is passed with an error that
+// backendkit.CheckName; ttls are 1 ms to lock.MaxTTL (WithTTL's more than
+// 5.05 ms, and within the election lock's limits), and every interval of
+// NewRunner at most lock.MaxTTL. Bad input is refused where it is passed with an error that
 // matches lock.ErrInvalidArgument, starts with "jobs: " and names it.
 //
 // The full shape is a worker that Tracks its jobs and, in one or more
@@ -85,8 +87,9 @@
 // about 20 s after its last heartbeat. WithTTL alone scales both intervals
 // (WithTTL(2*time.Second): a heartbeat every 500 ms, a scan every 667 ms,
 // recovery in under 3 s); a set interval wins. The heartbeat interval must
-// stay below a third of the ttl so that two heartbeats can fail without
-// losing the jobs. A worker that cannot heartbeat cancels its jobs'
+// stay below a third of the ttl less its drift allowance
+// (backendkit.DriftAllowance: ttl/100 + 2 ms, which a job's context does
+// not live) so that two heartbeats can fail without losing the jobs. A worker that cannot heartbeat cancels its jobs'
 // contexts when their lease ends by its own clock, before anyone can
 // reclaim them.
 //

@@ -100,3 +100,108 @@ func TestReviveChecksBy(t *testing.T) {
 		t.Fatalf("after refused revivals: %+v, %v; want the job still dead only", c, err)
 	}
 }
+
+// slowPurge holds Purge until released, as a reply on a slow link.
+type slowPurge struct {
+	*memjobs.Registry
+	entered, release chan struct{}
+}
+
+func (r *slowPurge) Purge(ctx context.Context, id string) error {
+	close(r.entered)
+	<-r.release
+	return r.Registry.Purge(ctx, id)
+}
+
+// deadWithSlowPurge buries job "j" (tracked as a crashed worker's, then
+// reclaimed by a scan under MaxRetries 0) and returns the registry, a
+// wrapper of it whose Purge waits for release, and a runner over the
+// wrapper (MaxRetries 0) with its queue.
+func deadWithSlowPurge(t *testing.T) (*memjobs.Registry, *slowPurge, *queue, *jobs.Runner) {
+	t.Helper()
+	mem := memjobs.New()
+	reg := &slowPurge{Registry: mem, entered: make(chan struct{}), release: make(chan struct{})}
+	q := &queue{}
+	r := newRunner(t, reg, testkit.Must(memlock.New()), q, jobs.WithMaxRetries(0))
+	if _, err := mem.Track(t.Context(), jobs.Job{ID: "j", Payload: []byte("p")}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	r.Scan(t.Context())
+	if c, _ := mem.Counts(t.Context()); c != (jobs.Counts{Dead: 1}) {
+		t.Fatalf("counts %+v, want the job dead", c)
+	}
+	return mem, reg, q, r
+}
+
+// A scan that runs while Revive's purge is on its way (MaxRetries 0)
+// leaves the revived job alone, and the job ends dead again. Revive
+// tracked it with a 1 ms lease before the purge: the scan reclaimed it and
+// buried it again, and the purge, by ID, deleted that new burial. The job
+// was nowhere: not in flight, not dead, not requeued.
+func TestReviveWhileAScanRuns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		mem, reg, q, r := deadWithSlowPurge(t)
+		revived := make(chan error, 1)
+		go func() {
+			_, err := jobs.Revive(ctx, reg, "j", "operator")
+			revived <- err
+		}()
+		<-reg.entered                    // tracked, Purge on its way
+		time.Sleep(2 * time.Millisecond) // a lease of 1 ms passes
+		r.Scan(ctx)                      // the leader's scan
+		close(reg.release)
+		if err := <-revived; err != nil {
+			t.Fatal(err)
+		}
+		c, _ := mem.Counts(ctx)
+		if c.Tracked == 0 && c.Dead == 0 && q.len() == 0 {
+			t.Fatalf("job lost: counts %+v, requeued %d", c, q.len())
+		}
+		// Revived, it expires at once: the next scan buries it again.
+		time.Sleep(2 * time.Millisecond)
+		r.Scan(ctx)
+		if c, _ := mem.Counts(ctx); c != (jobs.Counts{Dead: 1}) || q.len() != 0 {
+			t.Fatalf("counts %+v, requeued %d: want the revived job dead again", c, q.len())
+		}
+	})
+}
+
+// A RetryDead whose purge is slow, while the requeued job runs, crashes
+// and is buried again (MaxRetries 0), leaves the job somewhere. RetryDead
+// requeued it before the purge, by ID, which then deleted its new burial:
+// the job was lost.
+func TestRetryDeadWhileTheJobIsBuriedAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		mem, reg, q, r := deadWithSlowPurge(t)
+		// The worker takes what is queued, and crashes; the ttl passes; the
+		// leader's scan buries it again.
+		taken := 0
+		runAndCrash := func() {
+			q.mu.Lock()
+			queued := q.jobs[taken:]
+			taken = len(q.jobs)
+			q.mu.Unlock()
+			for _, j := range queued {
+				crashWith(t, r, j)
+			}
+			time.Sleep(jobs.DefaultTTL + time.Second)
+			r.Scan(ctx)
+		}
+		retried := make(chan error, 1)
+		go func() { retried <- r.RetryDead(ctx, "j") }()
+		<-reg.entered // Purge on its way
+		runAndCrash()
+		close(reg.release)
+		if err := <-retried; err != nil {
+			t.Fatal(err)
+		}
+		runAndCrash()
+		c, _ := mem.Counts(ctx)
+		if c.Tracked == 0 && c.Dead == 0 && q.len() == taken {
+			t.Fatalf("job lost: counts %+v, requeued %d, all taken", c, q.len())
+		}
+	})
+}

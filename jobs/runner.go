@@ -85,17 +85,25 @@ func interval(what string, d time.Duration) error {
 }
 
 // WithTTL sets how long a job stays owned without a heartbeat (default
-// DefaultTTL): at least a millisecond, at most lock.MaxTTL and the
+// DefaultTTL): more than 5.05 ms, so that three 1 ms heartbeats fit in
+// what the drift allowance leaves of it (a job's context lives
+// ttl − backendkit.DriftAllowance(ttl), ttl/100 + 2 ms, from before its
+// last successful Track or heartbeat), at most lock.MaxTTL and the
 // election lock's MaxTTL (it is also the recovery election's ttl); else
 // NewRunner returns an error matching lock.ErrInvalidTTL. The heartbeat
-// and scan intervals follow it unless they are set: ttl/4 and ttl/3.
+// and scan intervals follow it unless they are set: ttl/4 (for ttls up to
+// about 8.3 ms, a quarter of what the drift allowance leaves of it, at
+// least 1 ms) and ttl/3.
 func WithTTL(d time.Duration) Option {
 	return func(s *settings) error { s.ttl = d; return nil }
 }
 
 // WithHeartbeatInterval sets the period of the one batched heartbeat a
-// process sends for all its jobs (default: a quarter of the ttl): at
-// least 1 ms, and below a third of the ttl.
+// process sends for all its jobs (default: a quarter of the ttl, see
+// WithTTL): at least 1 ms, and below a third of the ttl less its drift
+// allowance, backendkit.DriftAllowance (ttl/100 + 2 ms): a job's context
+// lives that long after a heartbeat, and three must fit in it. Under the
+// default ttl, 15 s, that is below 4.949 s.
 func WithHeartbeatInterval(d time.Duration) Option {
 	return func(s *settings) error { s.heartbeat = d; return interval("heartbeat interval", d) }
 }
@@ -241,6 +249,7 @@ type beats struct {
 	ctx     context.Context // cancelled when the last job leaves: ends the loop and its call
 	stop    context.CancelFunc
 	stopped chan struct{} // closed when the loop has returned
+	wake    chan struct{} // (buffered 1) a job came in flight: re-arm the deadline
 }
 
 type inflight struct {
@@ -260,9 +269,11 @@ func NewRunner(reg Registry, l lock.Lock, requeue Requeue, opts ...Option) (*Run
 		return nil, err
 	}
 	// Intervals not set follow the ttl (at least the 1 ms a registry
-	// resolves).
+	// resolves); the heartbeat's a quarter of the ttl, or of what the
+	// drift allowance leaves of it when that quarter would not fit three
+	// times in it (ttls up to about 8.3 ms).
 	if s.heartbeat == 0 {
-		s.heartbeat = max(s.ttl/4, time.Millisecond)
+		s.heartbeat = defaultHeartbeat(s.ttl)
 	}
 	if s.scan == 0 {
 		s.scan = max(s.ttl/3, time.Millisecond)
@@ -277,9 +288,17 @@ func NewRunner(reg Registry, l lock.Lock, requeue Requeue, opts ...Option) (*Run
 	if err := lock.LimitsOf(l).CheckTTL(s.ttl); err != nil {
 		return nil, backendkit.Invalid("jobs", "WithTTL (the election lock's limits): %w", err)
 	}
-	// ttl ≤ lock.MaxTTL, so 3·heartbeat below it does not overflow.
-	if s.heartbeat >= s.ttl || s.heartbeat*3 >= s.ttl {
-		return nil, backendkit.Invalid("jobs", "the heartbeat interval %v must be below a third of the ttl %v", s.heartbeat, s.ttl)
+	// A job's context lives its ttl less the drift allowance from before
+	// Track (backendkit.ValidUntil): three heartbeats must fit in that.
+	valid := s.ttl - backendkit.DriftAllowance(s.ttl)
+	if valid <= 3*time.Millisecond {
+		return nil, backendkit.Invalid("jobs", "WithTTL: %w: ttl %v leaves %v after the drift allowance, not more than three 1 ms heartbeats",
+			lock.ErrInvalidTTL, s.ttl, valid)
+	}
+	// heartbeat and ttl ≤ lock.MaxTTL: 3·heartbeat does not overflow.
+	if s.heartbeat >= valid || s.heartbeat*3 >= valid {
+		return nil, backendkit.Invalid("jobs", "the heartbeat interval %v must be below a third of the ttl %v less its drift allowance %v",
+			s.heartbeat, s.ttl, backendkit.DriftAllowance(s.ttl))
 	}
 	if err := checkElection(s.election); err != nil {
 		return nil, err
@@ -302,6 +321,18 @@ func NewRunner(reg Registry, l lock.Lock, requeue Requeue, opts ...Option) (*Run
 	}
 	return &Runner{reg: reg, l: l, requeue: requeue, s: s, common: c, electionCommon: ec,
 		inflight: map[string]*inflight{}, m: newMetrics(tel)}, nil
+}
+
+// defaultHeartbeat is the heartbeat interval of a ttl when none is set:
+// ttl/4, or a quarter of the ttl less its drift allowance when three
+// ttl/4 do not fit below that; at least 1 ms. It passes NewRunner's check
+// for every ttl that leaves more than 3 ms after the drift allowance.
+func defaultHeartbeat(ttl time.Duration) time.Duration {
+	valid := ttl - backendkit.DriftAllowance(ttl)
+	if h := ttl / 4; 3*h < valid {
+		return h
+	}
+	return max(valid/4, time.Millisecond)
 }
 
 type jobKey struct{}
@@ -329,15 +360,29 @@ func (r *Runner) Owner() string { return r.common.Owner }
 // ended, or it stops) must not call done: it ends ctx instead, and the job
 // is recovered once its ttl passes.
 //
+// The first call of done ends the job's context and its heartbeats,
+// whatever its outcome. Each call's Registry.Done is bounded by the ttl
+// (WithTTL), whatever ctx says (a worker that stops still completes its
+// finished jobs), so that a registry that hangs cannot hang done. done
+// keeps a known outcome (nil, ErrStale) and returns it again; after any
+// other error (lock.ErrUnavailable, the bound passed) the outcome is
+// unknown, and a later call of done calls Registry.Done again (it is
+// idempotent per epoch). A job whose completion never lands is recovered
+// once its ttl passes, as a crashed worker's; a retry after that returns
+// ErrStale.
+//
 // From Track until done, or until ctx ends, the runner heartbeats the job
 // (one batched call per interval for all the jobs of this runner) and
 // cancels its context if it is lost: Track starts that loop and it ends
 // with the last job in flight (when the last done returns, it is gone), so
 // a tracked job is protected whether or not Run runs in this process. A job
 // whose ctx ends without done is no longer heartbeated: it expires and is
-// recovered, as a crashed worker's would be. Recovering the jobs of crashed
-// workers is Run's part (or Scan's, under an election of your own): some
-// process must run it.
+// recovered, as a crashed worker's would be. A job whose lease ended by
+// this process's clock before Track's reply came (a slow reply: its
+// validity counts from before the call) is lost at once: its context is
+// already cancelled (lock.ErrLost) when Track returns. Recovering the
+// jobs of crashed workers is Run's part (or Scan's, under an election of
+// your own): some process must run it.
 //
 // The context carries the job as the registry recorded it (JobFrom): its
 // Attempt counts the job's recoveries whatever Attempt the caller passed,
@@ -351,18 +396,7 @@ func (r *Runner) Track(ctx context.Context, job Job) (context.Context, func(err 
 	}
 	jctx, cancel := context.WithCancelCause(context.WithValue(ctx, jobKey{}, tracked))
 	f := &inflight{ref: tracked.Ref(), cancel: cancel, validUntil: backendkit.ValidUntil(sent, r.s.ttl)}
-	r.mu.Lock()
-	if old, ok := r.inflight[job.ID]; ok {
-		old.cancel(fmt.Errorf("%w: tracked again", ErrStale))
-	}
-	r.inflight[job.ID] = f
-	if r.beats == nil {
-		b := &beats{stopped: make(chan struct{})}
-		b.ctx, b.stop = context.WithCancel(context.Background()) // the runner's, not this job's
-		r.beats = b
-		go r.heartbeats(b)
-	}
-	r.mu.Unlock()
+	r.add(job.ID, f)
 	r.m.tracked.Add(context.WithoutCancel(ctx), 1)
 	var untracked sync.Once
 	untrack := func() {
@@ -371,30 +405,82 @@ func (r *Runner) Track(ctx context.Context, job Job) (context.Context, func(err 
 	// Once done, or once its context ends (ctx's end, or the job lost),
 	// nobody works on the job any more: stop heartbeating it.
 	stopForget := context.AfterFunc(jctx, func() { r.forget(job.ID, f); untrack() })
-	var once sync.Once
+	// done's first call ends the job's life in this process; reg.Done is
+	// called again by a later call as long as its outcome is unknown (it is
+	// idempotent per epoch), and a known outcome is kept.
+	var (
+		mu      sync.Mutex
+		called  bool
+		settled bool  // reg.Done succeeded or was rejected
+		outcome error // its error, once settled
+	)
 	done := func(result error) error {
-		var err error
-		once.Do(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if settled {
+			return outcome
+		}
+		if !called {
+			called = true
 			stopForget()
 			if last := r.forget(job.ID, f); last != nil {
 				<-last.stopped // no goroutine of Track outlives the last job
 			}
 			untrack()
-			err = r.reg.Done(context.WithoutCancel(ctx), f.ref)
-			outcome := "ok"
-			switch {
-			case errors.Is(err, ErrStale):
-				outcome = "stale"
-				r.common.Logger.Warn("leasehold: job completion rejected: it was reclaimed", "job", job.ID, "epoch", f.ref.Epoch)
-			case result != nil:
-				outcome = "failed"
-			}
-			r.m.completed.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attribute.String("leasehold.outcome", outcome)))
-			cancel(context.Canceled)
-		})
+		}
+		dctx, stop := context.WithTimeout(context.WithoutCancel(ctx), r.s.ttl)
+		err := r.reg.Done(dctx, f.ref)
+		stop()
+		cancel(context.Canceled)
+		completed := "ok"
+		switch {
+		case errors.Is(err, ErrStale):
+			completed = "stale"
+			r.common.Logger.Warn("leasehold: job completion rejected: it was reclaimed", "job", job.ID, "epoch", f.ref.Epoch)
+		case err != nil:
+			r.common.Logger.Warn("leasehold: job completion failed (outcome unknown): done may be called again", "job", job.ID, "epoch", f.ref.Epoch, "err", err)
+			return err
+		case result != nil:
+			completed = "failed"
+		}
+		settled, outcome = true, err
+		r.m.completed.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attribute.String("leasehold.outcome", completed)))
 		return err
 	}
 	return jctx, done, nil
+}
+
+// add puts f in flight as job id, replacing (and cancelling) the job of
+// that ID this runner had, and has the heartbeat loop watch its lease. A
+// job whose lease ended already (Track's reply came after it) is lost at
+// once instead: its context is cancelled before Track returns.
+func (r *Runner) add(id string, f *inflight) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if old, ok := r.inflight[id]; ok {
+		old.cancel(fmt.Errorf("%w: tracked again", ErrStale))
+		delete(r.inflight, id)
+	}
+	if !time.Now().Before(f.validUntil) {
+		f.cancel(backendkit.Lost("the job's lease ended before Track's reply came"))
+		r.common.Logger.Warn("leasehold: job lost: its lease ended before Track's reply came", "job", id)
+		r.stopIfIdle()
+		return
+	}
+	r.inflight[id] = f
+	if r.beats == nil {
+		b := &beats{stopped: make(chan struct{}), wake: make(chan struct{}, 1)}
+		b.ctx, b.stop = context.WithCancel(context.Background()) // the runner's, not this job's
+		r.beats = b
+		go r.heartbeats(b)
+		return
+	}
+	// The loop's deadline may be later than this job's lease end (a
+	// Track whose reply was slow): have it look again.
+	select {
+	case r.beats.wake <- struct{}{}:
+	default: // a wake is pending already
+	}
 }
 
 // forget stops heartbeating job id (if f still stands for it); when it
@@ -452,6 +538,7 @@ func (r *Runner) heartbeats(b *beats) {
 		select {
 		case <-b.ctx.Done():
 			return
+		case <-b.wake: // re-armed at the top
 		case <-deadline.C:
 			r.expireLocal()
 		case <-tick.C:
@@ -589,8 +676,13 @@ func (r *Runner) recover(ctx context.Context) error {
 // WithRecoveryConcurrency's count at once, and returns when every
 // recovery it started has ended; once ctx ends it starts none. A step
 // that fails because ctx has ended (a shutdown) is logged at Debug, any
-// other failure at Warn.
+// other failure at Warn. A nil ctx is refused: Scan logs it at Warn and
+// returns 0, having touched nothing.
 func (r *Runner) Scan(ctx context.Context) int {
+	if ctx == nil {
+		r.common.Logger.Warn("leasehold: recovery scan refused", "err", backendkit.Invalid("jobs", "nil context"))
+		return 0
+	}
 	start := time.Now()
 	defer func() { r.m.scan.Record(context.WithoutCancel(ctx), time.Since(start).Seconds()) }()
 	expired, err := r.reg.Expired(ctx, r.s.batch)
@@ -731,20 +823,32 @@ func (r *Runner) backoff(attempt int) time.Duration {
 }
 
 // RetryDead requeues a dead job as new — its ID, payload and MaxRetries,
-// Attempt 0, no history, no epoch, owner or deadline of its past life — with no delay,
-// and then deletes it from the dead set. Its history is readable until
-// then (DeadJob, OnDead). A crash in between leaves it both requeued and
-// dead: never lost.
+// Attempt 0, no history, no epoch, owner or deadline of its past life —
+// with no delay. It takes the job out of the dead set as a recoverer takes
+// a crashed worker's: it tracks it again, as this runner's, under a
+// holding lease of a minute, purges its dead record (its history is
+// readable until then: DeadJob, OnDead), calls Requeue, and removes it
+// from flight. No recovery scan can reclaim the job, and bury it again,
+// before the purge: that purge, by ID, cannot delete such a new burial.
+//
+// A crash or a failure at any step leaves the job dead, in flight or
+// requeued: never lost. A job left in flight (Requeue failed, and
+// RetryDead returns its error) is requeued by the recovery scan once the
+// minute passes, as a recovery (Attempt 1); one left both in flight and
+// requeued (Remove failed) may be requeued twice.
 func (r *Runner) RetryDead(ctx context.Context, id string) error {
-	d, err := r.reg.DeadJob(ctx, id)
+	t, err := unbury(ctx, r.reg, id, r.common.Owner)
 	if err != nil {
 		return err
 	}
-	j := Job{ID: d.ID, Payload: d.Payload, MaxRetries: d.MaxRetries}
-	if err := r.requeue(ctx, j, 0); err != nil {
+	if err := r.requeue(ctx, Job{ID: t.ID, Payload: t.Payload, MaxRetries: t.MaxRetries}, 0); err != nil {
 		return err
 	}
-	return r.reg.Purge(ctx, id)
+	// ErrStale: a worker took the requeued job and tracked it already.
+	if err := r.reg.Remove(ctx, t.Ref()); err != nil && !errors.Is(err, ErrStale) {
+		return err
+	}
+	return nil
 }
 
 type metrics struct {

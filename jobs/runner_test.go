@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -392,7 +394,7 @@ func TestConfigIsValidated(t *testing.T) {
 	if _, err := jobs.NewRunner(reg, l, rq, jobs.WithElection(strings.Repeat("e", lock.MaxNameLen))); err != nil {
 		t.Errorf("an election name at the limit: %v", err)
 	}
-	if _, err := jobs.NewRunner(reg, l, rq, jobs.WithTTL(lock.MaxTTL), jobs.WithHeartbeatInterval(lock.MaxTTL/3-1),
+	if _, err := jobs.NewRunner(reg, l, rq, jobs.WithTTL(lock.MaxTTL), jobs.WithHeartbeatInterval((lock.MaxTTL-backendkit.DriftAllowance(lock.MaxTTL))/3-1),
 		jobs.WithScanInterval(lock.MaxTTL), jobs.WithRetryBackoff(lock.MaxTTL, lock.MaxTTL), jobs.WithMaxRetries(jobs.MaxAttempt),
 		jobs.WithScanBatch(jobs.MaxScanBatch)); err != nil {
 		t.Errorf("the largest settings: %v", err)
@@ -577,4 +579,253 @@ func TestPartlyFailedHeartbeats(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// flakyDone fails the first Done with an outage, before it reaches the
+// registry (a connection refused).
+type flakyDone struct {
+	*memjobs.Registry
+	failed atomic.Bool
+}
+
+func (r *flakyDone) Done(ctx context.Context, ref jobs.Ref) error {
+	if r.failed.CompareAndSwap(false, true) {
+		return backendkit.Unavailable("done", errors.New("connection refused"))
+	}
+	return r.Registry.Done(ctx, ref)
+}
+
+// done, called again after an outage (an unknown outcome), calls the
+// registry's Done again and removes the job. It was wrapped in a sync.Once:
+// the second call returned nil without calling Done, and the job, reported
+// complete, stayed tracked without heartbeats until a scan requeued it.
+func TestDoneRetriedAfterAnOutageCompletesTheJob(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem, table := memjobs.New(), testkit.Must(memlock.New())
+		reg := &flakyDone{Registry: mem}
+		var q queue
+		r := newRunner(t, reg, testkit.Must(table.Share()), &q)
+		jctx, done, err := r.Track(t.Context(), jobs.Job{ID: "j"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := done(nil); !errors.Is(err, lock.ErrUnavailable) {
+			t.Fatalf("first done: %v, want the outage", err)
+		}
+		if jctx.Err() == nil {
+			t.Fatal("the job's context outlived done's first call")
+		}
+		if err := done(nil); err != nil {
+			t.Fatalf("second done: %v", err)
+		}
+		if c, _ := mem.Counts(t.Context()); c.Tracked != 0 {
+			t.Fatalf("done returned nil but the job is still tracked: %+v", c)
+		}
+		if err := done(nil); err != nil { // the outcome is kept
+			t.Fatalf("third done: %v", err)
+		}
+		time.Sleep(jobs.DefaultTTL + time.Second)
+		if n := r.Scan(t.Context()); n != 0 || q.len() != 0 {
+			t.Fatalf("a job whose done returned nil was requeued: %d, %+v", n, q.jobs)
+		}
+	})
+}
+
+// hungDone is a registry whose Done hangs until its context ends or hung
+// is closed, as on a server that stopped answering.
+type hungDone struct {
+	*memjobs.Registry
+	hung chan struct{}
+}
+
+func (r hungDone) Done(ctx context.Context, _ jobs.Ref) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-r.hung:
+		return backendkit.Unavailable("done", errors.New("connection reset"))
+	}
+}
+
+// done returns once the ttl has passed when the registry's Done hangs,
+// whatever its ctx (which it ignores, so that a stopping worker still
+// completes its jobs): it ran under context.WithoutCancel alone, with no
+// deadline, and hung as long as the server did.
+func TestDoneIsBoundedByTheTTL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg := hungDone{memjobs.New(), make(chan struct{})}
+		defer close(reg.hung)
+		var q queue
+		const ttl = time.Second
+		r := newRunner(t, reg, testkit.Must(memlock.New()), &q, jobs.WithTTL(ttl))
+		_, done, err := r.Track(t.Context(), jobs.Job{ID: "j"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		returned := make(chan error, 1)
+		go func() { returned <- done(nil) }()
+		select {
+		case err := <-returned:
+			if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) != ttl {
+				t.Fatalf("done returned %v after %v, want the deadline after the ttl, %v", err, time.Since(start), ttl)
+			}
+		case <-time.After(10 * ttl):
+			t.Fatal("done hangs with the registry's Done")
+		}
+	})
+}
+
+// slowTrackReply records the job at once but its reply arrives late.
+type slowTrackReply struct {
+	*memjobs.Registry
+	late  string
+	delay time.Duration
+}
+
+func (r slowTrackReply) Track(ctx context.Context, job jobs.Job, lease time.Duration) (jobs.Job, error) {
+	j, err := r.Registry.Track(ctx, job, lease)
+	if job.ID == r.late {
+		time.Sleep(r.delay)
+	}
+	return j, err
+}
+
+// A Track whose reply comes late returns a job whose lease ends (by the
+// worker's clock) before the heartbeat loop's armed deadline, which
+// another job's heartbeats keep far out, and before the next heartbeat.
+// The job's context must end at its lease end: the loop armed its deadline
+// only at the top of each round, so it ended at the next heartbeat, after
+// its lease had ended on the server and a recoverer had requeued it.
+func TestLateTrackReplyEndsTheJobAtItsLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem, table := memjobs.New(), testkit.Must(memlock.New())
+		var q queue
+		const delay = 13500 * time.Millisecond
+		worker := newRunner(t, slowTrackReply{mem, "late", delay}, testkit.Must(table.Share()), &q)
+		recoverer := newRunner(t, mem, testkit.Must(table.Share()), &q)
+		// t=0: heartbeats every 3.75 s; the other job's lease end, the
+		// loop's deadline, is 14.85 s past the last one (29.85 s at 17 s).
+		if _, _, err := worker.Track(t.Context(), jobs.Job{ID: "other"}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3500 * time.Millisecond)
+		sent := time.Now() // t=3.5 s: recorded until 18.5 s, valid until 18.35 s; reply at 17 s
+		jctx, _, err := worker.Track(t.Context(), jobs.Job{ID: "late"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ended := make(chan time.Time, 1)
+		context.AfterFunc(jctx, func() { ended <- time.Now() })
+		time.Sleep(time.Until(sent.Add(jobs.DefaultTTL + 100*time.Millisecond))) // 18.6 s, before the heartbeat at 18.75 s
+		if n := recoverer.Scan(t.Context()); n != 1 {
+			t.Fatalf("scan recovered %d, want the late job", n)
+		}
+		if jctx.Err() == nil {
+			t.Fatalf("the job's context is alive %v after its lease ended on the server, and it was requeued",
+				time.Since(sent.Add(jobs.DefaultTTL)))
+		}
+		if d, want := (<-ended).Sub(sent), jobs.DefaultTTL-backendkit.DriftAllowance(jobs.DefaultTTL); d != want {
+			t.Fatalf("the job's context ended %v after Track was sent, want at its lease end, %v", d, want)
+		}
+		if !errors.Is(context.Cause(jctx), lock.ErrLost) {
+			t.Fatalf("the job's context: %v, want lock.ErrLost", context.Cause(jctx))
+		}
+	})
+}
+
+// A Track whose reply comes after the job's lease ended by the worker's
+// clock returns the job's context already ended (lock.ErrLost). It was
+// put in flight like any other: alive until the heartbeat loop's next
+// round, up to a heartbeat interval after its lease ended on the server.
+func TestTrackReplyAfterTheLeaseEndedLosesTheJobAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem, table := memjobs.New(), testkit.Must(memlock.New())
+		var q queue
+		worker := newRunner(t, slowTrackReply{mem, "late", 14900 * time.Millisecond}, testkit.Must(table.Share()), &q)
+		if _, _, err := worker.Track(t.Context(), jobs.Job{ID: "other"}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		// Recorded at 1 s, until 16 s; valid until 15.85 s; reply at 15.9 s.
+		jctx, done, err := worker.Track(t.Context(), jobs.Job{ID: "late"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(context.Cause(jctx), lock.ErrLost) {
+			t.Fatalf("the job's context when Track returned after its lease: %v, want lock.ErrLost", context.Cause(jctx))
+		}
+		// Its server lease has not ended: done still completes it.
+		if err := done(nil); err != nil {
+			t.Fatalf("done: %v", err)
+		}
+	})
+}
+
+// NewRunner checks the heartbeat interval against what a job's context
+// lives after a heartbeat, the ttl less its drift allowance, and the
+// default heartbeat passes that check at every ttl it accepts: a healthy
+// worker keeps its jobs. It checked the ttl alone, so that WithTTL(3001µs)
+// with a 1 ms heartbeat (0.97 ms of validity) lost every job, and the
+// largest heartbeat it took at 20 ms lost them too.
+func TestHeartbeatLeavesRoomForTheDriftAllowance(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg, table := memjobs.New(), testkit.Must(memlock.New())
+		var q queue
+		healthy := func(t *testing.T, ttl time.Duration, opts ...jobs.Option) {
+			t.Helper()
+			r, err := jobs.NewRunner(reg, testkit.Must(table.Share()), q.requeue, append(opts, jobs.WithTTL(ttl))...)
+			if err != nil {
+				t.Fatalf("ttl %v %d options: %v", ttl, len(opts), err)
+			}
+			jctx, done, err := r.Track(t.Context(), jobs.Job{ID: "j"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(10 * ttl)
+			if jctx.Err() != nil {
+				t.Fatalf("ttl %v %d options: a job of a healthy worker was lost: %v", ttl, len(opts), context.Cause(jctx))
+			}
+			if err := done(nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The smallest ttl (three 1 ms heartbeats in what the drift
+		// allowance leaves), around the ttl/4 switch at 8.3 ms, and others.
+		for _, ttl := range []time.Duration{5050506, 5100 * time.Microsecond, 6 * time.Millisecond, 8333333, 8333334,
+			9 * time.Millisecond, 20 * time.Millisecond, time.Second, jobs.DefaultTTL} {
+			healthy(t, ttl)
+			// The largest heartbeat it takes.
+			h := (ttl - backendkit.DriftAllowance(ttl) - 1) / 3
+			healthy(t, ttl, jobs.WithHeartbeatInterval(h))
+			if _, err := jobs.NewRunner(reg, table, q.requeue, jobs.WithTTL(ttl), jobs.WithHeartbeatInterval(h+1)); !errors.Is(err, lock.ErrInvalidArgument) {
+				t.Errorf("ttl %v, heartbeat %v: %v, want ErrInvalidArgument", ttl, h+1, err)
+			}
+		}
+		for _, ttl := range []time.Duration{time.Millisecond, 3001 * time.Microsecond, 5050505} {
+			if _, err := jobs.NewRunner(reg, table, q.requeue, jobs.WithTTL(ttl)); !errors.Is(err, lock.ErrInvalidTTL) || !strings.Contains(fmt.Sprint(err), "WithTTL") {
+				t.Errorf("ttl %v, too short for three heartbeats: %v, want ErrInvalidTTL naming WithTTL", ttl, err)
+			}
+		}
+	})
+}
+
+// Scan(nil) is refused, logged at Warn, and returns 0, as Run refuses a nil
+// context with an error. It panicked.
+func TestScanRefusesANilContext(t *testing.T) {
+	h := &records{}
+	var q queue
+	r := newRunner(t, memjobs.New(), testkit.Must(memlock.New()), &q, jobs.WithCommon(lock.Common{Logger: slog.New(h)}))
+	defer func() {
+		if p := recover(); p != nil {
+			t.Fatalf("Scan(nil) panicked: %v", p)
+		}
+	}()
+	//lint:ignore SA1012 the odd input under test
+	if n := r.Scan(nil); n != 0 { //nolint:staticcheck
+		t.Fatalf("Scan(nil) = %d", n)
+	}
+	if got, ok := h.find("leasehold: recovery scan refused"); !ok || got["level"] != "WARN" || !strings.Contains(got["err"], "nil context") {
+		t.Fatalf("Scan(nil) logged %v, want a Warn naming the nil context", got)
+	}
 }
