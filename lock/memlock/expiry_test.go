@@ -120,3 +120,41 @@ func TestSweepKeepsWhatLives(t *testing.T) {
 		}
 	})
 }
+
+// An expired grant that List drops (as it drops every expired entry it
+// meets) closes its Lost channel, as every other way out of the table
+// does: the key may then go to another owner at once. List dropped it
+// without, and the first holder, watching Lost, never learned that
+// another owner held its key.
+func TestListClosesTheLostChannelOfTheExpiredGrantsItDrops(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		a, err := memlock.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := a.Share()
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := a.TryAcquire(ctx, "k", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lost := h.(lock.LossNotifier).Lost()
+		time.Sleep(2 * time.Second)
+		if _, err := a.List(ctx, ""); err != nil {
+			t.Fatal(err)
+		}
+		h2, err := b.TryAcquire(ctx, "k", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h2.Release(ctx)
+		select {
+		case <-lost:
+		default:
+			t.Fatal("another owner holds the key after its expiry, and the first handle's Lost channel is open")
+		}
+	})
+}

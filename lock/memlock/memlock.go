@@ -254,7 +254,7 @@ func (l *Lock) removeLocked(g *grant) {
 		l.dropLocked(g)
 	} else if !l.dropShareLocked(g) {
 		return
-	} else if len(l.shares[g.key]) > 0 {
+	} else if !l.liveSharesLocked(g.key, time.Now()).IsZero() {
 		// A queued writer waits for the last share: for the expiry of
 		// another one now.
 		l.wakeHeadLocked(g.key)
@@ -339,6 +339,7 @@ func (l *Lock) List(ctx context.Context, prefix string) ([]lock.Grant, error) {
 			continue
 		}
 		if !now.Before(g.expires) {
+			g.markLost()
 			l.removeLocked(g)
 			continue
 		}

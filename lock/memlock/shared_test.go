@@ -156,3 +156,68 @@ func TestGroupWithALostKey(t *testing.T) {
 		_ = h.Release(context.Background())
 	})
 }
+
+// The release of the last live share frees the key, though an expired
+// share no one touched since is still recorded: its subscribers are woken
+// and a queued writer is handed it at once. The release counted the
+// recorded shares, found one, and woke no one: the subscriber slept until
+// its hint (10 s), AcquireAll until its next attempt (400 ms).
+func TestReleaseOfTheLastLiveShareWakesTheKeysWaiters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		l := testkit.Must(memlock.New())
+		if _, err := l.TryAcquireShared(ctx, "k", time.Second); err != nil { // lapses
+			t.Fatal(err)
+		}
+		last, err := l.TryAcquireShared(ctx, "k", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second) // the first share has expired, still recorded
+		sub, err := l.Subscribe(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Close()
+		if err := last.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if err := sub.Wait(ctx, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if waited := time.Since(start); waited > 0 {
+			t.Fatalf("the subscriber was woken %v after the release of the last live share", waited)
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		l := testkit.Must(memlock.New())
+		if _, err := l.TryAcquireShared(ctx, "k", 1500*time.Millisecond); err != nil { // lapses between the writer's attempts
+			t.Fatal(err)
+		}
+		last, err := l.TryAcquireShared(ctx, "k", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan time.Time, 1)
+		go func() {
+			g, err := lock.AcquireAll(ctx, l, []string{"k"}, time.Minute)
+			if err != nil {
+				t.Error(err)
+				got <- time.Time{}
+				return
+			}
+			got <- time.Now()
+			_ = g.Release(ctx)
+		}()
+		time.Sleep(1600 * time.Millisecond)
+		released := time.Now()
+		if err := last.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if at := <-got; at.Sub(released) != 0 {
+			t.Fatalf("AcquireAll got the key %v after the release of the last live share", at.Sub(released))
+		}
+	})
+}
