@@ -171,7 +171,7 @@ func (h *handle) Lost() <-chan struct{} {
 		case h.conn != nil:
 			h.watch()
 		case h.cause != nil:
-			close(h.lost)
+			h.signalLost() // through the once: Close may abandon it after (markLost)
 		}
 	}
 	return h.lost

@@ -3,10 +3,12 @@ package pglock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -374,5 +376,48 @@ func TestConformanceExecModes(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			locktest.Run(t, func(t testing.TB) lock.Lock { return newLock(t, srv.DSN()+"&default_query_exec_mode="+mode) })
 		})
+	}
+}
+
+// Instances that use a set of keys for the first time at once, through
+// TryAcquireAny (a semaphore's start: each rotates the keys by a random
+// offset), record the key names without deadlocking: the names went in
+// the rotated order, an insert waits for another transaction that
+// inserted the same key, and one statement of two failed with SQLSTATE
+// 40P01 after a second (deadlock_timeout), in rounds 2 to 6 of 15.
+func TestFirstUsesOfAKeySetAtOnce(t *testing.T) {
+	srv := testenv.Postgres(t)
+	locks := make([]*pglock.Lock, 8)
+	for i := range locks {
+		locks[i] = newLock(t, srv.DSN())
+	}
+	ctx := ctxFor(t, 2*time.Minute)
+	for round := range 30 {
+		keys := make([]string, 256)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("first-uses/%s/%d/%d", t.Name(), round, i)
+		}
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		errs := make([]error, len(locks))
+		for i, l := range locks {
+			wg.Go(func() {
+				<-start
+				h, err := l.TryAcquireAny(ctx, keys, 10*time.Second)
+				if err == nil {
+					err = h.Release(ctx)
+				}
+				if !errors.Is(err, lock.ErrNotAcquired) {
+					errs[i] = err
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d, instance %d: %v", round, i, err)
+			}
+		}
 	}
 }

@@ -157,11 +157,14 @@ SELECT pg_backend_pid(), CASE WHEN idx IS NULL THEN NULL
 	ELSE ` + hint(`$1::int8[]`) + ` END FROM a`
 	}
 	// register records the key names (List), the first time an instance
-	// uses them: a data-modifying CTE runs whether or not it is read.
+	// uses them: a data-modifying CTE runs whether or not it is read. It
+	// inserts them in ID order: an insert waits for another transaction
+	// that inserted the same ID, and TryAcquireAny rotates its keys, so
+	// two first uses of one set in two orders deadlocked (40P01).
 	register := func(ids, names string) string {
 		return `reg AS (
 	INSERT INTO ` + keys + ` (id, namespace, key)
-	SELECT u.id, $8::text, u.key FROM (SELECT ` + ids + ` AS id, ` + names + ` AS key) AS u
+	SELECT u.id, $8::text, u.key FROM (SELECT ` + ids + ` AS id, ` + names + ` AS key) AS u ORDER BY u.id
 	ON CONFLICT (id) DO NOTHING
 ), `
 	}
