@@ -73,6 +73,13 @@ type batchLease struct {
 	n       int           // grants resting on it (or reserved for an acquire)
 	sent    time.Time     // the last grant or keepalive known: when it was sent
 	granted time.Duration // and the ttl it granted
+
+	// strays are the grant keys of acquires on it whose outcome is
+	// unknown (put): such a Txn may still land after the background
+	// delete, on a lease the batch keeps alive; each Renew that reads the
+	// lease's keys deletes those it finds there (readAll).
+	mu     sync.Mutex
+	strays []string
 }
 
 // NewBatch implements lock.Batcher: a batch whose grants are made for ttl
@@ -255,8 +262,12 @@ func (b *batch) put(ctx context.Context, key string, bl *batchLease, sp spare) (
 			return nil, err
 		}
 		// Unknown outcome: the key may be on the shared lease, which lives
-		// on; delete it, in the background.
+		// on; delete it, in the background, and again if a Renew finds it
+		// there later (the Txn landed after the delete).
 		b.l.deleteLater(gk)
+		bl.mu.Lock()
+		bl.strays = append(bl.strays, gk)
+		bl.mu.Unlock()
 		return nil, backendkit.Unavailable("etcdlock: acquire", err)
 	}
 	if idx, holders := granted(r); idx < 0 {
@@ -512,7 +523,35 @@ func (l *Lock) readAll(ctx context.Context, lrs []*leaseRenewal) {
 				lr.keys[string(k)] = true
 			}
 		}
+		l.deleteStrays(lr.bl, r.Keys)
 	})
+}
+
+// deleteStrays deletes, in the background, the stray grant keys of bl
+// (acquires of unknown outcome) among keys, the keys attached to bl: a
+// grant no handle knows of, which the batch's renewals would keep alive
+// with the lease, until the batch's Close. A stray lands once at most: it
+// is forgotten once found.
+func (l *Lock) deleteStrays(bl *batchLease, keys [][]byte) {
+	bl.mu.Lock()
+	defer bl.mu.Unlock()
+	if len(bl.strays) == 0 {
+		return
+	}
+	attached := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		attached[string(k)] = true
+	}
+	kept := bl.strays[:0]
+	for _, gk := range bl.strays {
+		if attached[gk] {
+			l.deleteLater(gk)
+			continue
+		}
+		kept = append(kept, gk)
+	}
+	clear(bl.strays[len(kept):])
+	bl.strays = kept
 }
 
 // forEach runs f(0..n-1) on at most maxBatchWorkers goroutines.

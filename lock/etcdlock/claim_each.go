@@ -101,6 +101,9 @@ func (c *claimer) run(ctx context.Context, todo []int) {
 			clear(c.leases) // those used hold their claims, and lapse
 			continue
 		case err != nil:
+			for _, cl := range c.leases {
+				cl.used = true // the outcome is unknown: claims may rest on it; it lapses
+			}
 			if !errors.Is(err, lock.ErrUnavailable) {
 				err = backendkit.Unavailable("etcdlock: claim", err)
 			}

@@ -194,7 +194,13 @@ func (h *handle) swap(ctx context.Context, sec int64, ttl time.Duration) error {
 }
 
 // settle finds out which lease the key is on after a swap with an unknown
-// outcome, keeps that one and revokes the other (op held).
+// outcome, keeps that one and revokes the other (op held). A read that
+// finds the key on the old lease does not prove the swap will not land
+// after it (proposed, not yet applied): the new lease is revoked first,
+// and the key read again. settle trusted the first read and revoked the
+// new lease in the background: a swap applied in between moved the key
+// onto it, the revoke deleted it, and another client took it while this
+// handle's Extends (keep-alives of the old lease) went on succeeding.
 func (h *handle) settle(ctx context.Context) error {
 	r, err := h.l.client.Get(requireLeader(ctx), h.ekey)
 	if err != nil {
@@ -212,7 +218,21 @@ func (h *handle) settle(ctx context.Context) error {
 		h.dropLease(h.lease.id)
 		h.lease = moving
 	default:
-		h.l.revokeLater(moving.id)
+		// The move may still be on its way: end its lease first (a put on
+		// a revoked lease fails whole), then read again.
+		if _, err := h.l.client.Revoke(requireLeader(ctx), moving.id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			h.moving = &moving
+			return backendkit.Unavailable("etcdlock: extend (revoking the lease of an unknown move)", err)
+		}
+		r, err := h.l.client.Get(requireLeader(ctx), h.ekey)
+		if err != nil {
+			h.moving = &moving // read again at the next Extend: the move may have landed before the revoke
+			return backendkit.Unavailable("etcdlock: extend (reading the key after an unknown outcome)", err)
+		}
+		if len(r.Kvs) == 0 || r.Kvs[0].CreateRevision != int64(h.token) || clientv3.LeaseID(r.Kvs[0].Lease) != h.lease.id {
+			h.markLost()
+			return h.lostErr("extend")
+		}
 	}
 	return nil
 }

@@ -66,8 +66,14 @@ func (s countedStream) SendMsg(m any) error {
 func countingLock(t *testing.T, endpoints []string) (*etcdlock.Lock, *rpcCounter) {
 	t.Helper()
 	rc := &rpcCounter{n: map[string]int{}}
+	return dialedLock(t, endpoints, grpc.WithChainUnaryInterceptor(rc.intercept), grpc.WithChainStreamInterceptor(rc.stream)), rc
+}
+
+// dialedLock is a Lock on a client of its own, dialled with opts.
+func dialedLock(t *testing.T, endpoints []string, opts ...grpc.DialOption) *etcdlock.Lock {
+	t.Helper()
 	cfg := clientConfig(endpoints)
-	cfg.DialOptions = []grpc.DialOption{grpc.WithChainUnaryInterceptor(rc.intercept), grpc.WithChainStreamInterceptor(rc.stream)}
+	cfg.DialOptions = opts
 	c, err := clientv3.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +84,7 @@ func countingLock(t *testing.T, endpoints []string) (*etcdlock.Lock, *rpcCounter
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
-	return l, rc
+	return l
 }
 
 func (c *rpcCounter) counts() map[string]int {
