@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
 	"github.com/leasehold-go/leasehold/lock"
 )
@@ -70,93 +68,12 @@ func TestAllocations(t *testing.T) {
 	}
 }
 
-// afterScript signals on its channel each time a script call returns.
-type afterScript chan struct{}
-
-func (a afterScript) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (a afterScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-func (a afterScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		if cmd.Name() == "evalsha" {
-			select {
-			case a <- struct{}{}:
-			default:
-			}
-		}
-		return err
-	}
-}
-
-// TestHandoffAllocations bounds the allocations of one handoff, both sides
-// and the release subscription's listener included: a holder's TryAcquire
-// and Release, and a waiter's AcquireQueued, whose attempt fails and queues
-// it, handed the key by the Release, and its own Release. Before the
-// waiter built its keys and grant once for all its attempts and the
-// calls were built from pointers, 178; before Acquire skipped its
-// non-recording span and the Notifier and Wait allocated less (see
-// TestContendedAllocations), 64; now 60.
-func TestHandoffAllocations(t *testing.T) {
-	key := "allocs/handoff/" + lock.NewOwner()
-	ctx := context.Background()
-	srv := testenv.Redis(t)
-	holder := newLock(t, newClient(t, srv.Addr()))
-	c := newClient(t, srv.Addr())
-	attempted := make(afterScript, 1)
-	c.AddHook(attempted)
-	waiter := newLock(t, c)
-	var err error
-	got := testing.AllocsPerRun(100, func() {
-		h, e := holder.TryAcquire(ctx, key, time.Minute)
-		if e != nil {
-			err = e
-			return
-		}
-		select { // the waiter's Release of the round before
-		case <-attempted:
-		default:
-		}
-		done := make(chan error, 1)
-		go func() {
-			hw, err := waiter.AcquireQueued(ctx, key, time.Minute)
-			if err == nil {
-				err = hw.Release(ctx)
-			}
-			done <- err
-		}()
-		<-attempted // the waiter's attempt failed: it is queued
-		if e := h.Release(ctx); e != nil {
-			err = e
-		}
-		if e := <-done; e != nil {
-			err = e
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	const limit = 62
-	t.Logf("%.1f allocations per handoff (bound %d)", got, limit)
-	if got > limit {
-		t.Errorf("%.1f allocations per handoff, want at most %d", got, limit)
-	}
-}
-
-// TestContendedAllocations bounds the allocations per grant of 16 workers,
-// each with a Lock of its own, taking one key in turn with lock.Acquire
-// (BenchmarkRedisContended), the whole process counted: the attempts, the
-// queue's waits, the handoffs, the release subscription's listeners and
-// go-redis's own share (about 17). Before Acquire made no span without a
-// tracer SDK and shared its default options, and the Notifier kept its
-// subscriptions in lists instead of a map per key, a grant took 46
-// allocations (2.8 KB); now 32 (2.1 KB), under the race detector too.
-func TestContendedAllocations(t *testing.T) {
-	bytes, allocs := contendedGrants(t, testenv.Redis(t).Addr(), 16, 1000)
-	const limit = 34
-	t.Logf("%.1f allocations, %.0f bytes per grant (bound %d allocations)", allocs, bytes, limit)
-	if allocs > limit {
-		t.Errorf("%.1f allocations per grant, want at most %d", allocs, limit)
-	}
-}
+// The allocations of a handoff and of a contended grant (a waiter's
+// attempts and waits, the release subscription's messages) depend on
+// timing: a wait that must sleep makes a timer, a message that arrives
+// while a waiter sleeps is read by the listener. Tests bounded them (62
+// and 34) until 2026-11-29, when runs of -count=3 beside other packages
+// found them over their bounds one run in a few (63 and 64, 34.1), at
+// the commit before that day's changes too (61 to 62, 33.7 to 34.0). They
+// are measured, not asserted: BenchmarkRedisHandoff (allocs/op) and
+// BenchmarkRedisContended (allocs/grant), about 62 and 34 on that day.
