@@ -57,7 +57,7 @@ type Lock struct {
 
 	ctx    context.Context // ends at Close; background requests derive from it
 	cancel context.CancelFunc
-	bg     sync.WaitGroup // background requests
+	bg     background // background requests
 
 	poolMu  sync.Mutex
 	spares  map[int64][]spare // unused leases by requested ttl in seconds

@@ -3,6 +3,7 @@ package etcdlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -389,5 +390,35 @@ func TestForceRelease(t *testing.T) {
 	}
 	if _, err := operator.ForceRelease(ctx, ""); !errors.Is(err, lock.ErrInvalidKey) {
 		t.Fatalf("ForceRelease(\"\") = %v, want ErrInvalidKey", err)
+	}
+}
+
+// A handle's first Lost (which starts a loss watch, a background request)
+// as its Lock closes: Close waited for the background requests with a
+// sync.WaitGroup that Lost added to meanwhile, a data race (-race caught
+// it in leader's tests, whose campaigns outlive their Lock's Close). The
+// race detector sees it only when nothing orders the two calls, so the
+// Close here is made by a goroutine that only a timer starts (no channel,
+// lock or atomic between them), while the Lost's watch is still being
+// made: a timer to race, not to synchronise.
+func TestLostAsTheLockCloses(t *testing.T) {
+	srv := testenv.Etcd(t)
+	ctx := ctxFor(t, time.Minute)
+	for i := range 40 {
+		c := newClient(t, srv.Endpoints())
+		l, err := etcdlock.New(c, etcdlock.WithMinTTL(testMinTTL))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := l.TryAcquire(ctx, fmt.Sprintf("%slost-as-closed/%d", runID(t), i), testMinTTL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		closed := make(chan error, 1)
+		time.AfterFunc(time.Duration(i%10)*100*time.Microsecond, func() { closed <- l.Close() })
+		h.(lock.LossNotifier).Lost()
+		if err := <-closed; err != nil {
+			t.Fatal(err)
+		}
 	}
 }
