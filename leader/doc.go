@@ -29,7 +29,8 @@
 //	    cancelled (cause lock.ErrLost) while the lease is still valid, so fn
 //	    has that margin to stop before anyone else can be elected. A renewal
 //	    that reports the lease gone cancels fn at once. If fn panics, the
-//	    lease is released before the panic leaves Run.
+//	    lease is released and the term ends as any other (log, metrics,
+//	    OnDemoted with ErrPanicked) before the panic leaves Run.
 //	  - Shutdown: when Run's context ends, fn's context is cancelled; when fn
 //	    returns the lease is released, which wakes the followers: a peer
 //	    leads within a round trip (graceful resign).

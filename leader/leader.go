@@ -28,6 +28,11 @@ const (
 // renew intervals; every duration is at most lock.MaxTTL.
 const MinInterval = time.Millisecond
 
+// ErrPanicked is the cause OnDemoted is given for a term whose fn (or
+// OnElected) panicked. The grant is released, and the panic goes on up
+// through Run.
+var ErrPanicked = errors.New("leader: fn panicked")
+
 // Term is one leadership: who, which term (the fencing token), since when.
 type Term struct {
 	Owner string // the leader's owner identity: its backend's (lock.Owned)
@@ -116,7 +121,9 @@ func OnElected(f func(Term)) Option {
 
 // OnDemoted runs f after fn has returned and the grant was released, with
 // why the term ended: an error matching lock.ErrLost, the context's cause on
-// shutdown, fn's error, or nil when fn returned nil.
+// shutdown, fn's error, nil when fn returned nil, or ErrPanicked when fn
+// (or OnElected) panicked; the panic then goes on up through Run once f
+// has returned.
 func OnDemoted(f func(Term, error)) Option {
 	return func(c *config) error { c.onDemoted = f; return nil }
 }
@@ -255,6 +262,15 @@ func (e *election) capHint(err error) error {
 // term ended meanwhile.
 func (e *election) lead(ctx context.Context, h lock.Handle) (cause error, elected bool) {
 	term := Term{Owner: e.owner, Term: h.Token(), Since: time.Now()}
+	returned := false
+	defer func() {
+		if elected && !returned {
+			// fn (or OnElected) panicked: lock.Hold released the grant
+			// on the panic's way out; the term ends as any other does,
+			// and the panic goes on up through Run.
+			e.demote(ctx, term, ErrPanicked)
+		}
+	}()
 	err := lock.Hold(ctx, h, e.s.ttl, func(ctx context.Context) error {
 		elected = true
 		e.log.Info("leasehold: elected leader", "election", e.key, "term", term.Term, "owner", term.Owner)
@@ -268,6 +284,7 @@ func (e *election) lead(ctx context.Context, h lock.Handle) (cause error, electe
 		}
 		return e.fn(ctx)
 	}, e.holdOpts...)
+	returned = true
 	if !elected {
 		return err, false
 	}
@@ -275,8 +292,14 @@ func (e *election) lead(ctx context.Context, h lock.Handle) (cause error, electe
 	if ctx.Err() != nil && !errors.Is(err, lock.ErrLost) {
 		cause = context.Cause(ctx)
 	}
+	e.demote(ctx, term, cause)
+	return cause, true
+}
+
+// demote ends term: it logs why, updates the metrics and calls OnDemoted.
+func (e *election) demote(ctx context.Context, term Term, cause error) {
 	level, msg := e.log.Info, "leasehold: resigned leadership"
-	if errors.Is(cause, lock.ErrLost) {
+	if errors.Is(cause, lock.ErrLost) || errors.Is(cause, ErrPanicked) {
 		level, msg = e.log.Warn, "leasehold: lost leadership"
 	}
 	level(msg, "election", e.key, "term", term.Term, "held", time.Since(term.Since).Round(time.Millisecond), "cause", cause)
@@ -286,7 +309,6 @@ func (e *election) lead(ctx context.Context, h lock.Handle) (cause error, electe
 	if e.s.onDemoted != nil {
 		e.s.onDemoted(term, cause)
 	}
-	return cause, true
 }
 
 // Observe reports the current leader of name without campaigning; ok is

@@ -57,3 +57,37 @@ func TestMetrics(t *testing.T) {
 		}
 	})
 }
+
+// A term whose fn panics ends as any other before the panic leaves Run:
+// OnDemoted is told ErrPanicked, and leading is back to 0. It was not:
+// the gauge stayed at 1 and OnDemoted never ran, so a supervisor that
+// recovers and runs again showed two leaders on one process.
+func TestPanicEndsTheTerm(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mp, reader := metrictest.New()
+		var demoted []error
+		var panicked any
+		func() {
+			defer func() { panicked = recover() }()
+			_ = leader.Run(t.Context(), testkit.Must(memlock.New()), "m", func(ctx context.Context) error {
+				panic("bug in the work")
+			}, append(timing, leader.WithCommon(lock.Common{MeterProvider: mp}),
+				leader.OnDemoted(func(_ leader.Term, cause error) { demoted = append(demoted, cause) }))...)
+		}()
+		if panicked != "bug in the work" {
+			t.Errorf("Run's panic: %v, want fn's", panicked)
+		}
+		if len(demoted) != 1 || !errors.Is(demoted[0], leader.ErrPanicked) {
+			t.Errorf("OnDemoted was told %v, want once leader.ErrPanicked", demoted)
+		}
+		got := metrictest.Collect(t, reader)
+		for series, want := range map[string]metrictest.Point{
+			"leasehold.leader.transitions{leasehold.election=m,leasehold.transition=demoted}": {Value: 1},
+			"leasehold.leader.leading{leasehold.election=m}":                                  {Value: 0},
+		} {
+			if got[series] != want {
+				t.Errorf("%s = %+v, want %+v", series, got[series], want)
+			}
+		}
+	})
+}
