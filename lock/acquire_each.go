@@ -63,15 +63,7 @@ func TryAcquireAnyEach(ctx context.Context, l Lock, reqs []AnyRequest) []AnyResu
 			out[j].Handle, out[j].Err = tryAny(ctx, l, valid[j].Keys, valid[j].TTL)
 		})
 	}
-	if len(out) != len(valid) {
-		err := fmt.Errorf("%w: %T answered %d of %d requests", ErrUnavailable, l, len(out), len(valid))
-		out = append(out, make([]AnyResult, max(0, len(valid)-len(out)))...)[:len(valid)]
-		for j := range out {
-			if out[j].Handle == nil && out[j].Err == nil {
-				out[j].Err = err
-			}
-		}
-	}
+	out = fitAnswers(l, out, len(valid), func(r *AnyResult, err error) { r.Err = err })
 	if at == nil {
 		return out
 	}

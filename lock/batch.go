@@ -106,7 +106,8 @@ func ClaimEach(ctx context.Context, l Lock, reqs []ClaimRequest) []ClaimResult {
 		return res
 	}
 	if c, ok := l.(EachClaimer); ok {
-		for j, r := range c.ClaimEach(ctx, valid) {
+		out := fitAnswers(l, c.ClaimEach(ctx, valid), len(valid), func(r *ClaimResult, err error) { r.Err = err })
+		for j, r := range out {
 			res[at[j]] = r
 		}
 		return res

@@ -89,7 +89,8 @@ func ReleaseEach(ctx context.Context, l Lock, hs []Handle) []error {
 		at = append(at, i)
 	}
 	if er, ok := l.(EachReleaser); ok && len(native) > 0 {
-		for j, err := range er.ReleaseEach(ctx, native) {
+		out := fitAnswers(l, er.ReleaseEach(ctx, native), len(native), setErr)
+		for j, err := range out {
 			if refusedByEach(err) {
 				own = append(own, at[j])
 				continue
@@ -118,7 +119,7 @@ func releaseOne(ctx context.Context, l Lock, h Handle) error {
 	er, each := l.(EachReleaser)
 	var err error
 	if each && !ownRelease {
-		if err = er.ReleaseEach(ctx, []Handle{target})[0]; refusedByEach(err) {
+		if err = fitAnswers(l, er.ReleaseEach(ctx, []Handle{target}), 1, setErr)[0]; refusedByEach(err) {
 			ownRelease = true
 		}
 	}
@@ -153,6 +154,8 @@ func releaseTarget(h Handle) (target Handle, n int, ownRelease bool) {
 func refusedByEach(err error) bool {
 	return errors.Is(err, ErrInvalidArgument) && !errors.Is(err, ErrLost)
 }
+
+func setErr(e *error, err error) { *e = err }
 
 // afterRelease tells the n AfterReleaser layers of h the outcome err of
 // the release of the handle under them, innermost first, and returns the
