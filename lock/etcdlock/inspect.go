@@ -208,9 +208,12 @@ func leaseRemaining(ttl int64) time.Duration {
 // gone). Each delete is a Txn on the create revision and lease that were
 // read, so a newer grant made in between is left alone; a lease is revoked
 // only after its delete succeeded, when no Release of the holder can hand
-// it back to a spare pool any more. An operator's tool: fencing still
-// protects the resource from the evicted holder, which may have been
-// paused mid-write. A group's grant is deleted with its lease, which
+// it back to a spare pool any more. A revoke that fails is tried once more
+// in the background, and ForceRelease returns true with an error matching
+// lock.ErrUnavailable: until a revoke succeeds, the holder renews its
+// lease and its Extends succeed, unless it watches its loss (Lost). An
+// operator's tool: fencing still protects the resource from the evicted
+// holder, which may have been paused mid-write. A group's grant is deleted with its lease, which
 // deletes the group's other keys too. A batch's grant (see NewBatch) is
 // deleted alone: its lease is shared by the batch's other grants, and its
 // holder learns of the deletion at its next Renew or Extend, which read
@@ -225,6 +228,7 @@ func (l *Lock) ForceRelease(ctx context.Context, key string) (bool, error) {
 		return false, backendkit.Unavailable("etcdlock: force release", err)
 	}
 	found := false
+	var revokeErrs []error
 	for _, kv := range r.Kvs {
 		ekey := string(kv.Key)
 		t, err := l.client.Txn(requireLeader(ctx)).If(
@@ -240,11 +244,17 @@ func (l *Lock) ForceRelease(ctx context.Context, key string) (bool, error) {
 		found = true
 		if v, _ := parseValue(string(kv.Value)); kv.Lease != 0 && !v.batch {
 			if _, err := l.client.Revoke(requireLeader(ctx), clientv3.LeaseID(kv.Lease)); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-				// The key is gone already; the holder's Release or Lost still
-				// tells it, and the lease expires with its ttl.
-				l.log.Debug("leasehold: etcdlock revoke after force release failed", "key", key, "err", err)
+				// The key is gone, but the holder renews its lease: its
+				// Extends succeed until its Lock's watch (Lost) or its
+				// Release tells it. Try again past ctx, and say so.
+				l.revokeLater(clientv3.LeaseID(kv.Lease))
+				revokeErrs = append(revokeErrs, err)
 			}
 		}
+	}
+	if len(revokeErrs) > 0 {
+		return found, backendkit.Unavailable("etcdlock: force release: the grant is deleted, but its holder's lease could not be revoked "+
+			"(it is tried once more in the background): until it is, the holder's Extends may succeed", errors.Join(revokeErrs...))
 	}
 	return found, nil
 }

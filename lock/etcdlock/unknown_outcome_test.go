@@ -244,3 +244,46 @@ func TestBatchAcquireOfUnknownOutcomeLandingLateIsDeleted(t *testing.T) {
 	}
 	_ = h2.Release(ctx)
 }
+
+// A ForceRelease whose revoke of the holder's lease fails deletes the key
+// but leaves the lease renewed by its holder, whose Extends (keep-alives
+// that never read the key) go on succeeding while another client takes
+// the key. It reported success, and the revoke was never tried again: two
+// holders until the holder's Release. Now it says the revoke failed, and
+// tries it again in the background: the holder's next Extend after that
+// is lost.
+func TestForceReleaseWhoseRevokeFails(t *testing.T) {
+	srv := testenv.Etcd(t)
+	holder := dialedLock(t, srv.Endpoints())
+	var failRevokes atomic.Int32
+	failRevokes.Store(1)
+	operator := interceptedLock(t, srv.Endpoints(), func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if method == "/etcdserverpb.Lease/LeaseRevoke" && failRevokes.Add(-1) >= 0 {
+			return status.Error(codes.Internal, "test: the revoke fails")
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	})
+	ctx := t.Context()
+	const key = "force-release/revoke-fails"
+	h, err := holder.TryAcquire(ctx, key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = h.Release(context.Background()) }()
+	found, err := operator.ForceRelease(ctx, key)
+	if !found || !errors.Is(err, lock.ErrUnavailable) {
+		t.Fatalf("ForceRelease whose revoke failed: %v, %v; want true and an error matching lock.ErrUnavailable", found, err)
+	}
+	other, err := dialedLock(t, srv.Endpoints()).TryAcquire(ctx, key, 10*time.Second)
+	if err != nil {
+		t.Fatalf("the key is still held after ForceRelease: %v", err)
+	}
+	defer func() { _ = other.Release(context.Background()) }()
+	// Close waits for the background revoke.
+	if err := operator.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Extend(ctx, 10*time.Second); !errors.Is(err, lock.ErrLost) {
+		t.Fatalf("the evicted holder's Extend, once the revoke was tried again: %v, want lock.ErrLost (another client holds the key)", err)
+	}
+}
