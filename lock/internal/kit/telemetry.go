@@ -89,9 +89,12 @@ type providersTelemetry struct {
 	t  *Telemetry
 }
 
+// isComparable reports whether v can be compared with == without a
+// panic: its value, not only its type (a struct of a comparable type can
+// hold an interface whose value is a slice).
 func isComparable(v any) bool {
-	rt := reflect.TypeOf(v)
-	return rt != nil && rt.Comparable()
+	rv := reflect.ValueOf(v)
+	return rv.IsValid() && rv.Comparable()
 }
 
 func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider) *Telemetry {
@@ -173,7 +176,7 @@ func isDefaultGlobal(tp trace.TracerProvider) bool {
 	if rt == nil {
 		return false
 	}
-	comparable := rt.Comparable()
+	comparable := isComparable(tp)
 	if comparable {
 		if k := lastProvider.Load(); k != nil && k.tp == tp {
 			return k.def

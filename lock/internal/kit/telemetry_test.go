@@ -4,7 +4,10 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 )
 
@@ -34,5 +37,30 @@ func TestTracing(t *testing.T) {
 	otel.SetTracerProvider(sdk)
 	if !global.Tracing() {
 		t.Error("global after otel.SetTracerProvider: Tracing() = false, want true")
+	}
+}
+
+// tagged providers are of a comparable type, but hold a value that is not.
+type taggedMeterProvider struct {
+	metric.MeterProvider
+	tag any
+}
+
+type taggedTracerProvider struct {
+	trace.TracerProvider
+	tag any
+}
+
+// Providers of a comparable type that hold an uncomparable value (a
+// slice in an interface field) are not compared: TelemetryFor panicked
+// ("comparing uncomparable type []int") at the second call with such a
+// provider, as the semaphore did.
+func TestProvidersOfUncomparableValues(t *testing.T) {
+	for range 2 {
+		mp := taggedMeterProvider{metricnoop.NewMeterProvider(), []int{1}}
+		tp := taggedTracerProvider{noop.NewTracerProvider(), []int{2}}
+		if tel := TelemetryFor(mp, tp); !tel.Tracing() {
+			t.Error("an application's tracer provider: Tracing() = false")
+		}
 	}
 }
