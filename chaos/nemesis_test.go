@@ -643,7 +643,14 @@ func lead(ctx context.Context, id int, l lock.Lock, name string, ttl, maxHold ti
 	fenceFor func(key string) *lock.Fence, h *history, stall chan time.Duration, seed int64) {
 	rng := rand.New(rand.NewPCG(uint64(seed), 2))
 	var g grant // the current term, recorded once leader.Run has released it
-	demoted := func(_ leader.Term, cause error) {
+	demoted := func(t leader.Term, cause error) {
+		defer func() { g = grant{} }()
+		if g.Start.IsZero() || g.Token != t.Term {
+			// The term ended before fn started (leader.Run then skips fn,
+			// and OnDemoted follows): no write was made in it, and g is
+			// still the previous term, recorded already.
+			return
+		}
 		// A term that resigned before its next renewal learns of a loss
 		// (a restart that lost the grants) from the release, as ErrLost.
 		if g.Release = "ok"; errors.Is(cause, lock.ErrLost) && !g.LossSeen {
