@@ -397,3 +397,20 @@ func ExampleHeartbeatError() {
 	}
 	// Output: lost: [job-3] unknown: [job-7 job-8] the others renewed
 }
+
+// An operator tool that drops a dead job for good, unless it was revived
+// and buried again since it was looked at: PurgeBurial names the burial.
+func ExampleBurialPurger() {
+	ctx := context.Background()
+	reg := memjobs.New()
+	j, _ := reg.Track(ctx, jobs.Job{ID: "poison"}, time.Minute)
+	_ = reg.Bury(ctx, j.Ref(), "crashed its workers 3 times")
+	seen, _ := reg.DeadJob(ctx, "poison")
+
+	var bp jobs.BurialPurger = reg
+	fmt.Println(bp.PurgeBurial(ctx, jobs.Ref{ID: "poison", Epoch: seen.Epoch + 1})) // another burial
+	fmt.Println(bp.PurgeBurial(ctx, seen.Ref()))
+	// Output:
+	// jobs: no such job: dead job "poison"
+	// <nil>
+}

@@ -199,6 +199,20 @@ type Registry interface {
 	Purge(ctx context.Context, id string) error
 }
 
+// BurialPurger is implemented by registries that can purge one burial of
+// a job rather than whatever is dead under its ID: Revive and
+// Runner.RetryDead purge the dead record they took the job out of this way,
+// so that a purge that reaches the server late (after the revived job was
+// reclaimed and buried again) cannot delete the newer burial. memjobs,
+// redisjobs and pgjobs implement it; with a registry that does not,
+// Revive and RetryDead purge by ID under a holding lease of a minute.
+type BurialPurger interface {
+	// PurgeBurial deletes the dead job ref.ID, and the retry record of its
+	// ID if it has one, when it was buried at epoch ref.Epoch (its
+	// DeadJob's Epoch); else it returns ErrNotFound and deletes nothing.
+	PurgeBurial(ctx context.Context, ref Ref) error
+}
+
 // Inspector is implemented by registries that can list their jobs for an
 // operator (the leasehold CLI and dashboard), as lock.Inspector is by
 // backends that can say who holds what. It is read-only and not part of

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/leasehold-go/leasehold/lock/backendkit"
@@ -15,8 +16,10 @@ const reviveLease = time.Millisecond
 // holdLease is the lease a job taken out of the dead set (Revive,
 // Runner.RetryDead) is tracked with until its dead record is purged: no
 // recovery scan can reclaim it meanwhile, and so none can bury it again
-// before that purge, which deletes by ID and would delete the new burial
-// (the job would then be nowhere). The purge is bounded by half of it. A
+// before that purge, which, by ID (a registry that is no BurialPurger),
+// would delete the new burial (the job would then be nowhere). The purge
+// is bounded by half of it; a BurialPurger's purge of the one burial is
+// safe however late it lands. A
 // crash before the last step leaves the job in flight under it: the
 // recovery scan requeues it once it passes.
 const holdLease = time.Minute
@@ -39,6 +42,15 @@ func unbury(ctx context.Context, reg Registry, id, owner string) (Job, error) {
 	}
 	pctx, cancel := context.WithTimeout(ctx, holdLease/2)
 	defer cancel()
+	if bp, ok := reg.(BurialPurger); ok {
+		// ErrNotFound: the burial is gone already (purged, or replaced by
+		// a newer burial of the revived job, which stays): the job was
+		// taken out of it all the same.
+		if err := bp.PurgeBurial(pctx, d.Ref()); err != nil && !errors.Is(err, ErrNotFound) {
+			return Job{}, err
+		}
+		return tracked, nil
+	}
 	if err := reg.Purge(pctx, id); err != nil {
 		return Job{}, err
 	}
@@ -55,7 +67,8 @@ func unbury(ctx context.Context, reg Registry, id, owner string) (Job, error) {
 // as it would a crashed worker's job (the history records the reclaim from
 // by). That reclaim counts as a recovery (Attempt 1): under MaxRetries 0
 // the job goes straight back to the dead set. No scan can reclaim it
-// before the purge: that purge, by ID, cannot delete such a new burial.
+// before the purge, and the purge of a BurialPurger deletes the burial the
+// job was taken out of alone: neither can delete such a new burial.
 //
 // A crash before the purge leaves the job both in flight and dead, never
 // lost; Revive again, or Purge, settles it. After the purge the job is

@@ -101,16 +101,73 @@ func TestReviveChecksBy(t *testing.T) {
 	}
 }
 
-// slowPurge holds Purge until released, as a reply on a slow link.
+// slowPurge holds Purge and PurgeBurial until released, as a request on
+// a slow link: it lands then, however late, and its caller learns of its
+// outcome only if its ctx has not ended meanwhile.
 type slowPurge struct {
 	*memjobs.Registry
 	entered, release chan struct{}
 }
 
 func (r *slowPurge) Purge(ctx context.Context, id string) error {
+	return r.slow(ctx, func(ctx context.Context) error { return r.Registry.Purge(ctx, id) })
+}
+
+func (r *slowPurge) PurgeBurial(ctx context.Context, ref jobs.Ref) error {
+	return r.slow(ctx, func(ctx context.Context) error { return r.Registry.PurgeBurial(ctx, ref) })
+}
+
+func (r *slowPurge) slow(ctx context.Context, purge func(context.Context) error) error {
 	close(r.entered)
 	<-r.release
-	return r.Registry.Purge(ctx, id)
+	err := purge(context.WithoutCancel(ctx))
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+// byIDOnly hides the BurialPurger of the registry it wraps.
+type byIDOnly struct{ *slowPurge }
+
+func (byIDOnly) PurgeBurial() {} // not a jobs.BurialPurger's
+
+// A Revive whose purge lands more than the hold (a minute) late, after a
+// scan reclaimed the revived job and buried it again (MaxRetries 0),
+// leaves that new burial: a BurialPurger's purge deletes the burial the
+// job was taken out of alone. Through a registry without it, the purge,
+// by ID, deletes the new burial: the job is nowhere (the window the hold
+// leaves, which the design's Purge by ID cannot close).
+func TestRevivePurgeLandingPastTheHold(t *testing.T) {
+	for _, exact := range []bool{true, false} {
+		synctest.Test(t, func(t *testing.T) {
+			ctx := t.Context()
+			mem, reg, q, r := deadWithSlowPurge(t)
+			var target jobs.Registry = reg
+			if !exact {
+				target = byIDOnly{reg}
+			}
+			revived := make(chan error, 1)
+			go func() {
+				_, err := jobs.Revive(ctx, target, "j", "operator")
+				revived <- err
+			}()
+			<-reg.entered                         // tracked, the purge on its way
+			time.Sleep(time.Minute + time.Second) // the hold passes
+			r.Scan(ctx)                           // the leader's scan buries the revived job again
+			close(reg.release)                    // the purge lands
+			if err := <-revived; err == nil {
+				t.Errorf("Revive whose purge outlived its ctx returned nil")
+			}
+			c, _ := mem.Counts(ctx)
+			switch lost := c.Tracked == 0 && c.Dead == 0 && q.len() == 0; {
+			case exact && lost:
+				t.Fatalf("job lost through a BurialPurger: counts %+v, requeued %d", c, q.len())
+			case !exact && !lost:
+				t.Fatalf("purge by ID: counts %+v, requeued %d; want the new burial deleted (the window this test shows the BurialPurger closes)", c, q.len())
+			}
+		})
+	}
 }
 
 // deadWithSlowPurge buries job "j" (tracked as a crashed worker's, then

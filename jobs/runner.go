@@ -829,7 +829,8 @@ func (r *Runner) backoff(attempt int) time.Duration {
 // holding lease of a minute, purges its dead record (its history is
 // readable until then: DeadJob, OnDead), calls Requeue, and removes it
 // from flight. No recovery scan can reclaim the job, and bury it again,
-// before the purge: that purge, by ID, cannot delete such a new burial.
+// before the purge, and the purge of a BurialPurger deletes the burial the
+// job was taken out of alone: neither can delete such a new burial.
 //
 // A crash or a failure at any step leaves the job dead, in flight or
 // requeued: never lost. A job left in flight (Requeue failed, and

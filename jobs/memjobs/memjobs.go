@@ -336,16 +336,28 @@ func (r *Registry) DeadJob(ctx context.Context, id string) (jobs.DeadJob, error)
 // Purge implements jobs.Registry: it deletes the dead job id and the retry
 // record of id, or returns jobs.ErrNotFound.
 func (r *Registry) Purge(ctx context.Context, id string) error {
-	if err := jobs.CheckID(ctx, id); err != nil {
+	return r.purge(ctx, jobs.Ref{ID: id}, false)
+}
+
+// PurgeBurial implements jobs.BurialPurger: Purge of the dead job ref.ID
+// when it was buried at epoch ref.Epoch, else jobs.ErrNotFound.
+func (r *Registry) PurgeBurial(ctx context.Context, ref jobs.Ref) error {
+	return r.purge(ctx, ref, true)
+}
+
+// purge deletes the dead job ref.ID (of epoch ref.Epoch when exact) and
+// the retry record of its ID.
+func (r *Registry) purge(ctx context.Context, ref jobs.Ref, exact bool) error {
+	if err := jobs.CheckID(ctx, ref.ID); err != nil {
 		return err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.dead[id]; !ok {
-		return fmt.Errorf("%w: dead job %q", jobs.ErrNotFound, id)
+	if d, ok := r.dead[ref.ID]; !ok || exact && d.Epoch != ref.Epoch {
+		return fmt.Errorf("%w: dead job %q", jobs.ErrNotFound, ref.ID)
 	}
-	delete(r.dead, id)
-	r.retry.remove(id)
+	delete(r.dead, ref.ID)
+	r.retry.remove(ref.ID)
 	return nil
 }
 

@@ -602,7 +602,8 @@ ON CONFLICT (id) DO UPDATE SET payload = excluded.payload, owner = excluded.owne
 		dead: r.Replace(`SELECT ` + listed + `, died, reason FROM T__dead WHERE died <= $2 AND (died < $2 OR id > $3)
 ORDER BY died DESC, id LIMIT $1`),
 		deadJob: r.Replace(`SELECT ` + cols + `, died, reason FROM T__dead WHERE id = $1`),
-		purge: r.Replace(`WITH d AS (DELETE FROM T__dead WHERE id = $1 RETURNING id),
+		// $2: the epoch the dead job must have been buried at, or NULL.
+		purge: r.Replace(`WITH d AS (DELETE FROM T__dead WHERE id = $1 AND ($2::bigint IS NULL OR epoch = $2) RETURNING id),
 	r AS (DELETE FROM T__retry WHERE id IN (SELECT id FROM d))
 SELECT count(*) FROM d`),
 		// The counts read pages of $2 rows in ID order after $1 (the
@@ -1945,6 +1946,19 @@ func (r *Registry) DeadJob(ctx context.Context, id string) (jobs.DeadJob, error)
 // Purge implements jobs.Registry: one statement deletes the dead job and
 // the ID's retry record, or returns jobs.ErrNotFound.
 func (r *Registry) Purge(ctx context.Context, id string) error {
+	return r.purge(ctx, id, nil)
+}
+
+// PurgeBurial implements jobs.BurialPurger: Purge of the dead job ref.ID
+// when it was buried at epoch ref.Epoch (the same statement checks the
+// dead row's epoch), else jobs.ErrNotFound.
+func (r *Registry) PurgeBurial(ctx context.Context, ref jobs.Ref) error {
+	epoch := int64(ref.Epoch) // as Done's and Remove's
+	return r.purge(ctx, ref.ID, &epoch)
+}
+
+// purge deletes the dead job id, buried at *epoch unless epoch is nil.
+func (r *Registry) purge(ctx context.Context, id string, epoch *int64) error {
 	if err := jobs.CheckID(ctx, id); err != nil {
 		return err
 	}
@@ -1952,7 +1966,7 @@ func (r *Registry) Purge(ctx context.Context, id string) error {
 		return err
 	}
 	var n int64
-	err := r.pool.QueryRow(ctx, r.q.purge, []byte(id)).Scan(&n)
+	err := r.pool.QueryRow(ctx, r.q.purge, []byte(id), epoch).Scan(&n)
 	switch {
 	case err != nil:
 		return unavailable("purge", err)

@@ -547,10 +547,23 @@ func (r *Registry) DeadJob(ctx context.Context, id string) (jobs.DeadJob, error)
 // Purge implements jobs.Registry: one script deletes the dead job, its
 // index member and the ID's retry record, or returns jobs.ErrNotFound.
 func (r *Registry) Purge(ctx context.Context, id string) error {
+	return r.purge(ctx, id, "")
+}
+
+// PurgeBurial implements jobs.BurialPurger: Purge of the dead job ref.ID
+// when it was buried at epoch ref.Epoch (the same script checks the dead
+// job's epoch), else jobs.ErrNotFound.
+func (r *Registry) PurgeBurial(ctx context.Context, ref jobs.Ref) error {
+	return r.purge(ctx, ref.ID, strconv.FormatUint(ref.Epoch, 10))
+}
+
+// purge deletes the dead job id, buried at epoch (a decimal) unless
+// epoch is "".
+func (r *Registry) purge(ctx context.Context, id, epoch string) error {
 	if err := jobs.CheckID(ctx, id); err != nil {
 		return err
 	}
-	n, err := r.write(ctx, purgeScript, []string{r.deadKey(id), r.deadset(), r.retryKey(id)}, id).Int64()
+	n, err := r.write(ctx, purgeScript, []string{r.deadKey(id), r.deadset(), r.retryKey(id)}, id, epoch).Int64()
 	switch {
 	case err != nil:
 		return unavailable("purge", err)

@@ -54,6 +54,7 @@ func Run(t *testing.T, newRegistry func(t testing.TB) jobs.Registry) {
 		{"RetryRecordEndsWithTheJob", retryRecordEnds},
 		{"MaxRetriesIsKept", maxRetriesKept},
 		{"ResultsAreTheCallers", resultsAreTheCallers},
+		{"PurgeBurialIsOfOneBurial", purgeBurial},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -299,6 +300,57 @@ func deadSet(t *testing.T, r jobs.Registry) {
 	}
 	if _, err := r.DeadJob(ctx, "poison"); !errors.Is(err, jobs.ErrNotFound) {
 		t.Fatalf("DeadJob after Purge: %v", err)
+	}
+}
+
+// purgeBurial: a BurialPurger purges the burial it names alone. A job
+// buried, tracked again (a Revive), reclaimed and buried again has a new
+// dead record: a purge of the first burial leaves it, and one of the new
+// burial deletes it with the ID's retry record.
+func purgeBurial(t *testing.T, r jobs.Registry) {
+	bp, ok := r.(jobs.BurialPurger)
+	if !ok {
+		t.Skipf("%T is no jobs.BurialPurger: purging one burial is optional", r)
+	}
+	ctx := ctxFor(t)
+	bury := func() jobs.Ref {
+		t.Helper()
+		j := track(t, r, "twice", time.Millisecond)
+		waitExpired(t, r, 1)
+		c, err := r.Reclaim(ctx, j.Ref(), "recoverer", time.Millisecond)
+		if err != nil {
+			t.Fatalf("Reclaim: %v", err)
+		}
+		if err := r.Bury(ctx, c.Ref(), "crashed its workers"); err != nil {
+			t.Fatalf("Bury: %v", err)
+		}
+		return c.Ref()
+	}
+	first := bury()
+	if d, err := r.DeadJob(ctx, "twice"); err != nil || d.Ref() != first {
+		t.Fatalf("DeadJob = %+v, %v; want the burial %+v", d, err, first)
+	}
+	second := bury()
+	if second == first {
+		t.Fatalf("two burials of one ID have one epoch: %+v", first)
+	}
+	if err := bp.PurgeBurial(ctx, first); !errors.Is(err, jobs.ErrNotFound) {
+		t.Fatalf("PurgeBurial of a burial replaced by a newer one: %v, want ErrNotFound", err)
+	}
+	if d, err := r.DeadJob(ctx, "twice"); err != nil || d.Ref() != second {
+		t.Fatalf("DeadJob after the purge of the older burial = %+v, %v; want the newer burial %+v", d, err, second)
+	}
+	if err := bp.PurgeBurial(ctx, second); err != nil {
+		t.Fatalf("PurgeBurial: %v", err)
+	}
+	if _, err := r.DeadJob(ctx, "twice"); !errors.Is(err, jobs.ErrNotFound) {
+		t.Fatalf("DeadJob after PurgeBurial: %v, want ErrNotFound", err)
+	}
+	if err := bp.PurgeBurial(ctx, second); !errors.Is(err, jobs.ErrNotFound) {
+		t.Fatalf("second PurgeBurial: %v, want ErrNotFound", err)
+	}
+	if err := bp.PurgeBurial(ctx, jobs.Ref{ID: "twice\x00", Epoch: second.Epoch}); !errors.Is(err, jobs.ErrNotFound) {
+		t.Fatalf("PurgeBurial of an ID never buried: %v, want ErrNotFound", err)
 	}
 }
 
