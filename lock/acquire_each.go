@@ -63,7 +63,16 @@ func TryAcquireAnyEach(ctx context.Context, l Lock, reqs []AnyRequest) []AnyResu
 			out[j].Handle, out[j].Err = tryAny(ctx, l, valid[j].Keys, valid[j].TTL)
 		})
 	}
-	out = fitAnswers(l, out, len(valid), func(r *AnyResult, err error) { r.Err = err })
+	out = fitAnswers(l, out, len(valid), func(r *AnyResult, err error) { r.Err = err }, func(r AnyResult) {
+		if r.Handle != nil { // a grant no request asked for: let it go
+			_ = r.Handle.Release(context.WithoutCancel(ctx))
+		}
+	})
+	for j := range out {
+		if out[j].Handle == nil && out[j].Err == nil {
+			out[j].Err = fmt.Errorf("%w: %T answered a request with neither a grant nor an error", ErrUnavailable, l)
+		}
+	}
 	if at == nil {
 		return out
 	}

@@ -106,7 +106,7 @@ func ClaimEach(ctx context.Context, l Lock, reqs []ClaimRequest) []ClaimResult {
 		return res
 	}
 	if c, ok := l.(EachClaimer); ok {
-		out := fitAnswers(l, c.ClaimEach(ctx, valid), len(valid), func(r *ClaimResult, err error) { r.Err = err })
+		out := fitAnswers(l, c.ClaimEach(ctx, valid), len(valid), func(r *ClaimResult, err error) { r.Err = err }, nil)
 		for j, r := range out {
 			res[at[j]] = r
 		}

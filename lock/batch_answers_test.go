@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -32,10 +33,16 @@ func (m misanswering) ReleaseEach(_ context.Context, hs []lock.Handle) []error {
 	return fitTo[error](len(hs), m.extra)
 }
 
-func (m misanswering) TryAcquireAnyEach(_ context.Context, reqs []lock.AnyRequest) []lock.AnyResult {
+// TryAcquireAnyEach refuses every request, but for an extra answer, which
+// holds a grant of "extra/<i>" for an hour.
+func (m misanswering) TryAcquireAnyEach(ctx context.Context, reqs []lock.AnyRequest) []lock.AnyResult {
 	out := fitTo[lock.AnyResult](len(reqs), m.extra)
 	for i := range out {
-		out[i].Err = lock.ErrNotAcquired
+		if i < len(reqs) {
+			out[i].Err = lock.ErrNotAcquired
+			continue
+		}
+		out[i].Handle, out[i].Err = m.Lock.TryAcquire(ctx, fmt.Sprintf("extra/%d", i), time.Hour)
 	}
 	return out
 }
@@ -43,7 +50,7 @@ func (m misanswering) TryAcquireAnyEach(_ context.Context, reqs []lock.AnyReques
 // A backend whose batch answers are short or long cannot make a request
 // look granted, nor crash the caller: the unanswered requests get an
 // error matching ErrUnavailable (unknown outcome), extra answers are
-// dropped. Before, a short ClaimEach answer read as claims made with
+// dropped, and the grants they hold released. Before, a short ClaimEach answer read as claims made with
 // token 0, a short ReleaseEach answer as releases done, and an empty one
 // for a lone handle (a Keeper's release) panicked.
 func TestBatchAnswersOnePerRequest(t *testing.T) {
@@ -65,6 +72,14 @@ func TestBatchAnswersOnePerRequest(t *testing.T) {
 			if r.Handle != nil || r.Err == nil {
 				t.Errorf("extra %d: acquire %d: %v, %v", extra, i, r.Handle, r.Err)
 			}
+		}
+		for i := 3; i < 3+extra; i++ { // the grants of extra answers are released
+			h, err := inner.TryAcquire(ctx, fmt.Sprintf("extra/%d", i), time.Second)
+			if err != nil {
+				t.Errorf("the grant of an extra answer is still held: %v", err)
+				continue
+			}
+			_ = h.Release(ctx)
 		}
 		var hs []lock.Handle
 		for _, k := range []string{"x", "y", "z"} {

@@ -89,7 +89,7 @@ func ReleaseEach(ctx context.Context, l Lock, hs []Handle) []error {
 		at = append(at, i)
 	}
 	if er, ok := l.(EachReleaser); ok && len(native) > 0 {
-		out := fitAnswers(l, er.ReleaseEach(ctx, native), len(native), setErr)
+		out := fitAnswers(l, er.ReleaseEach(ctx, native), len(native), setErr, nil)
 		for j, err := range out {
 			if refusedByEach(err) {
 				own = append(own, at[j])
@@ -119,7 +119,7 @@ func releaseOne(ctx context.Context, l Lock, h Handle) error {
 	er, each := l.(EachReleaser)
 	var err error
 	if each && !ownRelease {
-		if err = fitAnswers(l, er.ReleaseEach(ctx, []Handle{target}), 1, setErr)[0]; refusedByEach(err) {
+		if err = fitAnswers(l, er.ReleaseEach(ctx, []Handle{target}), 1, setErr, nil)[0]; refusedByEach(err) {
 			ownRelease = true
 		}
 	}
