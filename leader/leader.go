@@ -33,6 +33,10 @@ const MinInterval = time.Millisecond
 // through Run.
 var ErrPanicked = errors.New("leader: fn panicked")
 
+// errGoexit is the cause OnDemoted is given for a term whose fn (or
+// OnElected) called runtime.Goexit (a test's t.FailNow).
+var errGoexit = errors.New("leader: fn called runtime.Goexit")
+
 // Term is one leadership: who, which term (the fencing token), since when.
 type Term struct {
 	Owner string // the leader's owner identity: its backend's (lock.Owned)
@@ -123,7 +127,8 @@ func OnElected(f func(Term)) Option {
 // why the term ended: an error matching lock.ErrLost, the context's cause on
 // shutdown, fn's error, nil when fn returned nil, or ErrPanicked when fn
 // (or OnElected) panicked; the panic then goes on up through Run once f
-// has returned.
+// has returned (a runtime.Goexit in fn ends the term the same way, with
+// an error of its own).
 func OnDemoted(f func(Term, error)) Option {
 	return func(c *config) error { c.onDemoted = f; return nil }
 }
@@ -264,11 +269,20 @@ func (e *election) lead(ctx context.Context, h lock.Handle) (cause error, electe
 	term := Term{Owner: e.owner, Term: h.Token(), Since: time.Now()}
 	returned := false
 	defer func() {
-		if elected && !returned {
-			// fn (or OnElected) panicked: lock.Hold released the grant
-			// on the panic's way out; the term ends as any other does,
-			// and the panic goes on up through Run.
-			e.demote(ctx, term, ErrPanicked)
+		if !elected || returned {
+			return
+		}
+		// fn (or OnElected) panicked, or called runtime.Goexit: lock.Hold
+		// released the grant on the way out; the term ends as any other
+		// does, and the panic (or the Goexit) goes on up through Run.
+		p := recover()
+		cause := ErrPanicked
+		if p == nil {
+			cause = errGoexit
+		}
+		e.demote(ctx, term, cause)
+		if p != nil {
+			panic(p)
 		}
 	}()
 	err := lock.Hold(ctx, h, e.s.ttl, func(ctx context.Context) error {

@@ -3,6 +3,7 @@ package leader_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -88,6 +89,32 @@ func TestPanicEndsTheTerm(t *testing.T) {
 			if got[series] != want {
 				t.Errorf("%s = %+v, want %+v", series, got[series], want)
 			}
+		}
+	})
+}
+
+// A fn that calls runtime.Goexit (a test's t.FailNow) ends its term, but
+// is no panic: OnDemoted is not told ErrPanicked, and nothing panics out
+// of Run.
+func TestGoexitEndsTheTermAsNoPanic(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var demoted []error
+		var recovered any
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			defer func() { recovered = recover() }()
+			_ = leader.Run(t.Context(), testkit.Must(memlock.New()), "g", func(ctx context.Context) error {
+				runtime.Goexit()
+				return nil
+			}, append(timing, leader.OnDemoted(func(_ leader.Term, c error) { demoted = append(demoted, c) }))...)
+		}()
+		<-done
+		if recovered != nil {
+			t.Fatalf("a Goexit panicked out of Run: %v", recovered)
+		}
+		if len(demoted) != 1 || demoted[0] == nil || errors.Is(demoted[0], leader.ErrPanicked) {
+			t.Errorf("fn called runtime.Goexit: OnDemoted was told %v; want once an error other than ErrPanicked", demoted)
 		}
 	})
 }
