@@ -194,8 +194,9 @@ type Registry interface {
 	// ErrNotFound: what RetryDead and Revive put back in flight.
 	DeadJob(ctx context.Context, id string) (DeadJob, error)
 	// Purge deletes a dead job, and the retry record of its ID if it has
-	// one, or returns ErrNotFound (and deletes nothing): the last step of
-	// RetryDead and Revive, and an operator's way to drop a job for good.
+	// one, or returns ErrNotFound (and deletes nothing): an operator's way
+	// to drop a job for good, and the last step of RetryDead and Revive on
+	// a registry that is no BurialPurger.
 	Purge(ctx context.Context, id string) error
 }
 
@@ -207,9 +208,11 @@ type Registry interface {
 // redisjobs and pgjobs implement it; with a registry that does not,
 // Revive and RetryDead purge by ID under a holding lease of a minute.
 type BurialPurger interface {
-	// PurgeBurial deletes the dead job ref.ID, and the retry record of its
-	// ID if it has one, when it was buried at epoch ref.Epoch (its
-	// DeadJob's Epoch); else it returns ErrNotFound and deletes nothing.
+	// PurgeBurial deletes the dead job ref.ID when it was buried at epoch
+	// ref.Epoch (its DeadJob's Epoch); else it returns ErrNotFound and
+	// deletes nothing. Unlike Purge it leaves the ID's retry record: Bury
+	// dropped the one before, so a retry record is of a later life of the
+	// job (revived, reclaimed, requeued), whose count it keeps.
 	PurgeBurial(ctx context.Context, ref Ref) error
 }
 

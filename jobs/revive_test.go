@@ -262,3 +262,42 @@ func TestRetryDeadWhileTheJobIsBuriedAgain(t *testing.T) {
 		}
 	})
 }
+
+// A Revive whose purge lands past the hold, after the scan reclaimed the
+// revived job (MaxRetries 3) and requeued it, leaves that life's retry
+// record: the worker that takes the job from the queue tracks it with its
+// count. The purge of the burial deleted the record with the dead job: the
+// job started again from attempt 0, its history gone.
+func TestRevivePurgeLandingPastTheHoldKeepsTheCount(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		mem := memjobs.New()
+		reg := &slowPurge{Registry: mem, entered: make(chan struct{}), release: make(chan struct{})}
+		q := &queue{}
+		r := newRunner(t, reg, testkit.Must(memlock.New()), q, jobs.WithMaxRetries(3))
+		j, err := mem.Track(ctx, jobs.Job{ID: "j", Payload: []byte("p")}, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := mem.Bury(ctx, j.Ref(), "test"); err != nil {
+			t.Fatal(err)
+		}
+		revived := make(chan error, 1)
+		go func() {
+			_, err := jobs.Revive(ctx, reg, "j", "operator")
+			revived <- err
+		}()
+		<-reg.entered
+		time.Sleep(time.Minute + time.Second) // the hold passes
+		r.Scan(ctx)                           // reclaimed (attempt 1), requeued, removed: a retry record
+		if q.len() != 1 {
+			t.Fatalf("requeued %d jobs, want 1", q.len())
+		}
+		close(reg.release) // the purge of the burial lands
+		<-revived
+		got, err := mem.Track(ctx, jobs.Job{ID: "j", Payload: []byte("p")}, time.Minute)
+		if err != nil || got.Attempt != 1 || len(got.History) != 1 {
+			t.Fatalf("tracked again from the queue: attempt %d, history %d, %v; want 1, 1", got.Attempt, len(got.History), err)
+		}
+	})
+}

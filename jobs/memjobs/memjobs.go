@@ -345,8 +345,9 @@ func (r *Registry) PurgeBurial(ctx context.Context, ref jobs.Ref) error {
 	return r.purge(ctx, ref, true)
 }
 
-// purge deletes the dead job ref.ID (of epoch ref.Epoch when exact) and
-// the retry record of its ID.
+// purge deletes the dead job ref.ID, and the retry record of its ID;
+// when exact, only if it was buried at epoch ref.Epoch, and the retry
+// record stays (see jobs.BurialPurger).
 func (r *Registry) purge(ctx context.Context, ref jobs.Ref, exact bool) error {
 	if err := jobs.CheckID(ctx, ref.ID); err != nil {
 		return err
@@ -357,7 +358,9 @@ func (r *Registry) purge(ctx context.Context, ref jobs.Ref, exact bool) error {
 		return fmt.Errorf("%w: dead job %q", jobs.ErrNotFound, ref.ID)
 	}
 	delete(r.dead, ref.ID)
-	r.retry.remove(ref.ID)
+	if !exact {
+		r.retry.remove(ref.ID)
+	}
 	return nil
 }
 

@@ -602,9 +602,10 @@ ON CONFLICT (id) DO UPDATE SET payload = excluded.payload, owner = excluded.owne
 		dead: r.Replace(`SELECT ` + listed + `, died, reason FROM T__dead WHERE died <= $2 AND (died < $2 OR id > $3)
 ORDER BY died DESC, id LIMIT $1`),
 		deadJob: r.Replace(`SELECT ` + cols + `, died, reason FROM T__dead WHERE id = $1`),
-		// $2: the epoch the dead job must have been buried at, or NULL.
+		// $2: the epoch the dead job must have been buried at (the retry
+		// record is then left: see jobs.BurialPurger), or NULL.
 		purge: r.Replace(`WITH d AS (DELETE FROM T__dead WHERE id = $1 AND ($2::bigint IS NULL OR epoch = $2) RETURNING id),
-	r AS (DELETE FROM T__retry WHERE id IN (SELECT id FROM d))
+	r AS (DELETE FROM T__retry WHERE $2::bigint IS NULL AND id IN (SELECT id FROM d))
 SELECT count(*) FROM d`),
 		// The counts read pages of $2 rows in ID order after $1 (the
 		// primary key): how many, how many expired (by the lease's

@@ -303,34 +303,41 @@ func deadSet(t *testing.T, r jobs.Registry) {
 	}
 }
 
-// purgeBurial: a BurialPurger purges the burial it names alone. A job
-// buried, tracked again (a Revive), reclaimed and buried again has a new
-// dead record: a purge of the first burial leaves it, and one of the new
-// burial deletes it with the ID's retry record.
+// purgeBurial: a BurialPurger purges the burial it names alone, and
+// leaves the ID's retry record. A job buried, tracked again (a Revive),
+// reclaimed and buried again has a new dead record: a purge of the first
+// burial leaves it, and one of the new burial deletes it. A job buried,
+// tracked again, reclaimed and removed (requeued) has a retry record: a
+// purge of the burial leaves it to the job's next Track.
 func purgeBurial(t *testing.T, r jobs.Registry) {
 	bp, ok := r.(jobs.BurialPurger)
 	if !ok {
 		t.Skipf("%T is no jobs.BurialPurger: purging one burial is optional", r)
 	}
 	ctx := ctxFor(t)
-	bury := func() jobs.Ref {
+	reclaimed := func(id string) jobs.Job {
 		t.Helper()
-		j := track(t, r, "twice", time.Millisecond)
+		j := track(t, r, id, time.Millisecond)
 		waitExpired(t, r, 1)
-		c, err := r.Reclaim(ctx, j.Ref(), "recoverer", time.Millisecond)
+		c, err := r.Reclaim(ctx, j.Ref(), "recoverer", time.Minute)
 		if err != nil {
 			t.Fatalf("Reclaim: %v", err)
 		}
+		return c
+	}
+	bury := func(id string) jobs.Ref {
+		t.Helper()
+		c := reclaimed(id)
 		if err := r.Bury(ctx, c.Ref(), "crashed its workers"); err != nil {
 			t.Fatalf("Bury: %v", err)
 		}
 		return c.Ref()
 	}
-	first := bury()
+	first := bury("twice")
 	if d, err := r.DeadJob(ctx, "twice"); err != nil || d.Ref() != first {
 		t.Fatalf("DeadJob = %+v, %v; want the burial %+v", d, err, first)
 	}
-	second := bury()
+	second := bury("twice")
 	if second == first {
 		t.Fatalf("two burials of one ID have one epoch: %+v", first)
 	}
@@ -351,6 +358,19 @@ func purgeBurial(t *testing.T, r jobs.Registry) {
 	}
 	if err := bp.PurgeBurial(ctx, jobs.Ref{ID: "twice\x00", Epoch: second.Epoch}); !errors.Is(err, jobs.ErrNotFound) {
 		t.Fatalf("PurgeBurial of an ID never buried: %v, want ErrNotFound", err)
+	}
+
+	buried := bury("later")
+	c := reclaimed("later") // its later life: revived, its worker crashed
+	if err := r.Remove(ctx, c.Ref()); err != nil {
+		t.Fatalf("Remove: %v", err)
+	}
+	if err := bp.PurgeBurial(ctx, buried); err != nil {
+		t.Fatalf("PurgeBurial: %v", err)
+	}
+	again := track(t, r, "later", time.Minute)
+	if again.Attempt != 1 || len(again.History) != 1 {
+		t.Fatalf("Track after PurgeBurial of an earlier burial: attempt %d, history %d; want the later life's retry record (1, 1)", again.Attempt, len(again.History))
 	}
 }
 
