@@ -14,7 +14,9 @@
 -- key to the first live waiter of the queue (handoff.lua), so that a
 -- release wakes one waiter, which then holds the key already.
 -- Returns {1, token, index, granted at in µs, remaining ttl in ms} when
--- granted, {0, shortest remaining ttl in ms} when every key is held. The
+-- granted, {0, shortest remaining ttl in ms} when every key is held, and
+-- for a queued attempt {0, shortest remaining ttl in ms, server time in
+-- µs}. The
 -- grant's value is "<token>|<granted at, µs>|<attempt>|<owner>".
 --
 -- The token is max(last + 1, server time in µs) (nextToken, clock.lua).
@@ -94,5 +96,9 @@ if waiter ~= '' then
   redis.call('HSET', KEYS[4], waiter, string.format('%.0f|%s|%.0f|%s|%s', nowMs + tonumber(ARGV[6]), ARGV[2], nowMs, ARGV[7], owner))
   redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[6]) + 60000)
   redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[6]) + 60000)
+  -- The server's time, so that the waiter can tell a handoff message
+  -- that reaches it after this attempt from one it made after the
+  -- handoff (AcquireQueued).
+  return {0, shortest, since}
 end
 return {0, shortest}

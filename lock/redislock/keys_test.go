@@ -35,7 +35,7 @@ func TestKeyEncoding(t *testing.T) {
 
 func TestParseHanded(t *testing.T) {
 	to, waiter, g, ok := parseHanded("k\x00w\x0012\x00345\x006")
-	if !ok || to != "k\x00w" || waiter != "w" || g.token != 12 || g.since != "345" || g.waited != 6*time.Millisecond {
+	if !ok || to != "k\x00w" || waiter != "w" || g.token != 12 || g.since != "345" || g.sinceUs != 345 || g.waited != 6*time.Millisecond {
 		t.Errorf("parseHanded = %q, %q, %+v, %v", to, waiter, g, ok)
 	}
 	// A key may hold NUL bytes: the fields are read from the right. Read
@@ -44,7 +44,7 @@ func TestParseHanded(t *testing.T) {
 	if !ok || to != "k\x00\x00x\x00w" || waiter != "w" || g.token != 12 || g.since != "345" || g.waited != 6*time.Millisecond {
 		t.Errorf("parseHanded of a key with NULs = %q, %q, %+v, %v", to, waiter, g, ok)
 	}
-	for _, bad := range []string{"k\x00w\x0012\x00345", "w\x0012\x00345\x006", "k\x00\x0012\x00345\x006", "k\x00w\x00x\x00345\x006", ""} {
+	for _, bad := range []string{"k\x00w\x0012\x00345", "w\x0012\x00345\x006", "k\x00\x0012\x00345\x006", "k\x00w\x00x\x00345\x006", "k\x00w\x0012\x00x\x006", ""} {
 		if _, _, _, ok := parseHanded(bad); ok {
 			t.Errorf("parseHanded(%q) accepted", bad)
 		}

@@ -303,11 +303,21 @@ func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration)
 		delete(l.handed, waiter)
 		l.handedMu.Unlock()
 		if ok {
-			// The grant was made g.waited after this attempt reached the
-			// server, so at least that long after sent (less 1 ms: the
-			// server counts whole ms).
+			// The grant was made g.waited after this waiter's last attempt
+			// before it reached the server. That is the last attempt,
+			// sent at sent, unless the message came late: the server
+			// refused that attempt after the handoff (the grant was gone
+			// by then: expired, or forced away), or the grant is past its
+			// validity by that count. Then the message is of no use: the
+			// next attempt finds the grant if it still lives
+			// (acquire.lua returns a waiter's own grant, with what is left
+			// of its ttl).
 			validFrom := sent.Add(max(0, g.waited-time.Millisecond))
-			a.granted(g.token, []byte(g.since), backendkit.ValidUntil(validFrom, ttl))
+			validUntil := backendkit.ValidUntil(validFrom, ttl)
+			if a.rare.refusedAt >= g.sinceUs || !time.Now().Before(validUntil) {
+				continue
+			}
+			a.granted(g.token, []byte(g.since), validUntil)
 			if l.acks.N > 0 {
 				// The releaser's WAIT may have fallen short after the
 				// handoff was published: an acknowledged extension of
@@ -330,9 +340,10 @@ func (l *Lock) AcquireQueued(ctx context.Context, key string, ttl time.Duration)
 // handedGrant is a grant that a release handed to a queued waiter
 // (handoff.lua), as its message told it.
 type handedGrant struct {
-	token  uint64
-	since  string        // the grant's server time in µs, as in its value
-	waited time.Duration // from the waiter's last attempt to the grant, on the server
+	token   uint64
+	since   string        // the grant's server time in µs, as in its value
+	sinceUs int64         // the same, as a number
+	waited  time.Duration // from the waiter's last attempt to the grant, on the server
 }
 
 // parseHanded reads a handoff message's "<key>\x00<waiter>\x00<token>\x00<since
@@ -352,11 +363,12 @@ func parseHanded(payload string) (to string, waiter string, g handedGrant, ok bo
 	}
 	tok, err1 := strconv.ParseUint(parts[1], 10, 64)
 	waited, err2 := strconv.ParseInt(parts[3], 10, 64)
-	if err1 != nil || err2 != nil || parts[0] == "" {
+	since, err3 := strconv.ParseInt(parts[2], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || parts[0] == "" {
 		return "", "", g, false
 	}
 	to = payload[:len(key)+1+len(parts[0])]
-	return to, parts[0], handedGrant{tok, parts[2], backendkit.RemainingMillis(waited)}, true
+	return to, parts[0], handedGrant{tok, parts[2], since, backendkit.RemainingMillis(waited)}, true
 }
 
 // Waiting implements lock.Queue: the waiters in key's queue whose place
@@ -495,6 +507,9 @@ func (l *Lock) try(ctx context.Context, h *handle) (lock.Handle, error) {
 	cmd, acked := l.write(ctx, acquireScript, call)
 	r, err := l.granted(ctx, []string{h.key}, time.Duration(h.ttl)*time.Millisecond, sent, cmd)
 	if err != nil {
+		if r.since != 0 {
+			h.rare.refusedAt = r.since
+		}
 		return nil, err
 	}
 	return l.finish(ctx, h, r, sent, acked)
@@ -530,8 +545,12 @@ func (l *Lock) granted(ctx context.Context, keys []string, ttl time.Duration, se
 		err = fmt.Errorf("%w: on Redis Cluster the keys of one TryAcquireAny must share a hash tag ({…}): %w", lock.ErrInvalidKey, err)
 	case err != nil:
 		err = backendkit.Unavailable("redislock: acquire", err)
-	case n == 2 && r[0] == 0 && len(keys) == 1:
+	case (n == 2 || n == 3) && r[0] == 0 && len(keys) == 1:
 		err = backendkit.NotAcquired(keys[0], backendkit.RemainingMillis(r[1]))
+		if n == 3 { // a queued attempt: when the server refused it
+			l.metrics.Attempt(ctx, sent, err)
+			return acquired{since: r[2]}, err
+		}
 	case n == 2 && r[0] == 0:
 		err = backendkit.NotAcquiredAny(keys, backendkit.RemainingMillis(r[1]))
 	case n == 5 && r[0] == 1 && r[2] >= 0 && int(r[2]) < len(keys):
@@ -587,6 +606,8 @@ type handle struct {
 // share has.
 type rareParts struct {
 	waiter string // of a queued attempt: the waiter's id
+	// of a queued attempt: the server's time (µs) when it last refused it
+	refusedAt int64
 	// of a share (TryAcquireShared): the key's shares and their index
 	shares, attempts string
 }

@@ -34,6 +34,7 @@ type Proxy struct {
 	conns   map[*link]struct{}
 	closed  bool
 	refused bool
+	held    int // chunks from clients that Blackhole holds
 }
 
 type link struct{ client, server net.Conn }
@@ -73,6 +74,15 @@ func (p *Proxy) SetMode(m Mode) {
 	defer p.mu.Unlock()
 	p.mode = m
 	p.cond.Broadcast()
+}
+
+// HeldRequests is how many chunks from clients Blackhole has held since
+// the proxy started (a chunk read while it held traffic, forwarded when
+// it stops): a test waits on it for a request to be on its way.
+func (p *Proxy) HeldRequests() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.held
 }
 
 // SetDelay delays every chunk forwarded in either direction by d (0: none).
@@ -231,6 +241,9 @@ func (p *Proxy) pipe(l *link, src, dst net.Conn, replies chan<- chunk) {
 		n, err := src.Read(buf)
 		if n > 0 {
 			p.mu.Lock()
+			if p.mode == Blackhole && replies == nil {
+				p.held++ // a request (replies go through deliver)
+			}
 			for p.mode == Blackhole && !p.closed {
 				p.cond.Wait()
 			}
