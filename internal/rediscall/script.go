@@ -31,6 +31,16 @@ func (s *Script) Start(call []any, numKeys int) []any {
 	return append(call, "evalsha", s.hash, numKeys)
 }
 
+// Call is the call of s with keys and args (see Script), for a caller
+// that builds it per call.
+func (s *Script) Call(keys []string, args ...any) []any {
+	call := s.Start(make([]any, 0, 3+len(keys)+len(args)), len(keys))
+	for _, k := range keys {
+		call = append(call, k)
+	}
+	return append(call, args...)
+}
+
 // Processor runs a command: a client or a pipeline.
 type Processor interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
@@ -86,16 +96,7 @@ func (b Bounds) WriteEval(ctx context.Context, client redis.UniversalClient, a A
 	if a.N == 0 {
 		return b.Eval(ctx, client, s, args), nil
 	}
-	key := ""
-	if n, _ := args[2].(int); n > 0 {
-		switch k := args[3].(type) {
-		case string:
-			key = k
-		case *string:
-			key = *k
-		}
-	}
-	return b.acked(ctx, client, a, key,
+	return b.acked(ctx, client, a, firstKey(args),
 		func(p redis.Pipeliner) *redis.Cmd {
 			cmd := command(ctx, args)
 			_ = p.Process(ctx, cmd)

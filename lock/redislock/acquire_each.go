@@ -116,7 +116,7 @@ func (l *Lock) anyEach(ctx context.Context, reqs []lock.AnyRequest, items []anyI
 		for _, j := range order[start:end] {
 			call = append(call, items[j].n, &items[j].tail, items[j].ttl, items[j].off)
 		}
-		calls[c] = scriptCall{script: acquireEachScript, call: call}
+		calls[c] = scriptCall{Script: acquireEachScript, Args: call}
 		start = end
 	}
 	sent := time.Now()
@@ -124,7 +124,7 @@ func (l *Lock) anyEach(ctx context.Context, reqs []lock.AnyRequest, items []anyI
 	var undo []*handle // grants made but not acknowledged
 	start = 0
 	for c, end := range ends {
-		replies, err := anyReplies(calls[c].cmd, end-start)
+		replies, err := anyReplies(calls[c].Cmd, end-start)
 		for k, j := range order[start:end] {
 			it := &items[j]
 			i := it.req
@@ -140,8 +140,8 @@ func (l *Lock) anyEach(ctx context.Context, reqs []lock.AnyRequest, items []anyI
 				h := &handle{l: l, key: reqs[i].Keys[r.index], keys: it.keys[r.index], tail: it.tail}
 				var since [20]byte
 				h.granted(r.token, strconv.AppendInt(since[:0], r.since, 10), backendkit.ValidUntil(sent, min(time.Duration(it.ttl)*time.Millisecond, backendkit.RemainingMillis(r.left))))
-				if calls[c].acked != nil {
-					rerr = backendkit.Unavailable("redislock: acquire", calls[c].acked)
+				if calls[c].Acked != nil {
+					rerr = backendkit.Unavailable("redislock: acquire", calls[c].Acked)
 					undo = append(undo, h)
 					break
 				}

@@ -131,7 +131,7 @@ func (b *batch) Renew(ctx context.Context, hs []lock.Handle) []error {
 		for _, i := range order[start:end] {
 			call = append(call, &own[i].value)
 		}
-		calls[c] = scriptCall{script: renewBatchScript, call: call}
+		calls[c] = scriptCall{Script: renewBatchScript, Args: call}
 		start = end
 	}
 	sent := time.Now()
@@ -139,10 +139,10 @@ func (b *batch) Renew(ctx context.Context, hs []lock.Handle) []error {
 	start = 0
 	for c, end := range ends {
 		part := order[start:end]
-		gone, err := goneOf(calls[c].cmd, len(part))
+		gone, err := goneOf(calls[c].Cmd, len(part))
 		for j, i := range part {
 			h := own[i]
-			errs[at[i]] = h.extendedIf("redislock: renew", sent, b.ttl, err, gone[j], calls[c].acked, func() error { return h.lost("renew") })
+			errs[at[i]] = h.extendedIf("redislock: renew", sent, b.ttl, err, gone[j], calls[c].Acked, func() error { return h.lost("renew") })
 		}
 		start = end
 	}

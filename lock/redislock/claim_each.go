@@ -72,7 +72,7 @@ func (l *Lock) ClaimEach(ctx context.Context, reqs []lock.ClaimRequest) []lock.C
 		for _, j := range order[start:end] {
 			call = append(call, &tails[j], &ttls[j])
 		}
-		calls[c] = scriptCall{script: claimEachScript, call: call}
+		calls[c] = scriptCall{Script: claimEachScript, Args: call}
 		start = end
 	}
 	l.pipeline(ctx, calls, true)
@@ -80,7 +80,7 @@ func (l *Lock) ClaimEach(ctx context.Context, reqs []lock.ClaimRequest) []lock.C
 	start = 0
 	for c, end := range ends {
 		part := order[start:end]
-		claims, err := claimsOf(calls[c].cmd, len(part))
+		claims, err := claimsOf(calls[c].Cmd, len(part))
 		for k, j := range part {
 			i := valid[j]
 			r := &res[i]
@@ -89,8 +89,8 @@ func (l *Lock) ClaimEach(ctx context.Context, reqs []lock.ClaimRequest) []lock.C
 				r.Err = backendkit.Unavailable("redislock: claim", err)
 			case !cl.granted:
 				r.Err = backendkit.NotAcquired(reqs[i].Key, backendkit.RemainingMillis(cl.left))
-			case calls[c].acked != nil:
-				r.Err = backendkit.Unavailable("redislock: claim", calls[c].acked)
+			case calls[c].Acked != nil:
+				r.Err = backendkit.Unavailable("redislock: claim", calls[c].Acked)
 				h := &handle{l: l, key: reqs[i].Key, keys: keys[j], tail: tails[j]}
 				h.granted(cl.token, []byte(cl.since), time.Time{})
 				undo = append(undo, h)

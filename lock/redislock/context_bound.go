@@ -24,9 +24,5 @@ func (l *Lock) run(ctx context.Context, script *rediscall.Script, keys []string,
 
 // callOf is the call of script with keys and args (see rediscall.Script).
 func callOf(script *rediscall.Script, keys []string, args []any) []any {
-	call := script.Start(make([]any, 0, 3+len(keys)+len(args)), len(keys))
-	for _, k := range keys {
-		call = append(call, k)
-	}
-	return append(call, args...)
+	return script.Call(keys, args...)
 }

@@ -73,7 +73,7 @@ func (l *Lock) ReleaseEach(ctx context.Context, hs []lock.Handle) []error {
 	start := 0
 	for c, end := range ends {
 		part := order[start:end]
-		outs, err := releasesOf(calls[c].cmd, len(part))
+		outs, err := releasesOf(calls[c].Cmd, len(part))
 		for k, j := range part {
 			errs[at[j]] = mine[j].releasedIf(outs[k], err)
 			l.metrics.Release(ctx, errs[at[j]])
@@ -101,7 +101,7 @@ func (l *Lock) releaseCalls(script *rediscall.Script, hs []*handle, order, ends 
 		for _, i := range order[start:end] {
 			call = append(call, &hs[i].value, &hs[i].key, &hs[i].digits)
 		}
-		calls[c] = scriptCall{script: script, call: call}
+		calls[c] = scriptCall{Script: script, Args: call}
 		start = end
 	}
 	return calls
