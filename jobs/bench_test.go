@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -218,9 +219,12 @@ func BenchmarkHeartbeat10k(b *testing.B) {
 	}
 }
 
-// BenchmarkScanRecovery is a scan that recovers 1,000 expired jobs
-// (reclaim, requeue, remove: three calls each) with the recoveries one
-// after another and 8 at once (WithRecoveryConcurrency), on loopback and
+// BenchmarkScanRecovery is a scan that recovers 1,000 expired jobs, one
+// job at a time (single: reclaim, requeue, remove, two registry calls
+// each, the registry's BatchRecoverer hidden) or in batches (batched: a
+// ReclaimEach and a RemoveEach per jobs.RecoveryChunk), with the
+// recoveries (the Requeues, batched) one after another and 8 at once
+// (WithRecoveryConcurrency), on loopback and
 // through a proxy that delays the server's replies by 1 ms (a server
 // about a round trip of 1 ms away). Each iteration first tracks the 1,000
 // with a lease of a millisecond (straight to the server) and waits until
@@ -250,8 +254,12 @@ func BenchmarkScanRecovery(b *testing.B) {
 		}},
 	} {
 		for _, rtt := range []time.Duration{0, time.Millisecond} {
-			for _, c := range []int{1, 8} {
-				b.Run(fmt.Sprintf("%s/rtt-%v/concurrency-%d", s.name, rtt, c), func(b *testing.B) {
+			for _, mode := range []struct {
+				name string
+				c    int
+			}{{"single/concurrency-1", 1}, {"single/concurrency-8", 8}, {"batched/concurrency-1", 1}, {"batched/concurrency-8", 8}} {
+				c, batched := mode.c, strings.HasPrefix(mode.name, "batched")
+				b.Run(fmt.Sprintf("%s/rtt-%v/%s", s.name, rtt, mode.name), func(b *testing.B) {
 					addr, ns := s.addr(b), fmt.Sprintf("rec_%d", time.Now().UnixNano()%1e9)
 					setup, via := s.reg(b, addr, ns), addr
 					if rtt > 0 {
@@ -259,7 +267,11 @@ func BenchmarkScanRecovery(b *testing.B) {
 						p.SetReplyDelay(rtt)
 						via = p.Addr()
 					}
-					r, err := jobs.NewRunner(s.reg(b, via, ns), testkit.Must(memlock.New()),
+					reg := s.reg(b, via, ns)
+					if !batched { // hide its ReclaimEach and RemoveEach
+						reg = struct{ jobs.Registry }{reg}
+					}
+					r, err := jobs.NewRunner(reg, testkit.Must(memlock.New()),
 						func(context.Context, jobs.Job, time.Duration) error { return nil },
 						jobs.WithRecoveryConcurrency(c), jobs.WithCommon(lock.Common{Logger: slog.New(slog.DiscardHandler)}))
 					if err != nil {

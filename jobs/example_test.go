@@ -414,3 +414,37 @@ func ExampleBurialPurger() {
 	// jobs: no such job: dead job "poison"
 	// <nil>
 }
+
+// A recovery tool of your own (a Runner's Scan does this for you): the
+// expired jobs of a BatchRecoverer reclaimed in one call and, once
+// requeued, removed in another, each answer its ref's.
+func ExampleBatchRecoverer() {
+	ctx := context.Background()
+	reg := memjobs.New()
+	var refs []jobs.Ref
+	for _, id := range []string{"a", "b"} {
+		j, _ := reg.Track(ctx, jobs.Job{ID: id, Owner: "crashed-worker"}, time.Millisecond)
+		refs = append(refs, j.Ref())
+	}
+	for expired, _ := reg.Expired(ctx, 0); len(expired) < len(refs); expired, _ = reg.Expired(ctx, 0) {
+		time.Sleep(time.Millisecond) // until their leases end
+	}
+	refs = append(refs, jobs.Ref{ID: "never-tracked", Epoch: 1})
+
+	var br jobs.BatchRecoverer = reg
+	var requeued []jobs.Ref
+	for _, got := range br.ReclaimEach(ctx, refs, "recoverer", time.Minute) {
+		if got.Err != nil {
+			fmt.Println(errors.Is(got.Err, jobs.ErrStale))
+			continue
+		}
+		fmt.Println(got.Job.ID, got.Job.Attempt, got.Job.Owner) // requeue it here
+		requeued = append(requeued, got.Job.Ref())
+	}
+	fmt.Println(br.RemoveEach(ctx, requeued))
+	// Output:
+	// a 1 recoverer
+	// b 1 recoverer
+	// true
+	// [<nil> <nil>]
+}

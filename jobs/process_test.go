@@ -135,6 +135,13 @@ func (r *tracking) Heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Du
 	return lost, err
 }
 
+// batchedTracking is tracking that passes on ReclaimEach and RemoveEach:
+// its Runner recovers in batches.
+type batchedTracking struct {
+	*tracking
+	jobs.BatchRecoverer
+}
+
 // heartbeatOwn sends one heartbeat of the tracked jobs straight to the
 // registry, as the Runner would, and prints which ones it reported lost.
 func (r *tracking) heartbeatOwn(ctx context.Context) error {
@@ -179,7 +186,11 @@ func child(mode string) error {
 	}
 	var mu sync.Mutex
 	say := func(format string, args ...any) { mu.Lock(); fmt.Printf(format+"\n", args...); mu.Unlock() }
-	reg := &tracking{Registry: store, say: say}
+	tr := &tracking{Registry: store, say: say}
+	var reg jobs.Registry = tr
+	if os.Getenv("JOBS_BATCHED") != "" { // recover in batches, as the store can
+		reg = batchedTracking{tr, store.(jobs.BatchRecoverer)}
+	}
 	opts := append([]jobs.Option{jobs.WithElection(os.Getenv("JOBS_NS"))}, fast...)
 	if at := os.Getenv("JOBS_KILL_AT"); at != "" {
 		opts = append(opts, jobs.OnStep(func(s jobs.Step, j jobs.Job) {
@@ -232,7 +243,7 @@ func child(mode string) error {
 	for sc.Scan() {
 		switch sc.Text() {
 		case "HB":
-			if err := reg.heartbeatOwn(ctx); err != nil {
+			if err := tr.heartbeatOwn(ctx); err != nil {
 				return err
 			}
 		case "DONE":
@@ -355,96 +366,106 @@ func TestRecovererKilledBetweenSteps(t *testing.T) {
 			{"requeued", jobs.StepRequeued, 0, false},
 			{"reclaimed-before-bury", jobs.StepReclaimed, jobs.DefaultMaxRetries, true},
 		} {
-			t.Run(tc.name, func(t *testing.T) {
-				ns := nsFor(t)
-				reg := s.open(t, ns)
-				ids := []string{"a", "b", "c"}
-				for _, id := range ids {
-					if _, err := reg.Track(t.Context(), jobs.Job{ID: id, Payload: []byte("work " + id), Owner: "crashed-worker", Attempt: tc.attempt}, 100*time.Millisecond); err != nil {
-						t.Fatal(err)
-					}
+			for _, batched := range []bool{false, true} {
+				name := tc.name
+				env := append(append(s.env, b.Env...), "JOBS_CHILD=recoverer", "JOBS_KILL_AT="+string(tc.step))
+				if batched {
+					name += "/batched"
+					env = append(env, "JOBS_BATCHED=1")
 				}
-				r := childproc.Start(t, append(append(s.env, b.Env...), "JOBS_CHILD=recoverer", "JOBS_NS="+ns, "JOBS_KILL_AT="+string(tc.step))...)
-				childRequeued := map[string]int{}
-				var dying []string
-				for line := range r.Lines { // until the child dies
-					var id string
-					var attempt int
-					if _, err := fmt.Sscanf(line, "REQUEUED %s %d", &id, &attempt); err == nil {
-						if len(dying) > 0 {
-							t.Fatalf("the recoverer went on after %q: %q", dying[0], line)
-						}
-						childRequeued[id]++
-					}
-					if strings.HasPrefix(line, "DYING after ") {
-						dying = append(dying, line)
-					}
-				}
-				_ = r.Cmd.Wait() // its stdout is closed: it has exited
-				if len(dying) != 1 || !strings.HasPrefix(dying[0], "DYING after "+string(tc.step)+" of ") {
-					t.Fatalf("the recoverer's last words: %q, want one \"DYING after %s of <job>\"", dying, tc.step)
-				}
-				if ws, ok := r.Cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-					t.Fatalf("the recoverer ended with %v, want killed by SIGKILL at the step", r.Cmd.ProcessState)
-				}
-				victim := strings.TrimPrefix(dying[0], "DYING after "+string(tc.step)+" of ")
-				var rec recorder
-				runRecoverer(t, reg, b.New(t), ns, &rec)
-				deadline := time.Now().Add(10 * time.Second)
-				for {
-					c, err := reg.Counts(t.Context())
-					if err != nil {
-						t.Fatal(err)
-					}
-					if c.Tracked == 0 || time.Now().After(deadline) {
-						break
-					}
-					<-time.After(50 * time.Millisecond)
-				}
-				if c, _ := reg.Counts(t.Context()); c.Tracked != 0 {
-					t.Fatalf("entries left: %+v", c)
-				}
-				if tc.bury {
+				t.Run(name, func(t *testing.T) {
+					ns := nsFor(t)
+					reg := s.open(t, ns)
+					ids := []string{"a", "b", "c"}
 					for _, id := range ids {
-						if n := childRequeued[id] + rec.count(id); n != 0 {
-							t.Fatalf("job %s, at MaxRetries, was requeued %d times", id, n)
+						if _, err := reg.Track(t.Context(), jobs.Job{ID: id, Payload: []byte("work " + id), Owner: "crashed-worker", Attempt: tc.attempt}, 100*time.Millisecond); err != nil {
+							t.Fatal(err)
 						}
-						d, err := reg.DeadJob(t.Context(), id)
+					}
+					r := childproc.Start(t, append(env, "JOBS_NS="+ns)...)
+					childRequeued := map[string]int{}
+					var dying []string
+					for line := range r.Lines { // until the child dies
+						var id string
+						var attempt int
+						if _, err := fmt.Sscanf(line, "REQUEUED %s %d", &id, &attempt); err == nil {
+							if len(dying) > 0 {
+								t.Fatalf("the recoverer went on after %q: %q", dying[0], line)
+							}
+							childRequeued[id]++
+						}
+						if strings.HasPrefix(line, "DYING after ") {
+							dying = append(dying, line)
+						}
+					}
+					_ = r.Cmd.Wait() // its stdout is closed: it has exited
+					if len(dying) != 1 || !strings.HasPrefix(dying[0], "DYING after "+string(tc.step)+" of ") {
+						t.Fatalf("the recoverer's last words: %q, want one \"DYING after %s of <job>\"", dying, tc.step)
+					}
+					if ws, ok := r.Cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+						t.Fatalf("the recoverer ended with %v, want killed by SIGKILL at the step", r.Cmd.ProcessState)
+					}
+					victim := strings.TrimPrefix(dying[0], "DYING after "+string(tc.step)+" of ")
+					var rec recorder
+					runRecoverer(t, reg, b.New(t), ns, &rec)
+					deadline := time.Now().Add(10 * time.Second)
+					for {
+						c, err := reg.Counts(t.Context())
 						if err != nil {
-							t.Fatalf("job %s was lost (killed after %s, before the bury): %v", id, tc.step, err)
+							t.Fatal(err)
 						}
-						// The dead recoverer's reclaim counts: the victim was
-						// reclaimed twice, the others once.
-						want := tc.attempt + 1
-						if id == victim {
-							want++
+						if c.Tracked == 0 || time.Now().After(deadline) {
+							break
 						}
-						if d.Attempt != want || len(d.History) != want-tc.attempt || string(d.Payload) != "work "+id {
-							t.Fatalf("dead job %+v, want attempt %d", d, want)
+						<-time.After(50 * time.Millisecond)
+					}
+					if c, _ := reg.Counts(t.Context()); c.Tracked != 0 {
+						t.Fatalf("entries left: %+v", c)
+					}
+					if tc.bury {
+						for _, id := range ids {
+							if n := childRequeued[id] + rec.count(id); n != 0 {
+								t.Fatalf("job %s, at MaxRetries, was requeued %d times", id, n)
+							}
+							d, err := reg.DeadJob(t.Context(), id)
+							if err != nil {
+								t.Fatalf("job %s was lost (killed after %s, before the bury): %v", id, tc.step, err)
+							}
+							// The dead recoverer's reclaim counts: the victim was
+							// reclaimed twice, the others once; in batches it
+							// had reclaimed all three (one ReclaimEach) before
+							// it died.
+							want := tc.attempt + 1
+							if id == victim || batched {
+								want++
+							}
+							if d.Attempt != want || len(d.History) != want-tc.attempt || string(d.Payload) != "work "+id {
+								t.Fatalf("dead job %+v, want attempt %d", d, want)
+							}
 						}
+						if c, _ := reg.Counts(t.Context()); c.Dead != int64(len(ids)) {
+							t.Fatalf("counts %+v, want all %d dead", c, len(ids))
+						}
+						t.Logf("killed after %s of %s: every job buried, none requeued", tc.step, victim)
+						return
 					}
-					if c, _ := reg.Counts(t.Context()); c.Dead != int64(len(ids)) {
-						t.Fatalf("counts %+v, want all %d dead", c, len(ids))
+					dups := 0
+					for _, id := range ids {
+						n := childRequeued[id] + rec.count(id)
+						if n == 0 {
+							t.Fatalf("job %s was lost (killed after %s)", id, tc.step)
+						}
+						if n > 2 {
+							t.Fatalf("job %s requeued %d times after one crash", id, n)
+						}
+						dups += n - 1
 					}
-					t.Logf("killed after %s of %s: every job buried, none requeued", tc.step, victim)
-					return
-				}
-				dups := 0
-				for _, id := range ids {
-					n := childRequeued[id] + rec.count(id)
-					if n == 0 {
-						t.Fatalf("job %s was lost (killed after %s)", id, tc.step)
+					if tc.step == jobs.StepRequeued && childRequeued[victim] != 1 {
+						t.Fatalf("killed after requeueing %s, but the child requeued %v", victim, childRequeued)
 					}
-					if n > 2 {
-						t.Fatalf("job %s requeued %d times after one crash", id, n)
-					}
-					dups += n - 1
-				}
-				if tc.step == jobs.StepRequeued && childRequeued[victim] != 1 {
-					t.Fatalf("killed after requeueing %s, but the child requeued %v", victim, childRequeued)
-				}
-				t.Logf("killed after %s of %s: every job requeued, %d duplicate(s)", tc.step, victim, dups)
-			})
+					t.Logf("killed after %s of %s: every job requeued, %d duplicate(s)", tc.step, victim, dups)
+				})
+			}
 		}
 	})
 }

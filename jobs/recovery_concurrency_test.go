@@ -83,8 +83,8 @@ func expireJobs(t *testing.T, reg jobs.Registry, n int) []string {
 }
 
 // WithRecoveryConcurrency(c) recovers up to c expired jobs at once, on
-// every registry: with c = 4, Requeue is seen 4 times at once and never
-// more; with the default, once at a time. Either way every job is requeued
+// every registry, in batches or one job at a time: with c = 4, Requeue is
+// seen 4 times at once and never more; with the default, once at a time. Either way every job is requeued
 // exactly once and its entry removed, and Scan returns the count.
 func TestRecoveryConcurrency(t *testing.T) {
 	type registry struct {
@@ -94,6 +94,17 @@ func TestRecoveryConcurrency(t *testing.T) {
 	regs := []registry{{"memory", func(*testing.T) jobs.Registry { return memjobs.New() }}}
 	for _, s := range stores(t) {
 		regs = append(regs, registry{s.name, func(t *testing.T) jobs.Registry { return s.open(t, nsFor(t)) }})
+	}
+	// Each also as a registry that is no BatchRecoverer: recovered one job
+	// at a time.
+	for _, r := range regs[:len(regs):len(regs)] {
+		regs = append(regs, registry{r.name + "/single", func(t *testing.T) jobs.Registry {
+			reg := r.open(t)
+			return struct {
+				jobs.Registry
+				jobs.Inspector
+			}{reg, reg.(jobs.Inspector)}
+		}})
 	}
 	const expired = 24
 	for _, r := range regs {

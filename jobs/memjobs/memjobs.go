@@ -47,8 +47,10 @@ type entry struct {
 }
 
 var (
-	_ jobs.Registry  = (*Registry)(nil)
-	_ jobs.Inspector = (*Registry)(nil)
+	_ jobs.Registry       = (*Registry)(nil)
+	_ jobs.Inspector      = (*Registry)(nil)
+	_ jobs.BurialPurger   = (*Registry)(nil)
+	_ jobs.BatchRecoverer = (*Registry)(nil)
 )
 
 // New returns an empty registry.
@@ -272,6 +274,24 @@ func (r *Registry) Reclaim(ctx context.Context, ref jobs.Ref, by string, lease t
 	j.Owner, j.Epoch, j.Deadline = by, r.epoch, now.Add(lease)
 	heap.Fix(&r.heap, e.index)
 	return whole(*j), nil
+}
+
+// ReclaimEach implements jobs.BatchRecoverer: Reclaim of each ref in turn.
+func (r *Registry) ReclaimEach(ctx context.Context, refs []jobs.Ref, by string, lease time.Duration) []jobs.Reclaimed {
+	out := make([]jobs.Reclaimed, len(refs))
+	for i, ref := range refs {
+		out[i].Job, out[i].Err = r.Reclaim(ctx, ref, by, lease)
+	}
+	return out
+}
+
+// RemoveEach implements jobs.BatchRecoverer: Remove of each ref in turn.
+func (r *Registry) RemoveEach(ctx context.Context, refs []jobs.Ref) []error {
+	out := make([]error, len(refs))
+	for i, ref := range refs {
+		out[i] = r.Remove(ctx, ref)
+	}
+	return out
 }
 
 // Bury implements jobs.Registry: it moves the entry of ref's epoch to the

@@ -15,9 +15,23 @@ import (
 func TestMain(m *testing.M) { testenv.Main(m) }
 
 func TestConformance(t *testing.T) {
-	srv := testenv.Redis(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	c := redis.NewClient(&redis.Options{Addr: testenv.Redis(t).Addr()})
 	t.Cleanup(func() { _ = c.Close() })
+	conformance(t, c)
+}
+
+// On a Redis Cluster (three masters) a registry lives in one slot: every
+// script, and the pipelines of ReclaimEach and RemoveEach, go to the
+// master of its hash tag. Several registries, in several slots, share the
+// client.
+func TestConformanceOnACluster(t *testing.T) {
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.NewRedis(t, testenv.Members(3)).Endpoints()})
+	t.Cleanup(func() { _ = c.Close() })
+	conformance(t, c)
+}
+
+// conformance runs the suite on registries of namespaces of their own on c.
+func conformance(t *testing.T, c redis.UniversalClient) {
 	registrytest.Run(t, func(t testing.TB) jobs.Registry {
 		r, err := redisjobs.New(c, "test:"+t.Name()+":"+time.Now().Format("150405.000000000"))
 		if err != nil {

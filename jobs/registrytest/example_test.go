@@ -62,10 +62,10 @@ func ExampleFailedChunk() {
 	}
 }
 
-// Compile-only (no Output): listings in pages of 1,000 (redisjobs,
+// Compile-only (no Output): listings in pages of 500 (redisjobs,
 // pgjobs), checked over two pages and a bit.
 func ExamplePages() {
 	_ = func(t *testing.T, r jobs.Registry) {
-		registrytest.Pages(t, r, 2*1000+3)
+		registrytest.Pages(t, r, 2*500+3)
 	}
 }

@@ -55,6 +55,7 @@ func Run(t *testing.T, newRegistry func(t testing.TB) jobs.Registry) {
 		{"MaxRetriesIsKept", maxRetriesKept},
 		{"ResultsAreTheCallers", resultsAreTheCallers},
 		{"PurgeBurialIsOfOneBurial", purgeBurial},
+		{"BatchRecovery", batchRecovery},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
