@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"strconv"
@@ -16,10 +17,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasehold-go/leasehold/internal/testkit"
 	"github.com/leasehold-go/leasehold/internal/testkit/testenv"
 	"github.com/leasehold-go/leasehold/jobs"
 	"github.com/leasehold-go/leasehold/jobs/pgjobs"
 	"github.com/leasehold-go/leasehold/jobs/redisjobs"
+	"github.com/leasehold-go/leasehold/lock"
+	"github.com/leasehold-go/leasehold/lock/memlock"
 )
 
 // Scale of BenchmarkJobsScale: BENCH_JOBS_TRACKED jobs tracked (default
@@ -189,6 +193,62 @@ func jobsScaleRedis(b *testing.B, tracked int) {
 				b.Fatalf("Heartbeat of %d jobs: %d lost, %v", len(refs), len(lost), err)
 			}
 		})
+	})
+	b.Run("recover", func(b *testing.B) {
+		rec, err := redisjobs.New(c, "scale-recover")
+		if err != nil {
+			b.Fatal(err)
+		}
+		recoverScale(b, rec, ping, func() { c.SlowLogReset(ctx) }, calls)
+	})
+}
+
+// jobsRecovered is how many expired jobs the recover sub-benchmarks'
+// scans recover (jobs.MaxScanBatch).
+const jobsRecovered = jobs.MaxScanBatch
+
+// recoverScale is the recover sub-benchmark: each iteration tracks
+// jobsRecovered new jobs on reg with a lease of a millisecond (8 at a time)
+// and waits until they have expired, outside the timing, then times one
+// Runner.Scan that recovers them all (reclaim, requeue into nothing,
+// remove: in batches of jobs.RecoveryChunk, one round trip each).
+func recoverScale(b *testing.B, reg jobs.Registry, ping func(context.Context) error, reset func(), calls func() (longest, typical time.Duration)) {
+	ctx := context.Background()
+	r, err := jobs.NewRunner(reg, testkit.Must(memlock.New()), func(context.Context, jobs.Job, time.Duration) error { return nil },
+		jobs.WithScanBatch(jobsRecovered), jobs.WithCommon(lock.Common{Logger: slog.New(slog.DiscardHandler)}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	iter := 0
+	scaleRunEach(b, ping, reset, calls, func() func() {
+		iter++
+		errs := make([]error, 8)
+		var wg sync.WaitGroup
+		for w := range errs {
+			wg.Go(func() {
+				for i := w; i < jobsRecovered && errs[w] == nil; i += len(errs) {
+					_, errs[w] = reg.Track(ctx, jobs.Job{ID: fmt.Sprintf("rec-%d-%d", iter, i), Payload: []byte("payload"), Owner: "worker-1"}, time.Millisecond)
+				}
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			b.Fatalf("Track: %v", err)
+		}
+		for {
+			js, err := reg.Expired(ctx, jobsRecovered)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(js) == jobsRecovered {
+				break
+			}
+		}
+		return func() {
+			if n := r.Scan(ctx); n != jobsRecovered {
+				b.Fatalf("Scan recovered %d of %d", n, jobsRecovered)
+			}
+		}
 	})
 }
 
@@ -420,6 +480,16 @@ func jobsScalePostgres(b *testing.B, tracked int) {
 	// the timing, tracks as many new jobs as the heartbeat lists
 	// (jobsInFlight; 2,000 under -short), 8 Tracks at a time.
 	last := tracked // the jobs are job-1 … job-<last>
+	b.Run("recover", func(b *testing.B) {
+		rec, err := pgjobs.New(pool, table+"_recover")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := rec.Setup(ctx); err != nil {
+			b.Fatal(err)
+		}
+		recoverScale(b, rec, ping, reset, calls)
+	})
 	b.Run("heartbeat-after-track", func(b *testing.B) {
 		scaleRunEach(b, ping, reset, calls, func() func() {
 			fresh, err := pgjobs.New(pool, table)
