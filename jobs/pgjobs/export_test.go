@@ -1,6 +1,12 @@
 package pgjobs
 
-import "testing"
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+)
 
 // HeartbeatChunk and ListChunk are the chunk sizes, for the tests.
 func HeartbeatChunk() int { return heartbeatChunk }
@@ -88,4 +94,25 @@ func SetAdoptChunk(t testing.TB, n int) {
 	old := adoptChunk
 	adoptChunk = n
 	t.Cleanup(func() { adoptChunk = old })
+}
+
+// PipelineWithUnreadableRow sends the statements sqls (each returning a
+// row) in one pipeline on conn, the row of the first one unreadable (its
+// reader fails), and reports which were done and which failed.
+func PipelineWithUnreadableRow(ctx context.Context, conn *pgx.Conn, sqls []string) (done []bool, errs []error) {
+	done, errs = make([]bool, len(sqls)), make([]error, len(sqls))
+	stmts := make([]statement, len(sqls))
+	for i, q := range sqls {
+		stmts[i] = statement{sql: q, formats: []int16{0},
+			row: func([][]byte) error {
+				if i == 0 {
+					return errors.New("unreadable row")
+				}
+				return nil
+			},
+			done:   func() { done[i] = true },
+			failed: func(err error) { errs[i] = err }}
+	}
+	_ = pipeline(ctx, conn, stmts)
+	return done, errs
 }

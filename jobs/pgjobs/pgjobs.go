@@ -1300,8 +1300,8 @@ func (r *Registry) heartbeat(ctx context.Context, refs []jobs.Ref, lease time.Du
 // or its outcome is unknown.
 type statement struct {
 	sql     string
-	args    [][]byte
-	formats []int16
+	args    [][]byte // in the text format
+	formats []int16  // of the result columns: 0 text, 1 binary (one for all)
 	row     func(values [][]byte) error
 	scan    func(row pgx.Row) error // instead of row: the row to scan
 	done    func()
@@ -1606,7 +1606,8 @@ func pipeline(ctx context.Context, pc *pgx.Conn, stmts []statement) (err error) 
 	}
 	for i, s := range stmts {
 		e := readStatement(pipe, pc.TypeMap(), s)
-		if e != nil && !serverError(e) {
+		var unreadable rowError // the statement's own: the connection reads on
+		if e != nil && !serverError(e) && !errors.As(e, &unreadable) {
 			_ = pipe.Close()
 			return fail(i, e) // the connection: this statement and the rest are unknown
 		}
@@ -1684,8 +1685,16 @@ func prepare(ctx context.Context, pc *pgx.Conn, stmts []statement) (map[string]s
 	return names, nil
 }
 
+// rowError is a row of a statement that its reader refused: the
+// statement's outcome is unknown to its caller, and the pipeline goes on.
+type rowError struct{ err error }
+
+func (e rowError) Error() string { return "pgjobs: reading a row: " + e.err.Error() }
+func (e rowError) Unwrap() error { return e.err }
+
 // readStatement reads the rows of one statement of a pipeline, decoded by
-// tm for a statement that scans them.
+// tm for a statement that scans them; a row its reader refuses is a
+// rowError, once the statement's rows are all read.
 func readStatement(pipe *pgconn.Pipeline, tm *pgtype.Map, s statement) error {
 	res, err := pipe.GetResults()
 	if err != nil {
@@ -1705,8 +1714,13 @@ func readStatement(pipe *pgconn.Pipeline, tm *pgtype.Map, s statement) error {
 			rowErr = s.row(rr.Values())
 		}
 	}
-	_, err = rr.Close()
-	return cmp.Or(err, rowErr)
+	if _, err = rr.Close(); err != nil {
+		return err
+	}
+	if rowErr != nil {
+		return rowError{rowErr}
+	}
+	return nil
 }
 
 // pipelineRow is a row of a pipeline's statement, as a pgx.Row.
@@ -1959,7 +1973,7 @@ func (r *Registry) ReclaimEach(ctx context.Context, refs []jobs.Ref, by string, 
 	leaseArg := []byte(strconv.FormatInt(lease.Milliseconds(), 10))
 	errs := r.each(ctx, "reclaim", refs, func(ref jobs.Ref) error { return jobs.CheckReclaim(ctx, ref, by, lease) },
 		func(i int) statement {
-			return statement{sql: r.q.reclaim, args: [][]byte{byteaText(refs[i].ID), epochText(refs[i]), []byte(by), leaseArg}, formats: []int16{0},
+			return statement{sql: r.q.reclaim, args: [][]byte{byteaText(refs[i].ID), epochText(refs[i]), []byte(by), leaseArg}, formats: []int16{1},
 				scan: func(row pgx.Row) (err error) {
 					out[i].Job, err = scanJob(row, true)
 					got[i] = err == nil

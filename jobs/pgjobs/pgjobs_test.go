@@ -41,6 +41,39 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// The registry does not depend on the session's output settings: a role
+// or database may set DateStyle, bytea_output, IntervalStyle or TimeZone
+// otherwise. A reclaim that read its job in the text format (a pipeline's
+// statement) failed under DateStyle 'SQL, DMY' and bytea_output 'escape'
+// after it had committed: the scan then reclaimed the job again at each
+// pass (Attempt+1) and never requeued it.
+func TestConformanceUnderOtherSessionSettings(t *testing.T) {
+	cfg, err := pgxpool.ParseConfig(testenv.Postgres(t).DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{"DateStyle": "SQL, DMY", "bytea_output": "escape",
+		"IntervalStyle": "postgres_verbose", "TimeZone": "Pacific/Chatham"} {
+		cfg.ConnConfig.RuntimeParams[k] = v
+	}
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	var style string
+	if err := pool.QueryRow(t.Context(), "SHOW DateStyle").Scan(&style); err != nil || style != "SQL, DMY" {
+		t.Fatalf("DateStyle %q, %v", style, err)
+	}
+	registrytest.Run(t, func(t testing.TB) jobs.Registry {
+		r, err := pgjobs.New(pool, fmt.Sprintf("test_jobs_%d", tables.Add(1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	})
+}
+
 // A history column written by something else (an operator, an older
 // version) never fails a listing: the entries that parse are read, the
 // others skipped. One such row used to fail Expired, and with it every

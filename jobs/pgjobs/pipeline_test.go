@@ -102,3 +102,25 @@ func oneConnectionPool(t *testing.T) *pgxpool.Pool {
 	t.Cleanup(pool.Close)
 	return pool
 }
+
+// A statement of a pipeline whose row cannot be read (a value the reader
+// refuses) fails alone: it committed, and so did the statements after it,
+// which are done. The pipeline took the reader's error for the
+// connection's and reported every later statement failed: a ReclaimEach
+// left each of their jobs reclaimed, unknown to the scan, for another ttl.
+func TestUnreadableRowFailsItsStatementAlone(t *testing.T) {
+	conn, err := newPool(t).Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	done, errs := pgjobs.PipelineWithUnreadableRow(t.Context(), conn.Conn(), []string{"SELECT 1", "SELECT 2", "SELECT 3"})
+	if done[0] || errs[0] == nil {
+		t.Errorf("the statement of the unreadable row: done %v, error %v", done[0], errs[0])
+	}
+	for i := 1; i < 3; i++ {
+		if !done[i] || errs[i] != nil {
+			t.Errorf("statement %d after it: done %v, error %v; want done", i, done[i], errs[i])
+		}
+	}
+}
