@@ -139,7 +139,9 @@ func (a Acks) sendAcked(ctx context.Context, client redis.UniversalClient, calls
 		wg.Go(func() {
 			part := make([]Call, len(at))
 			for j, i := range at {
-				part[j] = calls[i]
+				// Not the whole Call: Pipeline writes its reply fields
+				// once ctx ends, while this may still run (see Within).
+				part[j] = Call{Script: calls[i].Script, Args: calls[i].Args}
 			}
 			got := make([]*redis.Cmd, len(at))
 			second := make([]bool, len(at))

@@ -130,3 +130,45 @@ func TestReplicaAcksUnanswered(t *testing.T) {
 		t.Fatalf("Heartbeat with its replica asleep: %v, want ErrUnavailable", err)
 	}
 }
+
+// A batch under WithReplicaAcks ends with its context also on a client
+// that does not bound calls by their context (go-redis's default), while
+// its WAIT waits for replicas that never answer: each answer is the
+// context's error, none a success. The pipeline's goroutine copied the
+// calls whole, their replies included, which the caller wrote once the
+// context ended: a data race (go test -race).
+func TestBatchUnderAcksEndsWithItsContext(t *testing.T) {
+	srv := testenv.NewRedis(t, testenv.Replicas(1), testenv.Sentinels(3))
+	c := newClient(t, srv.Primary(t)) // ContextTimeoutEnabled false
+	plain, ns := newRegistry(t, c, "acks-batch")
+	var refs []jobs.Ref
+	for i := range 3 {
+		j, err := plain.Track(t.Context(), jobs.Job{ID: fmt.Sprint("j", i), Owner: "w"}, time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs = append(refs, j.Ref())
+	}
+	const wait = 5 * time.Second // two replicas asked for, one there: WAIT waits it all
+	acked, err := redisjobs.New(c, ns, redisjobs.WithReplicaAcks(2, wait))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	got := acked.ReclaimEach(ctx, refs, "recoverer", time.Minute)
+	if took := time.Since(start); took > wait-time.Second {
+		t.Fatalf("ReclaimEach under a context of 100 ms returned after %v, with its WAIT", took)
+	}
+	for i, g := range got {
+		if !errors.Is(g.Err, context.DeadlineExceeded) && !errors.Is(g.Err, lock.ErrUnavailable) {
+			t.Errorf("answer %d: %+v, want the context's error", i, g)
+		}
+	}
+	for i, err := range acked.RemoveEach(ctx, refs) {
+		if err == nil {
+			t.Errorf("RemoveEach %d under an ended context succeeded", i)
+		}
+	}
+}
