@@ -229,6 +229,63 @@ func TestScanOverMisansweredBatches(t *testing.T) {
 	}
 }
 
+// A scan cut short (its context ends in the middle of a chunk, here in
+// the fifth Requeue, which succeeds) still removes the jobs it requeued:
+// a later scan requeues only those it had not, each job once in all. In
+// batches and one at a time, the Remove went under the ended context,
+// failed, and left the requeued jobs to be requeued again after the ttl.
+func TestScanCutShortRemovesWhatItRequeued(t *testing.T) {
+	for _, batched := range []bool{true, false} {
+		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				mem := memjobs.New()
+				var reg jobs.Registry = mem
+				if !batched {
+					reg = struct{ jobs.Registry }{mem}
+				}
+				const n, cut = 20, 5
+				for i := range n {
+					if _, err := mem.Track(t.Context(), jobs.Job{ID: fmt.Sprintf("job-%02d", i)}, time.Second); err != nil {
+						t.Fatal(err)
+					}
+				}
+				time.Sleep(2 * time.Second)
+				scanCtx, stop := context.WithCancel(t.Context())
+				requeued := map[string]int{}
+				requeue := func(ctx context.Context, j jobs.Job, _ time.Duration) error {
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					requeued[j.ID]++
+					if len(requeued) == cut {
+						stop() // a shutdown, after this Requeue took effect
+					}
+					return nil
+				}
+				runner, err := jobs.NewRunner(reg, testkit.Must(memlock.New()), requeue, jobs.WithTTL(time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := runner.Scan(scanCtx); got != cut {
+					t.Fatalf("the scan cut short recovered %d, want %d", got, cut)
+				}
+				if c, _ := mem.Counts(t.Context()); c.Tracked != n-cut {
+					t.Fatalf("after the scan cut short: %+v; want the %d jobs it did not requeue", c, n-cut)
+				}
+				time.Sleep(2 * time.Second)
+				if got := runner.Scan(t.Context()); got != n-cut {
+					t.Fatalf("the next scan recovered %d, want %d", got, n-cut)
+				}
+				for i := range n {
+					if id := fmt.Sprintf("job-%02d", i); requeued[id] != 1 {
+						t.Errorf("%s requeued %d times", id, requeued[id])
+					}
+				}
+			})
+		})
+	}
+}
+
 // expiredForScan tracks n jobs on mem (of a ttl of a second) and lets
 // them expire (in a synctest bubble), and returns a Runner over reg (mem,
 // or a wrapper of it) with that ttl, and its queue.

@@ -779,16 +779,28 @@ func (r *Runner) recoverOne(ctx context.Context, j Job) bool {
 	if !ok {
 		return false
 	}
-	r.removed(ctx, j, c, delay, r.reg.Remove(ctx, c.Ref()))
+	rctx, cancel := r.finishing(ctx)
+	defer cancel()
+	r.removed(ctx, j, c, delay, r.reg.Remove(rctx, c.Ref()))
 	return true
+}
+
+// finishing is the context of the Remove of jobs requeued under ctx: its
+// values without its end, for at most the ttl. A scan cut short (a
+// shutdown, the election lost) still removes what it requeued, which
+// would else be requeued again once the ttl passes; the Remove of a job
+// is of its epoch, harmless whoever leads.
+func (r *Runner) finishing(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), r.s.ttl)
 }
 
 // recoverEach is recoverOne's steps for chunks of RecoveryChunk expired
 // jobs: one ReclaimEach a chunk, then the bury or requeue of each job it
 // reclaimed (up to WithRecoveryConcurrency's count at once), then one
-// RemoveEach of those requeued. Once ctx ends it starts no chunk, and no
-// bury or requeue: the jobs a chunk reclaimed and left stay in flight
-// under this recoverer's epoch, expire again and are recovered again.
+// RemoveEach of those requeued (see finishing). Once ctx ends it starts no
+// chunk, and no bury or requeue: the jobs a chunk reclaimed and left stay
+// in flight under this recoverer's epoch, expire again and are recovered
+// again (a second recovery: Attempt+1).
 func (r *Runner) recoverEach(ctx context.Context, br BatchRecoverer, expired []Job) int {
 	recovered := 0
 	for len(expired) > 0 && ctx.Err() == nil {
@@ -821,7 +833,10 @@ func (r *Runner) recoverEach(ctx context.Context, br BatchRecoverer, expired []J
 		for _, c := range claims {
 			refs = append(refs, c.c.Ref())
 		}
-		for i, err := range fitRemoves(br, br.RemoveEach(ctx, refs), len(refs)) {
+		rctx, cancel := r.finishing(ctx)
+		removed := fitRemoves(br, br.RemoveEach(rctx, refs), len(refs))
+		cancel()
+		for i, err := range removed {
 			r.removed(ctx, claims[i].j, claims[i].c, claims[i].delay, err)
 			recovered++
 		}
