@@ -172,3 +172,54 @@ func TestBatchUnderAcksEndsWithItsContext(t *testing.T) {
 		}
 	}
 }
+
+// A batch under WithReplicaAcks on a server that lost its scripts (SCRIPT
+// FLUSH, a restart): the calls go again by EVAL in a second pipeline with
+// a WAIT of its own, whose answer is theirs: each reclaim and remove is
+// made and acknowledged.
+func TestBatchUnderAcksAfterScriptFlush(t *testing.T) {
+	srv := testenv.NewRedis(t, testenv.Replicas(1), testenv.Sentinels(3))
+	c := srv.FailoverClient(t)
+	r, err := redisjobs.New(c, fmt.Sprintf("acks-flush-%d", time.Now().UnixNano()), redisjobs.WithReplicaAcks(1, 2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refs []jobs.Ref
+	for i := range 3 {
+		j, err := r.Track(t.Context(), jobs.Job{ID: fmt.Sprint("j", i), Owner: "w"}, time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs = append(refs, j.Ref())
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; { // the leases end by the server's clock
+		js, err := r.Expired(t.Context(), 0)
+		if err != nil || time.Now().After(deadline) {
+			t.Fatalf("Expired: %d of %d, %v", len(js), len(refs), err)
+		}
+		if len(js) == len(refs) {
+			break
+		}
+	}
+	if err := c.ScriptFlush(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var reclaimed []jobs.Ref
+	for i, g := range r.ReclaimEach(t.Context(), refs, "recoverer", time.Minute) {
+		if g.Err != nil || g.Job.Attempt != 1 {
+			t.Fatalf("ReclaimEach %d after SCRIPT FLUSH: %+v", i, g)
+		}
+		reclaimed = append(reclaimed, g.Job.Ref())
+	}
+	if err := c.ScriptFlush(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i, err := range r.RemoveEach(t.Context(), reclaimed) {
+		if err != nil {
+			t.Fatalf("RemoveEach %d after SCRIPT FLUSH: %v", i, err)
+		}
+	}
+	if c, err := r.Counts(t.Context()); err != nil || c.Tracked != 0 {
+		t.Fatalf("after the batches: %+v, %v", c, err)
+	}
+}
