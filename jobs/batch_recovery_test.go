@@ -286,6 +286,72 @@ func TestScanCutShortRemovesWhatItRequeued(t *testing.T) {
 	}
 }
 
+// slowRemoves is memjobs whose RemoveEach takes d, or fails when its
+// context ends first.
+type slowRemoves struct {
+	*memjobs.Registry
+	d time.Duration
+}
+
+func (r slowRemoves) RemoveEach(ctx context.Context, refs []jobs.Ref) []error {
+	select {
+	case <-time.After(r.d):
+		return r.Registry.RemoveEach(ctx, refs)
+	case <-ctx.Done():
+		out := make([]error, len(refs))
+		for i := range out {
+			out[i] = ctx.Err()
+		}
+		return out
+	}
+}
+
+// The Removes of a scan take as long as they take while its context
+// lives, and at most a second more once it ends (a shutdown waits no
+// longer for a registry that does not answer); the ttl bounds them in any
+// case.
+func TestScanRemovesWithinItsGrace(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		cut    bool
+		remove time.Duration
+		want   time.Duration // the scan's duration, on synctest's clock
+	}{
+		{"slow-server", false, 5 * time.Second, 5 * time.Second},
+		{"cut-short", true, time.Hour, time.Second},
+		{"past-the-ttl", false, time.Hour, 10 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				reg := slowRemoves{memjobs.New(), tc.remove}
+				for i := range 3 {
+					if _, err := reg.Track(t.Context(), jobs.Job{ID: fmt.Sprint("job-", i)}, time.Second); err != nil {
+						t.Fatal(err)
+					}
+				}
+				time.Sleep(2 * time.Second)
+				scanCtx, stop := context.WithCancel(t.Context())
+				defer stop()
+				requeue := func(context.Context, jobs.Job, time.Duration) error {
+					if tc.cut {
+						stop()
+					}
+					return nil
+				}
+				runner, err := jobs.NewRunner(reg, testkit.Must(memlock.New()), requeue, jobs.WithTTL(10*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				start := time.Now()
+				runner.Scan(scanCtx)
+				if took := time.Since(start); took != tc.want {
+					t.Fatalf("the scan took %v, want %v", took, tc.want)
+				}
+			})
+		})
+	}
+}
+
 // expiredForScan tracks n jobs on mem (of a ttl of a second) and lets
 // them expire (in a synctest bubble), and returns a Runner over reg (mem,
 // or a wrapper of it) with that ttl, and its queue.

@@ -681,7 +681,8 @@ func (r *Runner) recover(ctx context.Context) error {
 // process at a time. It heartbeats nothing: Track does that for the jobs
 // of this process. It recovers the jobs one after another, or up to
 // WithRecoveryConcurrency's count at once, and returns when every
-// recovery it started has ended; once ctx ends it starts none. Over a
+// recovery it started has ended; once ctx ends it starts none, and
+// removes the jobs it requeued for at most a second more. Over a
 // registry that is a BatchRecoverer it reclaims the jobs, and removes
 // those it requeued, in chunks of RecoveryChunk, one call each a chunk
 // (one round trip of wall time), and buries or requeues each job of a
@@ -785,13 +786,23 @@ func (r *Runner) recoverOne(ctx context.Context, j Job) bool {
 	return true
 }
 
+// removeGrace is how long the Remove of jobs already requeued may go on
+// once the scan's context has ended (see finishing).
+const removeGrace = time.Second
+
 // finishing is the context of the Remove of jobs requeued under ctx: its
-// values without its end, for at most the ttl. A scan cut short (a
-// shutdown, the election lost) still removes what it requeued, which
-// would else be requeued again once the ttl passes; the Remove of a job
-// is of its epoch, harmless whoever leads.
+// values without its end, for at most the ttl, and at most removeGrace
+// once ctx ends. A scan cut short (a shutdown, the election lost) still
+// removes what it requeued, which would else be requeued again once the
+// ttl passes, and returns soon after all the same; the Remove of a job is
+// of its epoch, harmless whoever leads.
 func (r *Runner) finishing(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), r.s.ttl)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.s.ttl)
+	stop := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(removeGrace, cancel)
+		context.AfterFunc(rctx, func() { t.Stop() })
+	})
+	return rctx, func() { stop(); cancel() }
 }
 
 // recoverEach is recoverOne's steps for chunks of RecoveryChunk expired
