@@ -53,6 +53,9 @@ func noScript(cmd *redis.Cmd) bool {
 // clients wait for the calls of one read, not of the pipeline, so a
 // caller bounds what one call does, not how many it sends.
 func (b Bounds) Pipeline(ctx context.Context, client redis.UniversalClient, a Acks, calls []Call, write bool) {
+	if len(calls) == 0 {
+		return
+	}
 	// The calls' replies are made aside: a client that ignores contexts
 	// may still write them after ctx ended (see Within).
 	cmds := make([]*redis.Cmd, len(calls))

@@ -411,8 +411,11 @@ func (r *Registry) pipeline(ctx context.Context, refs []jobs.Ref, out []error, c
 		calls = append(calls, rediscall.Call{Script: script, Args: script.Call(keys, args...)})
 		at = append(at, i)
 	}
-	r.bounds.Pipeline(ctx, r.c, r.acks, calls, true)
 	cmds := make([]*redis.Cmd, len(refs))
+	if len(calls) == 0 {
+		return cmds // every ref refused (a nil or ended ctx among the reasons)
+	}
+	r.bounds.Pipeline(ctx, r.c, r.acks, calls, true)
 	for k, i := range at {
 		cmd := calls[k].Cmd
 		if calls[k].Acked != nil && cmd.Err() == nil {

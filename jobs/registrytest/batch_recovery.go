@@ -105,6 +105,18 @@ func batchRecovery(t *testing.T, r jobs.Registry) {
 	again := track(t, r, "a", time.Minute)
 	checkCount(t, "a tracked again after RemoveEach", again, 1, 1, 0)
 
+	// A nil context answers every ref with an error (ErrInvalidArgument).
+	var nilCtx context.Context
+	for _, g := range br.ReclaimEach(nilCtx, []jobs.Ref{b2.Ref(), live.Ref()}, "recoverer", time.Minute) {
+		if !errors.Is(g.Err, lock.ErrInvalidArgument) {
+			t.Fatalf("ReclaimEach under a nil context: %+v, want ErrInvalidArgument", g)
+		}
+	}
+	for _, err := range br.RemoveEach(nilCtx, []jobs.Ref{b2.Ref(), live.Ref()}) {
+		if !errors.Is(err, lock.ErrInvalidArgument) {
+			t.Fatalf("RemoveEach under a nil context: %v, want ErrInvalidArgument", err)
+		}
+	}
 	// An ended context answers every ref with its error, and does nothing.
 	ended, cancel := context.WithCancel(ctx)
 	cancel()

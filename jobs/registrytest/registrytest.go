@@ -382,6 +382,14 @@ func badInput(t *testing.T, r jobs.Registry) {
 		"empty ID":    func() error { _, err := r.Track(ctx, jobs.Job{}, time.Minute); return err }(),
 		"zero lease":  func() error { _, err := r.Track(ctx, jobs.Job{ID: "x"}, 0); return err }(),
 		"nil context": func() error { _, err := r.Track(nilCtx, jobs.Job{ID: "x"}, time.Minute); return err }(),
+		"reclaim, nil context": func() error {
+			_, err := r.Reclaim(nilCtx, jobs.Ref{ID: "x", Epoch: 1}, "by", time.Minute)
+			return err
+		}(),
+		"remove, nil context":    r.Remove(nilCtx, jobs.Ref{ID: "x", Epoch: 1}),
+		"done, nil context":      r.Done(nilCtx, jobs.Ref{ID: "x", Epoch: 1}),
+		"bury, nil context":      r.Bury(nilCtx, jobs.Ref{ID: "x", Epoch: 1}, "reason"),
+		"heartbeat, nil context": func() error { _, err := r.Heartbeat(nilCtx, []jobs.Ref{{ID: "x", Epoch: 1}}, time.Minute); return err }(),
 		"heartbeat lease": func() error {
 			_, err := r.Heartbeat(ctx, []jobs.Ref{{ID: "x", Epoch: 1}}, -time.Second)
 			return err
