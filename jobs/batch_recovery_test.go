@@ -306,24 +306,36 @@ func (r slowRemoves) RemoveEach(ctx context.Context, refs []jobs.Ref) []error {
 	}
 }
 
+func (r slowRemoves) Remove(ctx context.Context, ref jobs.Ref) error {
+	return r.RemoveEach(ctx, []jobs.Ref{ref})[0]
+}
+
 // The Removes of a scan take as long as they take while its context
 // lives, and at most a second more once it ends (a shutdown waits no
 // longer for a registry that does not answer); the ttl bounds them in any
-// case.
+// case. In batches (one RemoveEach of the three jobs) and one at a time
+// (a Remove of each: three in turn).
 func TestScanRemovesWithinItsGrace(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
+		single bool
 		cut    bool
 		remove time.Duration
 		want   time.Duration // the scan's duration, on synctest's clock
 	}{
-		{"slow-server", false, 5 * time.Second, 5 * time.Second},
-		{"cut-short", true, time.Hour, time.Second},
-		{"past-the-ttl", false, time.Hour, 10 * time.Second},
+		{"slow-server", false, false, 5 * time.Second, 5 * time.Second},
+		{"cut-short", false, true, time.Hour, time.Second},
+		{"past-the-ttl", false, false, time.Hour, 10 * time.Second},
+		{"single/slow-server", true, false, 5 * time.Second, 15 * time.Second},
+		{"single/cut-short", true, true, time.Hour, time.Second}, // the scan stops after the first job
+		{"single/past-the-ttl", true, false, time.Hour, 30 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				reg := slowRemoves{memjobs.New(), tc.remove}
+				var reg jobs.Registry = slowRemoves{memjobs.New(), tc.remove}
+				if tc.single {
+					reg = struct{ jobs.Registry }{reg} // Remove, no RemoveEach
+				}
 				for i := range 3 {
 					if _, err := reg.Track(t.Context(), jobs.Job{ID: fmt.Sprint("job-", i)}, time.Second); err != nil {
 						t.Fatal(err)

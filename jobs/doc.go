@@ -67,7 +67,8 @@
 // a chunk has reclaimed the whole chunk: each of its jobs counts that
 // recovery (Attempt+1) when the next recoverer takes it, and those it had
 // requeued are requeued again (RecoveryChunk). A scan cut short (its
-// context ended) still removes the jobs it requeued. Recoveries are counted apart from
+// context ended) still removes the jobs it requeued, each Remove for at
+// most a second more. Recoveries are counted apart from
 // ordinary failures: a job that keeps killing its workers ("poison") ends
 // in the dead set, where it can be retried (RetryDead, Revive) or purged.
 // The registry keeps the count by job ID (Registry.Track, RetryWindow): a

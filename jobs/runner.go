@@ -681,8 +681,9 @@ func (r *Runner) recover(ctx context.Context) error {
 // process at a time. It heartbeats nothing: Track does that for the jobs
 // of this process. It recovers the jobs one after another, or up to
 // WithRecoveryConcurrency's count at once, and returns when every
-// recovery it started has ended; once ctx ends it starts none, and
-// removes the jobs it requeued for at most a second more. Over a
+// recovery it started has ended; once ctx ends it starts none, waits for
+// those under way (a Requeue should end with its ctx), and removes the
+// jobs it requeued, each Remove for at most a second more. Over a
 // registry that is a BatchRecoverer it reclaims the jobs, and removes
 // those it requeued, in chunks of RecoveryChunk, one call each a chunk
 // (one round trip of wall time), and buries or requeues each job of a
@@ -905,7 +906,8 @@ func (r *Runner) settle(ctx context.Context, j, c Job) (time.Duration, bool) {
 // already) leaves it to be requeued again.
 func (r *Runner) removed(ctx context.Context, j, c Job, delay time.Duration, err error) {
 	if err != nil && !errors.Is(err, ErrStale) {
-		r.failed(ctx, "leasehold: removing a requeued job failed; it may be requeued again", "job", c.ID, "err", err)
+		// At Warn also when ctx has ended: the job will be requeued again.
+		r.common.Logger.Warn("leasehold: removing a requeued job failed; it may be requeued again", "job", c.ID, "err", err)
 		return
 	}
 	r.step(StepRemoved, c)

@@ -201,6 +201,15 @@
 //
 // The registry is as durable as the database: use a primary with
 // synchronous_commit on (the default) for it.
+//
+// On a pool that prepares statements (pgx's default,
+// QueryExecModeCacheStatement) the registry reads its results in the
+// binary format, whatever the session's output settings (DateStyle,
+// bytea_output, IntervalStyle, TimeZone). A pool that prepares none
+// (QueryExecModeExec, QueryExecModeSimpleProtocol: for a pooler in
+// transaction mode) reads results as text, which pgx parses only under
+// DateStyle ISO and bytea_output hex, PostgreSQL's defaults: keep them
+// for the registry's role.
 package pgjobs
 
 import (

@@ -166,7 +166,7 @@ func TestBatchUnderAcksEndsWithItsContext(t *testing.T) {
 			t.Errorf("answer %d: %+v, want the context's error", i, g)
 		}
 	}
-	for i, err := range acked.RemoveEach(ctx, refs) {
+	for i, err := range acked.RemoveEach(ctx, refs) { // refused before anything is sent
 		if err == nil {
 			t.Errorf("RemoveEach %d under an ended context succeeded", i)
 		}
@@ -200,6 +200,7 @@ func TestBatchUnderAcksAfterScriptFlush(t *testing.T) {
 		if len(js) == len(refs) {
 			break
 		}
+		<-time.After(5 * time.Millisecond)
 	}
 	if err := c.ScriptFlush(t.Context()).Err(); err != nil {
 		t.Fatal(err)
